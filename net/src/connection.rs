@@ -1,0 +1,161 @@
+//! The per-connection loop: read frames, run each request's first phase in arrival
+//! order, await replies concurrently, write responses in arrival order.
+//!
+//! Why two phases: Kafka clients pipeline (librdkafka keeps up to 5 produce requests in
+//! flight on its single connection per broker) and rely on the broker appending them in
+//! the order sent. Phase one (ordering-critical work such as queueing an append, or
+//! enqueueing a forward to another shard) runs before the next frame is read; phase two
+//! (waiting for fdatasync, a long-poll fetch) runs concurrently with later requests.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
+use glommio::channels::local_channel;
+use glommio::net::TcpStream;
+use kafka_protocol::messages::{ApiKey, ResponseKind};
+use tracing::{debug, warn};
+
+use crate::codec::{decode_request, encode_response, DecodeError, Request};
+
+/// The second phase of a request: resolves to the response, or `None` when the client
+/// expects no response (Produce with acks=0).
+pub type Reply = Pin<Box<dyn Future<Output = Option<ResponseKind>>>>;
+
+/// What the binary plugs into the wire layer.
+pub trait RequestHandler: 'static {
+    /// The versions of `api_key` this broker serves, or `None` if it does not serve it.
+    fn supported_versions(&self, api_key: ApiKey) -> Option<(i16, i16)>;
+    /// ApiVersions response (error UNSUPPORTED_VERSION) for a client that asked with a
+    /// version we do not serve; it is encoded as version 0, as Kafka does.
+    fn unsupported_api_versions(&self) -> ResponseKind;
+    /// Phase one of a request; see the module docs.
+    fn handle(self: Rc<Self>, request: Request) -> impl Future<Output = Reply>;
+}
+
+/// Bounds that keep one connection from holding unbounded resources.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectionLimits {
+    /// Largest request frame accepted (Kafka's socket.request.max.bytes).
+    pub max_frame_bytes: usize,
+    /// Requests of one connection being handled at once.
+    pub max_in_flight: usize,
+    /// A connection with no complete frame for this long is closed.
+    pub idle_timeout: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            max_frame_bytes: 100 << 20,
+            max_in_flight: 32,
+            idle_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+struct InFlight {
+    api_key: ApiKey,
+    api_version: i16,
+    correlation_id: i32,
+    reply: glommio::Task<Option<ResponseKind>>,
+}
+
+/// Serves one accepted connection until the peer closes it or sends a bad frame.
+pub async fn serve_connection<H: RequestHandler>(
+    stream: TcpStream,
+    handler: Rc<H>,
+    limits: ConnectionLimits,
+) -> io::Result<()> {
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(limits.idle_timeout))?;
+    let peer = stream.peer_addr()?;
+    let (reader, writer) = futures_lite::io::split(stream);
+    let (queue, pending) = local_channel::new_bounded::<InFlight>(limits.max_in_flight.max(1));
+    let writer_task = glommio::spawn_local(write_responses(writer, pending));
+    let read_result = read_requests(reader, handler, limits, queue).await;
+    if let Err(e) = &read_result {
+        warn!(%peer, error = %e, "closing connection");
+    } else {
+        debug!(%peer, "connection closed by peer");
+    }
+    // The queue sender is gone: the writer drains what is in flight, then stops.
+    let write_result = writer_task.await;
+    read_result.and(write_result)
+}
+
+async fn read_requests<H: RequestHandler>(
+    mut reader: impl futures_lite::AsyncRead + Unpin,
+    handler: Rc<H>,
+    limits: ConnectionLimits,
+    queue: local_channel::LocalSender<InFlight>,
+) -> io::Result<()> {
+    loop {
+        let mut len_bytes = [0u8; 4];
+        match reader.read_exact(&mut len_bytes).await {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let len = i32::from_be_bytes(len_bytes);
+        // Invariant 1: refuse before buffering.
+        if len < 0 || len as usize > limits.max_frame_bytes {
+            return Err(invalid(format!(
+                "frame of {len} bytes exceeds the limit of {} bytes",
+                limits.max_frame_bytes
+            )));
+        }
+        let mut frame = BytesMut::zeroed(len as usize);
+        reader.read_exact(&mut frame).await?;
+        let in_flight = match decode_request(frame.freeze(), |k| handler.supported_versions(k)) {
+            Ok(request) => {
+                let api_key = request.api_key;
+                let api_version = request.api_version;
+                let correlation_id = request.header.correlation_id;
+                let reply = handler.clone().handle(request).await;
+                let reply = glommio::spawn_local(reply);
+                InFlight { api_key, api_version, correlation_id, reply }
+            }
+            Err(DecodeError::UnsupportedVersion {
+                api_key: ApiKey::ApiVersions,
+                correlation_id,
+                ..
+            }) => {
+                let body = handler.unsupported_api_versions();
+                let reply = glommio::spawn_local(async move { Some(body) });
+                InFlight { api_key: ApiKey::ApiVersions, api_version: 0, correlation_id, reply }
+            }
+            Err(e) => return Err(invalid(e.to_string())),
+        };
+        if queue.send(in_flight).await.is_err() {
+            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "response writer stopped"));
+        }
+    }
+}
+
+async fn write_responses(
+    mut writer: impl futures_lite::AsyncWrite + Unpin,
+    pending: local_channel::LocalReceiver<InFlight>,
+) -> io::Result<()> {
+    // Invariant 2: one queue, awaited in order.
+    while let Some(in_flight) = pending.recv().await {
+        let Some(body) = in_flight.reply.await else { continue };
+        let frame = encode_response(
+            in_flight.api_key,
+            in_flight.api_version,
+            in_flight.correlation_id,
+            &body,
+        )
+        .map_err(invalid)?;
+        writer.write_all(&frame).await?;
+    }
+    writer.flush().await
+}
+
+fn invalid(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message)
+}

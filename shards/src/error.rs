@@ -1,0 +1,83 @@
+//! Errors that cross cores (so they carry strings, not `io::Error`).
+//!
+//! The binary maps each to one Kafka error code in one function
+//! (`src/handlers/errors.rs`).
+
+use std::fmt;
+
+/// Why one partition's operation failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PartitionError {
+    UnknownTopicOrPartition,
+    /// The batch failed validation (CRC, lengths, magic): nothing was written.
+    CorruptMessage(String),
+    /// The batch is well formed but not acceptable (e.g. counts, unsupported features).
+    InvalidRecord(String),
+    MessageTooLarge {
+        size: usize,
+        max: usize,
+    },
+    OffsetOutOfRange,
+    /// A producer id was set but idempotence is not available yet.
+    UnknownProducerId,
+    /// The request version cannot carry what the log stores (Produce v0-v2: magic < 2).
+    UnsupportedForMessageFormat,
+    /// The disk failed; for fdatasync failures the broker stops.
+    Storage(String),
+    /// acks was not 0, 1 or -1.
+    InvalidRequiredAcks(i16),
+}
+
+/// Why a topic operation failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TopicError {
+    AlreadyExists(String),
+    InvalidTopic(String),
+    InvalidPartitions(String),
+    InvalidReplicationFactor(String),
+    InvalidConfig(String),
+    InvalidRequest(String),
+    UnknownTopic(String),
+    Storage(String),
+}
+
+impl fmt::Display for TopicError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TopicError::AlreadyExists(m)
+            | TopicError::InvalidTopic(m)
+            | TopicError::InvalidPartitions(m)
+            | TopicError::InvalidReplicationFactor(m)
+            | TopicError::InvalidConfig(m)
+            | TopicError::InvalidRequest(m)
+            | TopicError::UnknownTopic(m)
+            | TopicError::Storage(m) => f.write_str(m),
+        }
+    }
+}
+
+impl fmt::Display for PartitionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self:?}")
+    }
+}
+
+/// Why a consumer-group request failed (each maps to one Kafka error code).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupError {
+    NotCoordinator,
+    InvalidGroupId,
+    UnknownMemberId,
+    MemberIdRequired,
+    IllegalGeneration,
+    RebalanceInProgress,
+    InconsistentGroupProtocol,
+    InvalidSessionTimeout,
+    GroupIdNotFound,
+    NonEmptyGroup,
+    GroupSubscribedToTopic,
+    OffsetMetadataTooLarge,
+    UnknownTopicOrPartition,
+    /// Writing the commit to the log failed (the broker stops on fsync failure).
+    Storage,
+}

@@ -1,0 +1,31 @@
+//! shardlog-shards: the thread-per-core runtime.
+//!
+//! One glommio executor per core, pinned; each is a shard that owns its partitions, its
+//! sockets and its log outright. Shards share nothing mutable: they cooperate only
+//! through the mesh of bounded channels (`mesh`), carrying the `Send` enums of
+//! `message` (the one file that lists all cross-core traffic).
+//!
+//! Rooms: this is the only crate that touches glommio channels or crosses cores. It
+//! knows partitions, topics and shards; it does not know the Kafka wire format.
+//!
+//! Invariants:
+//! 1. Shard-local state is `Rc`/`RefCell`/`Cell`; no `RefCell` borrow is held across `.await`.
+//! 2. A partition is served only by its owner shard; others forward (and count it).
+//! 3. Shard 0 is the controller: the only writer of the topic table.
+
+pub mod controller;
+pub mod error;
+pub mod group;
+pub mod mesh;
+pub mod message;
+pub mod metadata;
+pub mod ops;
+pub mod runtime;
+pub mod service;
+pub mod shard;
+
+pub use error::{GroupError, PartitionError, TopicError};
+pub use mesh::{mesh_builder, Mesh, ShardMeshBuilder};
+pub use message::{FetchedRecords, PartitionData, PartitionRead, ProduceAck};
+pub use metadata::{NewTopic, TopicMeta, TopicTable};
+pub use shard::{Shard, ShardConfig, ShardProbes};

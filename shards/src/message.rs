@@ -1,0 +1,78 @@
+//! Every message that crosses cores, in one place.
+//!
+//! Requests and replies are paired by variant name. Nothing here is a closure: every
+//! cross-core interaction is a plain `Send` value, so it can be logged, counted and (later)
+//! recorded in a simulation. Payloads are `Bytes`, so batch bytes cross cores without a copy.
+
+use bytes::Bytes;
+use shardlog_storage::Offset;
+
+use crate::error::{PartitionError, TopicError};
+use crate::metadata::{NewTopic, TopicTable};
+
+/// A request from one shard to another.
+#[derive(Debug)]
+pub enum ShardRequest {
+    /// Append the record batches of one partition on its owner (a forwarded Produce).
+    Produce { topic: String, partition: i32, records: Bytes, acks: i16 },
+    /// Read partitions owned by the receiver (a forwarded Fetch); long-polls there.
+    Fetch { reads: Vec<PartitionRead>, max_wait_ms: u64, min_bytes: usize, max_bytes: usize },
+    /// Resolve a ListOffsets query on the partition's owner.
+    ListOffsets { topic: String, partition: i32, timestamp_ms: i64 },
+    /// Ask the controller (shard 0) to create topics.
+    CreateTopics { topics: Vec<NewTopic>, validate_only: bool },
+    /// Ask the controller (shard 0) to delete topics by name.
+    DeleteTopics { names: Vec<String> },
+    /// The controller's new topic table; every shard replaces its copy.
+    ApplyTopicTable(Box<TopicTable>),
+}
+
+/// The reply to a [`ShardRequest`] of the same name.
+#[derive(Debug)]
+pub enum ShardReply {
+    Produce(Result<ProduceAck, PartitionError>),
+    Fetch(Vec<PartitionData>),
+    ListOffsets(Result<(Offset, i64), PartitionError>),
+    CreateTopics(Vec<Result<(), TopicError>>),
+    DeleteTopics(Vec<Result<(), TopicError>>),
+    ApplyTopicTable,
+}
+
+/// Where a produce landed.
+#[derive(Clone, Copy, Debug)]
+pub struct ProduceAck {
+    pub base_offset: Offset,
+    pub log_start_offset: Offset,
+}
+
+/// One partition of a Fetch.
+#[derive(Clone, Debug)]
+pub struct PartitionRead {
+    pub topic: String,
+    pub partition: i32,
+    pub fetch_offset: Offset,
+    pub partition_max_bytes: usize,
+}
+
+/// What a Fetch returns for one partition.
+#[derive(Clone, Debug)]
+pub struct PartitionData {
+    pub topic: String,
+    pub partition: i32,
+    pub result: Result<FetchedRecords, PartitionError>,
+}
+
+/// Batches read from one partition, with the offsets a consumer needs.
+#[derive(Clone, Debug)]
+pub struct FetchedRecords {
+    pub high_watermark: Offset,
+    pub log_start_offset: Offset,
+    pub records: Bytes,
+}
+
+/// What travels on the mesh: a request with its id, or the reply to one.
+#[derive(Debug)]
+pub enum Envelope {
+    Request { id: u64, request: ShardRequest },
+    Reply { id: u64, reply: ShardReply },
+}

@@ -1,0 +1,239 @@
+//! The topic table: what topics exist, their partitions' owner shards, their configs.
+//!
+//! Shard 0 (the controller) owns the table and persists it through its log as a
+//! snapshot entry of the `Metadata` internal stream (fdatasync'd before any shard sees
+//! the change). Every shard holds a read-only copy, replaced by an
+//! `ApplyTopicTable` message.
+//!
+//! On-disk format of the snapshot payload: one version byte (`TABLE_FORMAT_VERSION`)
+//! followed by the rkyv archive of [`TopicTable`].
+//!
+//! Invariants:
+//! 1. Topic numbers are never reused, so a log entry of a deleted topic can never be
+//!    mistaken for one of a newer topic with the same name.
+//! 2. `nr_shards` is fixed when the data dir is created; partitions name their owner shard.
+
+use std::collections::BTreeMap;
+
+use rkyv::rancor;
+use shardlog_storage::PartitionId;
+
+use crate::error::TopicError;
+
+/// Version byte in front of the rkyv archive.
+pub const TABLE_FORMAT_VERSION: u8 = 1;
+
+/// Topic configs this broker understands, with their defaults (Kafka's names).
+pub const TOPIC_CONFIG_DEFAULTS: &[(&str, &str)] = &[
+    ("cleanup.policy", "delete"),
+    ("max.message.bytes", "1048588"),
+    ("retention.bytes", "-1"),
+    ("retention.ms", "604800000"),
+    ("message.timestamp.type", "CreateTime"),
+];
+
+/// The controller's view of every topic.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct TopicTable {
+    /// Bumped on every change.
+    pub version: u64,
+    pub nr_shards: u32,
+    pub next_topic_number: u32,
+    pub topics: BTreeMap<String, TopicMeta>,
+}
+
+/// One topic.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+pub struct TopicMeta {
+    pub name: String,
+    pub topic_number: u32,
+    pub topic_id: [u8; 16],
+    /// Owner shard of each partition, by partition index.
+    pub partition_shards: Vec<u32>,
+    /// Configs set explicitly at creation (others take `TOPIC_CONFIG_DEFAULTS`).
+    pub configs: Vec<(String, String)>,
+}
+
+/// A topic to create, as asked by a client.
+#[derive(Clone, Debug)]
+pub struct NewTopic {
+    pub name: String,
+    pub num_partitions: i32,
+    pub replication_factor: i16,
+    pub configs: Vec<(String, String)>,
+}
+
+impl TopicMeta {
+    pub fn partition_id(&self, partition: i32) -> Option<PartitionId> {
+        let index = u32::try_from(partition).ok()?;
+        ((index as usize) < self.partition_shards.len())
+            .then(|| PartitionId::new(self.topic_number, index))
+    }
+
+    pub fn owner(&self, partition: i32) -> Option<usize> {
+        let index = usize::try_from(partition).ok()?;
+        self.partition_shards.get(index).map(|s| *s as usize)
+    }
+
+    /// A config set explicitly on this topic.
+    pub fn explicit_config(&self, key: &str) -> Option<&str> {
+        self.configs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// The effective value of a config: explicit, else the default.
+    pub fn config(&self, key: &str) -> Option<&str> {
+        self.configs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .or_else(|| TOPIC_CONFIG_DEFAULTS.iter().find(|(k, _)| *k == key).map(|(_, v)| *v))
+    }
+
+    pub fn config_i64(&self, key: &str) -> Option<i64> {
+        self.config(key).and_then(|v| v.parse().ok())
+    }
+}
+
+impl TopicTable {
+    pub fn new(nr_shards: u32) -> Self {
+        TopicTable { version: 0, nr_shards, next_topic_number: 1, topics: BTreeMap::new() }
+    }
+
+    pub fn topic(&self, name: &str) -> Option<&TopicMeta> {
+        self.topics.get(name)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let archive = rkyv::to_bytes::<rancor::Error>(self).expect("topic table serializes");
+        let mut out = Vec::with_capacity(archive.len() + 1);
+        out.push(TABLE_FORMAT_VERSION);
+        out.extend_from_slice(&archive);
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<TopicTable, String> {
+        let (&version, archive) = bytes.split_first().ok_or("empty topic table snapshot")?;
+        if version != TABLE_FORMAT_VERSION {
+            return Err(format!("topic table format version {version} is not supported"));
+        }
+        // rkyv needs an aligned buffer; the log hands us arbitrary alignment.
+        let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(archive.len());
+        aligned.extend_from_slice(archive);
+        rkyv::from_bytes::<TopicTable, rancor::Error>(&aligned).map_err(|e| e.to_string())
+    }
+
+    /// Adds a validated topic; partitions are placed round-robin starting at a shard that
+    /// depends on the topic number, so many small topics still spread over all shards.
+    pub fn add_topic(&mut self, topic: &NewTopic, topic_id: [u8; 16]) -> &TopicMeta {
+        let topic_number = self.next_topic_number;
+        self.next_topic_number += 1;
+        let partition_shards =
+            (0..topic.num_partitions as u32).map(|p| (topic_number + p) % self.nr_shards).collect();
+        let meta = TopicMeta {
+            name: topic.name.clone(),
+            topic_number,
+            topic_id,
+            partition_shards,
+            configs: topic.configs.clone(),
+        };
+        self.version += 1;
+        self.topics.entry(topic.name.clone()).or_insert(meta)
+    }
+
+    pub fn remove_topic(&mut self, name: &str) -> Option<TopicMeta> {
+        let removed = self.topics.remove(name);
+        if removed.is_some() {
+            self.version += 1;
+        }
+        removed
+    }
+}
+
+/// Kafka's topic name rule: 1..=249 chars of `[a-zA-Z0-9._-]`, not "." or "..".
+pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
+    let invalid = |why: &str| Err(TopicError::InvalidTopic(format!("topic name {name:?} {why}")));
+    if name.is_empty() {
+        return invalid("is empty");
+    }
+    if name == "." || name == ".." {
+        return invalid("is not allowed");
+    }
+    if name.len() > 249 {
+        return invalid("is longer than 249 characters");
+    }
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-') {
+        return invalid("has characters other than ASCII letters, digits, '.', '_' and '-'");
+    }
+    Ok(())
+}
+
+/// Checks a topic's configs against those this broker implements.
+pub fn validate_topic_configs(configs: &[(String, String)]) -> Result<(), TopicError> {
+    for (key, value) in configs {
+        let bad = |why: String| Err(TopicError::InvalidConfig(why));
+        match key.as_str() {
+            "cleanup.policy" if value == "delete" => {}
+            "cleanup.policy" => {
+                return bad(format!("cleanup.policy={value} is not supported (only delete)"))
+            }
+            "max.message.bytes" | "retention.bytes" | "retention.ms" => {
+                let parsed: Result<i64, _> = value.parse();
+                match parsed {
+                    Ok(v) if v >= -1 && !(key == "max.message.bytes" && v < 0) => {}
+                    _ => return bad(format!("{key}={value} is not a valid value")),
+                }
+            }
+            "message.timestamp.type" if value == "CreateTime" => {}
+            "message.timestamp.type" => {
+                return bad(format!("message.timestamp.type={value} is not supported"))
+            }
+            _ => return bad(format!("unknown or unsupported topic config {key:?}")),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_table_round_trips_through_its_snapshot_encoding() {
+        let mut table = TopicTable::new(3);
+        let topic = NewTopic {
+            name: "trades".into(),
+            num_partitions: 6,
+            replication_factor: 1,
+            configs: vec![("retention.ms".into(), "1000".into())],
+        };
+        table.add_topic(&topic, [7; 16]);
+        let decoded = TopicTable::decode(&table.encode()).unwrap();
+        assert_eq!(decoded, table);
+        assert_eq!(decoded.topic("trades").unwrap().partition_shards, vec![1, 2, 0, 1, 2, 0]);
+    }
+
+    #[test]
+    fn snapshot_with_unknown_version_byte_is_refused() {
+        let mut bytes = TopicTable::new(1).encode();
+        bytes[0] = 99;
+        assert!(TopicTable::decode(&bytes).is_err());
+        assert!(TopicTable::decode(&[]).is_err());
+    }
+
+    #[test]
+    fn topic_names_follow_kafkas_rules() {
+        assert!(validate_topic_name("trades.eu_1-x").is_ok());
+        for bad in ["", ".", "..", "a b", "ü", &"x".repeat(250)] {
+            assert!(validate_topic_name(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn compaction_and_unknown_configs_are_rejected() {
+        let cfg = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
+        assert!(validate_topic_configs(&cfg("cleanup.policy", "compact")).is_err());
+        assert!(validate_topic_configs(&cfg("foo.bar", "1")).is_err());
+        assert!(validate_topic_configs(&cfg("retention.ms", "abc")).is_err());
+        assert!(validate_topic_configs(&cfg("retention.ms", "-1")).is_ok());
+    }
+}

@@ -1,0 +1,290 @@
+//! Partition operations: the produce and fetch hot paths, top to bottom.
+//!
+//! Runs on the shard that owns the partition. Produce: look up the partition, check the
+//! size limit, split and validate the batches (CRC-32C, lengths, magic), queue them in the
+//! shard log (offsets assigned, phase one), then wait for the fdatasync that covers them
+//! (phase two). Fetch: read whole stored batches up to the high watermark; if fewer than
+//! `min_bytes` are available, park until a flush moves a high watermark or `max_wait_ms`
+//! passes.
+//!
+//! Hot path: allocates one `Vec` of batch handles per produced partition; batch bytes
+//! are `Bytes` slices of the request frame until the log copies them into its DMA buffer.
+//!
+//! Durability contract: a produce is answered only after the fdatasync that covers it;
+//! a fetch never returns data above the high watermark (durable data only).
+
+use std::future::Future;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use shardlog_storage::{split_batches, AppendError, BatchError, Offset, ReadError, StorageError};
+use tracing::error;
+
+use crate::error::PartitionError;
+use crate::message::{
+    FetchedRecords, PartitionData, PartitionRead, ProduceAck, ShardReply, ShardRequest,
+};
+use crate::shard::Shard;
+
+/// What a produce returns after phase one: the wait for durability.
+pub type ProduceWait = std::pin::Pin<Box<dyn Future<Output = Result<ProduceAck, PartitionError>>>>;
+
+impl Shard {
+    /// Produce to a partition on whichever shard owns it. Phase one (validation and
+    /// queueing, or enqueueing the forward) is done when this returns.
+    pub async fn produce(
+        self: &Rc<Self>,
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+        acks: i16,
+    ) -> ProduceWait {
+        match self.owner_of(topic, partition) {
+            None => Box::pin(async { Err(PartitionError::UnknownTopicOrPartition) }),
+            Some(owner) if owner == self.id => self.produce_local(topic, partition, records),
+            Some(owner) => {
+                self.count_forward();
+                let request =
+                    ShardRequest::Produce { topic: topic.to_string(), partition, records, acks };
+                let pending = self.mesh.send(owner, request).await;
+                Box::pin(async move {
+                    match pending.wait().await {
+                        ShardReply::Produce(result) => result,
+                        other => panic!("produce answered with {other:?}"),
+                    }
+                })
+            }
+        }
+    }
+
+    /// Phase one on the owner: validate and queue; the returned future waits for fdatasync.
+    pub fn produce_local(
+        self: &Rc<Self>,
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+    ) -> ProduceWait {
+        let queued = self.queue_append(topic, partition, records);
+        let shard = self.clone();
+        Box::pin(async move {
+            let appended = queued?;
+            if let Err(e) = appended.durable.wait().await {
+                shard.fatal_storage_error(&e);
+            }
+            let log_start_offset = shard
+                .table_partition(&appended.topic, appended.partition)
+                .and_then(|pid| shard.log.partition_info(pid))
+                .map_or(0, |info| info.log_start_offset);
+            Ok(ProduceAck { base_offset: appended.base_offset, log_start_offset })
+        })
+    }
+
+    fn queue_append(
+        &self,
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+    ) -> Result<Queued, PartitionError> {
+        let meta = self.topic(topic).ok_or(PartitionError::UnknownTopicOrPartition)?;
+        let partition_id =
+            meta.partition_id(partition).ok_or(PartitionError::UnknownTopicOrPartition)?;
+        assert_eq!(meta.owner(partition), Some(self.id), "queue_append on a non-owner shard");
+        // A topic's own max.message.bytes, else the broker's message.max.bytes.
+        let max = meta
+            .explicit_config("max.message.bytes")
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(self.config.max_message_bytes);
+        if records.len() > max {
+            return Err(PartitionError::MessageTooLarge { size: records.len(), max });
+        }
+        let batches = split_batches(&records).map_err(batch_error)?;
+        if batches.iter().any(|(header, _)| header.producer_id >= 0) {
+            return Err(PartitionError::UnknownProducerId);
+        }
+        let appended = self.log.append_batches(partition_id, &batches).map_err(append_error)?;
+        self.probes.produce_batches.set(self.probes.produce_batches.get() + batches.len() as u64);
+        self.probes.produce_bytes.set(self.probes.produce_bytes.get() + records.len() as u64);
+        Ok(Queued {
+            topic: topic.to_string(),
+            partition,
+            base_offset: appended.base_offset,
+            durable: appended.durable,
+        })
+    }
+
+    fn table_partition(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Option<shardlog_storage::PartitionId> {
+        self.topic(topic)?.partition_id(partition)
+    }
+
+    /// A failed fdatasync or EIO: the shard cannot keep what it acknowledged. Stop the
+    /// broker rather than answer (ARCHITECTURE: a failed fsync is never retried).
+    pub fn fatal_storage_error(&self, error: &StorageError) -> ! {
+        error!(shard = self.id, %error, "fatal storage error: stopping the broker");
+        std::process::exit(70);
+    }
+
+    /// Fetch partitions owned by this shard, long-polling until `min_bytes` are available
+    /// or `max_wait` passes.
+    pub async fn fetch_local(
+        &self,
+        reads: &[PartitionRead],
+        max_wait: Duration,
+        min_bytes: usize,
+        max_bytes: usize,
+    ) -> Vec<PartitionData> {
+        let deadline = Instant::now() + max_wait;
+        loop {
+            // Registered before reading so a flush that lands during the reads wakes us.
+            let flushed = self.log.flushed();
+            let results = self.read_partitions(reads, max_bytes).await;
+            let total: usize =
+                results.iter().map(|d| d.result.as_ref().map_or(0, |r| r.records.len())).sum();
+            let any_error = results.iter().any(|d| d.result.is_err());
+            let now = Instant::now();
+            if total >= min_bytes.max(1) || any_error || now >= deadline {
+                self.probes.fetch_bytes.set(self.probes.fetch_bytes.get() + total as u64);
+                return results;
+            }
+            let timeout = glommio::timer::sleep(deadline - now);
+            futures_lite::future::or(flushed, timeout).await;
+        }
+    }
+
+    async fn read_partitions(
+        &self,
+        reads: &[PartitionRead],
+        max_bytes: usize,
+    ) -> Vec<PartitionData> {
+        let mut remaining = max_bytes;
+        let mut out = Vec::with_capacity(reads.len());
+        for read in reads {
+            let result = self.read_partition(read, remaining).await;
+            if let Ok(records) = &result {
+                remaining = remaining.saturating_sub(records.records.len());
+            }
+            out.push(PartitionData {
+                topic: read.topic.clone(),
+                partition: read.partition,
+                result,
+            });
+        }
+        out
+    }
+
+    async fn read_partition(
+        &self,
+        read: &PartitionRead,
+        remaining: usize,
+    ) -> Result<FetchedRecords, PartitionError> {
+        let partition_id = self
+            .table_partition(&read.topic, read.partition)
+            .filter(|_| self.owner_of(&read.topic, read.partition) == Some(self.id))
+            .ok_or(PartitionError::UnknownTopicOrPartition)?;
+        let info =
+            self.log.partition_info(partition_id).ok_or(PartitionError::UnknownTopicOrPartition)?;
+        let limit = read.partition_max_bytes.min(remaining);
+        let records = if limit == 0 || read.fetch_offset == info.high_watermark {
+            Bytes::new()
+        } else {
+            self.log.read(partition_id, read.fetch_offset, limit).await.map_err(read_error)?
+        };
+        Ok(FetchedRecords {
+            high_watermark: info.high_watermark,
+            log_start_offset: info.log_start_offset,
+            records,
+        })
+    }
+
+    /// ListOffsets on the owner: -1 latest (high watermark), -2 earliest, else by time.
+    pub async fn list_offsets_local(
+        &self,
+        topic: &str,
+        partition: i32,
+        timestamp_ms: i64,
+    ) -> Result<(Offset, i64), PartitionError> {
+        let partition_id = self
+            .table_partition(topic, partition)
+            .ok_or(PartitionError::UnknownTopicOrPartition)?;
+        let info =
+            self.log.partition_info(partition_id).ok_or(PartitionError::UnknownTopicOrPartition)?;
+        match timestamp_ms {
+            -1 => Ok((info.high_watermark, -1)),
+            -2 => Ok((info.log_start_offset, -1)),
+            t if t >= 0 => {
+                let found =
+                    self.log.offset_for_timestamp(partition_id, t).await.map_err(read_error)?;
+                Ok(found.map_or((-1, -1), |(offset, ts)| (offset, ts)))
+            }
+            _ => Err(PartitionError::InvalidRecord(format!(
+                "ListOffsets timestamp {timestamp_ms} is not supported"
+            ))),
+        }
+    }
+
+    /// ListOffsets on whichever shard owns the partition.
+    pub async fn list_offsets(
+        &self,
+        topic: &str,
+        partition: i32,
+        timestamp_ms: i64,
+    ) -> Result<(Offset, i64), PartitionError> {
+        match self.owner_of(topic, partition) {
+            None => Err(PartitionError::UnknownTopicOrPartition),
+            Some(owner) if owner == self.id => {
+                self.list_offsets_local(topic, partition, timestamp_ms).await
+            }
+            Some(owner) => {
+                self.count_forward();
+                let request =
+                    ShardRequest::ListOffsets { topic: topic.to_string(), partition, timestamp_ms };
+                match self.mesh.call(owner, request).await {
+                    ShardReply::ListOffsets(result) => result,
+                    other => panic!("list offsets answered with {other:?}"),
+                }
+            }
+        }
+    }
+
+    pub(crate) fn count_forward(&self) {
+        self.probes.forwarded_requests.set(self.probes.forwarded_requests.get() + 1);
+    }
+}
+
+struct Queued {
+    topic: String,
+    partition: i32,
+    base_offset: Offset,
+    durable: shardlog_storage::Durable,
+}
+
+fn batch_error(error: BatchError) -> PartitionError {
+    match error {
+        BatchError::CrcMismatch { .. }
+        | BatchError::TooShort { .. }
+        | BatchError::LengthMismatch { .. } => PartitionError::CorruptMessage(format!("{error:?}")),
+        BatchError::UnsupportedMagic(_) => PartitionError::UnsupportedForMessageFormat,
+        BatchError::BadRecordCount { .. } => PartitionError::InvalidRecord(format!("{error:?}")),
+    }
+}
+
+fn append_error(error: AppendError) -> PartitionError {
+    match error {
+        AppendError::InvalidBatch(e) => batch_error(e),
+        AppendError::TooLarge { size, max } => PartitionError::MessageTooLarge { size, max },
+        AppendError::UnknownPartition(_) => PartitionError::UnknownTopicOrPartition,
+        AppendError::Storage(e) => PartitionError::Storage(e.to_string()),
+    }
+}
+
+fn read_error(error: ReadError) -> PartitionError {
+    match error {
+        ReadError::UnknownPartition(_) => PartitionError::UnknownTopicOrPartition,
+        ReadError::OffsetOutOfRange { .. } => PartitionError::OffsetOutOfRange,
+        ReadError::Storage(e) => PartitionError::Storage(e.to_string()),
+    }
+}

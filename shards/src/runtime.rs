@@ -1,0 +1,39 @@
+//! Starting the shards: one pinned glommio executor per core, joined by one mesh.
+
+use std::future::Future;
+
+use glommio::{CpuSet, LocalExecutorPoolBuilder, PoolPlacement};
+use tracing::warn;
+
+use crate::mesh::{mesh_builder, ShardMeshBuilder};
+
+/// Runs `shard_main` on `nr_shards` executors and blocks until all of them return.
+///
+/// Executors are pinned one per CPU when there are enough CPUs; asking for more shards
+/// than CPUs (useful in tests) runs them unpinned, with a warning.
+pub fn run_shards<G, F>(nr_shards: usize, shard_main: G) -> Result<(), String>
+where
+    G: FnOnce(ShardMeshBuilder) -> F + Clone + Send + 'static,
+    F: Future<Output = ()> + 'static,
+{
+    assert!(nr_shards >= 1);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let placement = if nr_shards <= cpus {
+        PoolPlacement::MaxSpread(nr_shards, CpuSet::online().ok())
+    } else {
+        warn!(nr_shards, cpus, "more shards than CPUs: executors are not pinned");
+        PoolPlacement::Unbound(nr_shards)
+    };
+    let mesh = mesh_builder(nr_shards);
+    let handles = LocalExecutorPoolBuilder::new(placement)
+        .name("shard")
+        .on_all_shards(move || {
+            let mesh = mesh.clone();
+            async move { shard_main(mesh).await }
+        })
+        .map_err(|e| format!("starting the shard executors: {e}"))?;
+    for result in handles.join_all() {
+        result.map_err(|e| format!("a shard executor failed: {e}"))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,104 @@
+//! Requests that arrive from peer shards, and fetch routing across shards.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::error::PartitionError;
+use crate::mesh::{MeshService, ReplyFuture};
+use crate::message::{PartitionData, PartitionRead, ShardReply, ShardRequest};
+use crate::shard::Shard;
+
+impl MeshService for Shard {
+    fn handle(self: Rc<Self>, _from: usize, request: ShardRequest) -> ReplyFuture {
+        match request {
+            ShardRequest::Produce { topic, partition, records, acks: _ } => {
+                // Phase one (the append) happens here, in arrival order.
+                let wait = self.produce_local(&topic, partition, records);
+                Box::pin(async move { ShardReply::Produce(wait.await) })
+            }
+            ShardRequest::Fetch { reads, max_wait_ms, min_bytes, max_bytes } => {
+                Box::pin(async move {
+                    let max_wait = Duration::from_millis(max_wait_ms);
+                    ShardReply::Fetch(
+                        self.fetch_local(&reads, max_wait, min_bytes, max_bytes).await,
+                    )
+                })
+            }
+            ShardRequest::ListOffsets { topic, partition, timestamp_ms } => Box::pin(async move {
+                ShardReply::ListOffsets(
+                    self.list_offsets_local(&topic, partition, timestamp_ms).await,
+                )
+            }),
+            ShardRequest::CreateTopics { topics, validate_only } => Box::pin(async move {
+                ShardReply::CreateTopics(self.controller_create_topics(topics, validate_only).await)
+            }),
+            ShardRequest::DeleteTopics { names } => Box::pin(async move {
+                ShardReply::DeleteTopics(self.controller_delete_topics(names).await)
+            }),
+            ShardRequest::ApplyTopicTable(table) => {
+                self.apply_table(*table);
+                Box::pin(async { ShardReply::ApplyTopicTable })
+            }
+        }
+    }
+}
+
+impl Shard {
+    /// Fetch from partitions on any shards: local ones directly, the others forwarded to
+    /// their owners (each long-polls on its own). Results keep the request's order.
+    pub async fn fetch(
+        self: &Rc<Self>,
+        reads: Vec<PartitionRead>,
+        max_wait: Duration,
+        min_bytes: usize,
+        max_bytes: usize,
+    ) -> Vec<PartitionData> {
+        let mut by_owner: BTreeMap<usize, Vec<(usize, PartitionRead)>> = BTreeMap::new();
+        let mut results: Vec<Option<PartitionData>> = vec![None; reads.len()];
+        for (index, read) in reads.into_iter().enumerate() {
+            match self.owner_of(&read.topic, read.partition) {
+                Some(owner) => by_owner.entry(owner).or_default().push((index, read)),
+                None => {
+                    results[index] = Some(PartitionData {
+                        topic: read.topic,
+                        partition: read.partition,
+                        result: Err(PartitionError::UnknownTopicOrPartition),
+                    })
+                }
+            }
+        }
+        let mut tasks = Vec::with_capacity(by_owner.len());
+        for (owner, group) in by_owner {
+            let (indexes, group): (Vec<usize>, Vec<PartitionRead>) = group.into_iter().unzip();
+            let shard = self.clone();
+            let task = glommio::spawn_local(async move {
+                let data = if owner == shard.id {
+                    shard.fetch_local(&group, max_wait, min_bytes, max_bytes).await
+                } else {
+                    shard.count_forward();
+                    let request = ShardRequest::Fetch {
+                        reads: group,
+                        max_wait_ms: max_wait.as_millis() as u64,
+                        min_bytes,
+                        max_bytes,
+                    };
+                    match shard.mesh.call(owner, request).await {
+                        ShardReply::Fetch(data) => data,
+                        other => panic!("fetch answered with {other:?}"),
+                    }
+                };
+                (indexes, data)
+            });
+            tasks.push(task);
+        }
+        for task in tasks {
+            let (indexes, data) = task.await;
+            assert_eq!(indexes.len(), data.len(), "a fetch reply lost partitions");
+            for (index, partition_data) in indexes.into_iter().zip(data) {
+                results[index] = Some(partition_data);
+            }
+        }
+        results.into_iter().map(|d| d.expect("every partition answered")).collect()
+    }
+}

@@ -1,0 +1,177 @@
+//! One shard: its log, its copy of the topic table, its end of the mesh, its probes.
+//!
+//! Lives on exactly one core (`Rc`, never `Send`). Routing lives here: an operation on a
+//! partition is served locally when this shard owns the partition and forwarded over
+//! the mesh otherwise (counted in `probes.forwarded_requests`), never served through
+//! shared state.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::Duration;
+
+use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
+use shardlog_storage::{PartitionId, ShardLog};
+use tracing::info;
+
+use crate::group::{GroupConfig, GroupCoordinator};
+use crate::mesh::Mesh;
+use crate::metadata::{TopicMeta, TopicTable};
+
+/// Broker-wide settings every shard needs.
+#[derive(Clone, Debug)]
+pub struct ShardConfig {
+    /// Create a topic on Metadata for an unknown name, as Kafka's auto.create.topics.enable.
+    pub auto_create_topics: bool,
+    /// Partitions of an auto-created topic (and of CreateTopics with -1), Kafka's num.partitions.
+    pub default_partitions: i32,
+    /// Largest record batch accepted, unless a topic says otherwise (message.max.bytes).
+    pub max_message_bytes: usize,
+    /// How often retention runs on each shard.
+    pub retention_check_interval: Duration,
+    /// How often each shard writes an index checkpoint.
+    pub checkpoint_interval: Duration,
+    /// How often each shard logs its probes (when they changed).
+    pub probe_log_interval: Duration,
+    /// Consumer-group settings.
+    pub group: GroupConfig,
+}
+
+impl Default for ShardConfig {
+    fn default() -> Self {
+        ShardConfig {
+            auto_create_topics: true,
+            default_partitions: 1,
+            max_message_bytes: 1_048_588,
+            retention_check_interval: Duration::from_secs(30),
+            checkpoint_interval: Duration::from_secs(60),
+            probe_log_interval: Duration::from_secs(60),
+            group: GroupConfig::default(),
+        }
+    }
+}
+
+/// Per-shard counters (plain cells: read by this shard's metrics code only).
+#[derive(Default, Debug)]
+pub struct ShardProbes {
+    /// Requests (or parts of requests) that reached this shard for a partition another
+    /// shard owns and were forwarded over the mesh.
+    pub forwarded_requests: Cell<u64>,
+    pub produce_batches: Cell<u64>,
+    pub produce_bytes: Cell<u64>,
+    pub fetch_bytes: Cell<u64>,
+}
+
+impl ShardProbes {
+    /// One log line with every counter, if any changed since `last` (which is updated).
+    pub fn log_if_changed(&self, shard: usize, last: &mut [u64; 4]) {
+        let now = [
+            self.forwarded_requests.get(),
+            self.produce_batches.get(),
+            self.produce_bytes.get(),
+            self.fetch_bytes.get(),
+        ];
+        if now != *last {
+            *last = now;
+            info!(
+                shard,
+                forwarded_requests = now[0],
+                produce_batches = now[1],
+                produce_bytes = now[2],
+                fetch_bytes = now[3],
+                "probes"
+            );
+        }
+    }
+}
+
+/// A shard's state.
+pub struct Shard {
+    pub id: usize,
+    pub nr_shards: usize,
+    pub config: ShardConfig,
+    pub log: ShardLog,
+    pub mesh: Rc<Mesh>,
+    pub probes: ShardProbes,
+    /// Consumer groups this shard coordinates.
+    pub groups: GroupCoordinator,
+    table: RefCell<Rc<TopicTable>>,
+    table_ready: Cell<bool>,
+    ready_signal: LocalSender<()>,
+    ready_wait: RefCell<Option<LocalReceiver<()>>>,
+    /// Serialises the controller's read-modify-write of the topic table (shard 0 only).
+    pub(crate) controller_lock: glommio::sync::Semaphore,
+}
+
+impl Shard {
+    pub fn new(log: ShardLog, mesh: Rc<Mesh>, config: ShardConfig) -> Rc<Shard> {
+        let (ready_signal, ready_wait) = local_channel::new_bounded(1);
+        Rc::new(Shard {
+            id: mesh.shard_id(),
+            nr_shards: mesh.nr_shards(),
+            groups: GroupCoordinator::new(config.group.clone()),
+            config,
+            log,
+            probes: ShardProbes::default(),
+            table: RefCell::new(Rc::new(TopicTable::new(mesh.nr_shards() as u32))),
+            mesh,
+            table_ready: Cell::new(false),
+            ready_signal,
+            ready_wait: RefCell::new(Some(ready_wait)),
+            controller_lock: glommio::sync::Semaphore::new(1),
+        })
+    }
+
+    /// This shard's current copy of the topic table.
+    pub fn table(&self) -> Rc<TopicTable> {
+        self.table.borrow().clone()
+    }
+
+    pub fn topic(&self, name: &str) -> Option<TopicMeta> {
+        self.table.borrow().topic(name).cloned()
+    }
+
+    /// Replaces the table copy, creating and dropping local partitions to match.
+    pub fn apply_table(&self, table: TopicTable) {
+        let old = self.table.replace(Rc::new(table));
+        let new = self.table();
+        for meta in new.topics.values() {
+            for (index, shard) in meta.partition_shards.iter().enumerate() {
+                if *shard as usize == self.id {
+                    self.log.ensure_partition(PartitionId::new(meta.topic_number, index as u32));
+                }
+            }
+        }
+        for meta in old.topics.values() {
+            let still_there =
+                new.topics.get(&meta.name).is_some_and(|m| m.topic_number == meta.topic_number);
+            if still_there {
+                continue;
+            }
+            for (index, shard) in meta.partition_shards.iter().enumerate() {
+                if *shard as usize == self.id {
+                    self.log.drop_partition(PartitionId::new(meta.topic_number, index as u32));
+                }
+            }
+            info!(shard = self.id, topic = %meta.name, "topic deleted");
+        }
+        if !self.table_ready.replace(true) {
+            let _ = self.ready_signal.try_send(());
+        }
+    }
+
+    /// Waits until the controller's first table has arrived (start-up barrier).
+    pub async fn wait_for_table(&self) {
+        if self.table_ready.get() {
+            return;
+        }
+        let receiver = self.ready_wait.borrow_mut().take();
+        if let Some(receiver) = receiver {
+            receiver.recv().await;
+        }
+    }
+
+    /// The shard that owns a partition, if the topic and partition exist.
+    pub fn owner_of(&self, topic: &str, partition: i32) -> Option<usize> {
+        self.table.borrow().topic(topic).and_then(|m| m.owner(partition))
+    }
+}

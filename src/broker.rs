@@ -1,0 +1,175 @@
+//! Start-up of the broker: one shard per core, each with its log, its listeners and its
+//! end of the mesh.
+//!
+//! Per shard, in order: join the mesh; open and recover the shard's log
+//! (`<data-dir>/shard-NNN`); serve mesh requests; shard 0 restores the topic table and
+//! sends it to every shard; every shard waits for it; then it listens on the bootstrap
+//! port (SO_REUSEPORT, shared by all shards) and on its own port.
+
+use std::net::{SocketAddr, TcpStream};
+use std::rc::Rc;
+use std::time::Duration;
+
+use glommio::net::TcpListener;
+use shardlog_net::{serve_connection, ConnectionLimits};
+use shardlog_shards::{Mesh, Shard, ShardConfig, ShardMeshBuilder};
+use shardlog_storage::{DmaDisk, LogConfig, ShardLog};
+use tracing::{error, info, warn};
+
+use crate::config::Config;
+use crate::handlers::{KafkaHandler, Listeners};
+
+/// Runs the broker until the process is stopped.
+pub fn run(config: Config) -> Result<(), String> {
+    let nr_shards = match config.cores {
+        Some(0) => return Err("--cores must be at least 1".into()),
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    if config.kafka_addr.port() as usize + 1 + nr_shards > u16::MAX as usize {
+        return Err(format!("--kafka-addr port leaves no room for {nr_shards} shard ports"));
+    }
+    let listeners = Listeners {
+        advertised_host: config
+            .advertised_host
+            .clone()
+            .unwrap_or_else(|| config.kafka_addr.ip().to_string()),
+        bootstrap_port: config.kafka_addr.port(),
+    };
+    check_ports_free(&config.kafka_addr, &listeners, nr_shards)?;
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|e| format!("cannot create data dir {}: {e}", config.data_dir.display()))?;
+    let shard_ports: Vec<u16> = (0..nr_shards).map(|s| listeners.shard_port(s)).collect();
+    info!(
+        shards = nr_shards,
+        bootstrap = %config.kafka_addr,
+        shard_ports = ?shard_ports,
+        advertised_host = %listeners.advertised_host,
+        data_dir = %config.data_dir.display(),
+        durability = "ack after fdatasync (group commit)",
+        "starting shardlog"
+    );
+    shardlog_shards::runtime::run_shards(nr_shards, move |mesh| shard_main(mesh, config, listeners))
+}
+
+/// The shards bind with SO_REUSEPORT, which would let two brokers of the same user share
+/// a port silently; refuse to start when something keeps accepting connections there.
+/// (A plain bind test is wrong here: sockets of a killed broker lingering in FIN_WAIT
+/// hold the port for a non-REUSEPORT bind, though a restarted broker may reuse it.)
+/// A listener of a broker killed a moment ago can outlive it briefly (io_uring tears its
+/// ring down asynchronously), so a port is retried for a few seconds before giving up.
+fn check_ports_free(
+    addr: &SocketAddr,
+    listeners: &Listeners,
+    nr_shards: usize,
+) -> Result<(), String> {
+    let mut addrs = vec![*addr];
+    addrs.extend((0..nr_shards).map(|s| SocketAddr::new(addr.ip(), listeners.shard_port(s))));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    for a in addrs {
+        while TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_ok() {
+            if std::time::Instant::now() > deadline {
+                return Err(format!("cannot listen on {a}: another process is listening there"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Ok(())
+}
+
+async fn shard_main(mesh_builder: ShardMeshBuilder, config: Config, listeners: Listeners) {
+    if let Err(message) = start_shard(mesh_builder, config, listeners).await {
+        error!("{message}");
+        eprintln!("shardlog: {message}");
+        std::process::exit(1);
+    }
+}
+
+async fn start_shard(
+    mesh_builder: ShardMeshBuilder,
+    config: Config,
+    listeners: Listeners,
+) -> Result<(), String> {
+    let (mesh, receivers) = Mesh::join(mesh_builder).await;
+    let id = mesh.shard_id();
+    let dir = config.data_dir.join(format!("shard-{id:03}"));
+    let disk = DmaDisk::open(dir.clone())
+        .await
+        .map_err(|e| format!("shard {id}: opening {}: {e}", dir.display()))?;
+    let log_config = LogConfig { segment_size_bytes: config.segment_bytes, ..LogConfig::default() };
+    let (log, internal, report) = ShardLog::open(disk, log_config)
+        .await
+        .map_err(|e| format!("shard {id}: recovering {}: {e}", dir.display()))?;
+    info!(shard = id, ?report, "log recovered");
+    let shard_config = ShardConfig {
+        auto_create_topics: config.auto_create_topics,
+        default_partitions: config.default_partitions,
+        max_message_bytes: config.max_message_bytes,
+        probe_log_interval: Duration::from_millis(config.probe_log_interval_ms.max(10)),
+        ..ShardConfig::default()
+    };
+    let shard = Shard::new(log, mesh.clone(), shard_config);
+    mesh.spawn_receivers(receivers, shard.clone());
+    if id == 0 {
+        shard.start_controller(&internal).await?;
+    }
+    shard.wait_for_table().await;
+    spawn_checkpoints(shard.clone());
+    spawn_probe_log(shard.clone());
+    let handler = Rc::new(KafkaHandler { shard: shard.clone(), listeners: listeners.clone() });
+    let limits = ConnectionLimits {
+        max_frame_bytes: config.max_request_bytes,
+        ..ConnectionLimits::default()
+    };
+    let bootstrap = TcpListener::bind(config.kafka_addr).map_err(|e| format!("shard {id}: {e}"))?;
+    let own_addr = SocketAddr::new(config.kafka_addr.ip(), listeners.shard_port(id));
+    let own = TcpListener::bind(own_addr).map_err(|e| format!("shard {id}: {own_addr}: {e}"))?;
+    info!(shard = id, port = listeners.shard_port(id), "shard serving");
+    let first = glommio::spawn_local(accept_loop(bootstrap, handler.clone(), limits));
+    accept_loop(own, handler, limits).await;
+    first.await;
+    Ok(())
+}
+
+async fn accept_loop(listener: TcpListener, handler: Rc<KafkaHandler>, limits: ConnectionLimits) {
+    loop {
+        match listener.accept().await {
+            Ok(stream) => {
+                let handler = handler.clone();
+                glommio::spawn_local(async move {
+                    let _ = serve_connection(stream, handler, limits).await;
+                })
+                .detach();
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: back off rather than spin.
+                warn!(error = %e, "accept failed");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+/// Periodic index checkpoints keep recovery short.
+fn spawn_checkpoints(shard: Rc<Shard>) {
+    glommio::spawn_local(async move {
+        loop {
+            glommio::timer::sleep(shard.config.checkpoint_interval).await;
+            if let Err(e) = shard.log.checkpoint().await {
+                warn!(shard = shard.id, error = %e, "checkpoint failed");
+            }
+        }
+    })
+    .detach();
+}
+
+fn spawn_probe_log(shard: Rc<Shard>) {
+    glommio::spawn_local(async move {
+        let mut last = [0u64; 4];
+        loop {
+            glommio::timer::sleep(shard.config.probe_log_interval).await;
+            shard.probes.log_if_changed(shard.id, &mut last);
+        }
+    })
+    .detach();
+}

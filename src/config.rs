@@ -1,0 +1,55 @@
+//! Command-line flags (each also an environment variable).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// shardlog: a Kafka-API-compatible, thread-per-core, durable message broker.
+#[derive(Parser, Clone, Debug)]
+#[command(version, about)]
+pub struct Config {
+    /// Where the shards keep their logs (one sub-directory per shard).
+    #[arg(long, env = "SHARDLOG_DATA_DIR", default_value = "./data")]
+    pub data_dir: PathBuf,
+
+    /// The bootstrap listener; shard N also listens on this port + 1 + N.
+    #[arg(long, env = "SHARDLOG_KAFKA_ADDR", default_value = "127.0.0.1:9092")]
+    pub kafka_addr: SocketAddr,
+
+    /// Host name clients are told to connect to (default: the IP of --kafka-addr).
+    #[arg(long, env = "SHARDLOG_ADVERTISED_HOST")]
+    pub advertised_host: Option<String>,
+
+    /// Number of shards (one per core); default: all cores. Fixed when the data dir is created.
+    #[arg(long, env = "SHARDLOG_CORES")]
+    pub cores: Option<usize>,
+
+    /// Log level (or a tracing filter); the SHARDLOG_LOG environment variable overrides it.
+    #[arg(long, default_value = "info")]
+    pub log_level: String,
+
+    /// Create unknown topics when a client asks for their metadata.
+    #[arg(long, env = "SHARDLOG_AUTO_CREATE_TOPICS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub auto_create_topics: bool,
+
+    /// Partitions of auto-created topics (Kafka's num.partitions).
+    #[arg(long, env = "SHARDLOG_DEFAULT_PARTITIONS", default_value_t = 1)]
+    pub default_partitions: i32,
+
+    /// Largest record batch accepted (Kafka's message.max.bytes).
+    #[arg(long, env = "SHARDLOG_MAX_MESSAGE_BYTES", default_value_t = 1_048_588)]
+    pub max_message_bytes: usize,
+
+    /// Largest request frame accepted (Kafka's socket.request.max.bytes).
+    #[arg(long, env = "SHARDLOG_MAX_REQUEST_BYTES", default_value_t = 100 << 20)]
+    pub max_request_bytes: usize,
+
+    /// How often each shard logs its counters (forwarded requests, bytes), when they changed.
+    #[arg(long, env = "SHARDLOG_PROBE_LOG_INTERVAL_MS", default_value_t = 60_000)]
+    pub probe_log_interval_ms: u64,
+
+    /// Size of each log segment file (preallocated).
+    #[arg(long, env = "SHARDLOG_SEGMENT_BYTES", default_value_t = 128 << 20)]
+    pub segment_bytes: u64,
+}

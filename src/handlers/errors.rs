@@ -1,0 +1,91 @@
+//! Kafka error codes, and the one mapping from internal errors to them.
+
+use shardlog_shards::{PartitionError, TopicError};
+
+pub const NONE: i16 = 0;
+pub const OFFSET_OUT_OF_RANGE: i16 = 1;
+pub const CORRUPT_MESSAGE: i16 = 2;
+pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+pub const MESSAGE_TOO_LARGE: i16 = 10;
+pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
+pub const INVALID_REQUIRED_ACKS: i16 = 21;
+pub const UNSUPPORTED_VERSION: i16 = 35;
+pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+pub const INVALID_PARTITIONS: i16 = 37;
+pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+pub const INVALID_CONFIG: i16 = 40;
+pub const INVALID_REQUEST: i16 = 42;
+pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
+pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+pub const KAFKA_STORAGE_ERROR: i16 = 56;
+pub const UNKNOWN_PRODUCER_ID: i16 = 59;
+pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+pub const INVALID_RECORD: i16 = 87;
+pub const UNKNOWN_TOPIC_ID: i16 = 100;
+
+/// The Kafka error code for a partition-level failure.
+pub fn partition_error_code(error: &PartitionError) -> i16 {
+    match error {
+        PartitionError::UnknownTopicOrPartition => UNKNOWN_TOPIC_OR_PARTITION,
+        PartitionError::CorruptMessage(_) => CORRUPT_MESSAGE,
+        PartitionError::InvalidRecord(_) => INVALID_RECORD,
+        PartitionError::MessageTooLarge { .. } => MESSAGE_TOO_LARGE,
+        PartitionError::OffsetOutOfRange => OFFSET_OUT_OF_RANGE,
+        PartitionError::UnknownProducerId => UNKNOWN_PRODUCER_ID,
+        PartitionError::UnsupportedForMessageFormat => UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        PartitionError::Storage(_) => KAFKA_STORAGE_ERROR,
+        PartitionError::InvalidRequiredAcks(_) => INVALID_REQUIRED_ACKS,
+    }
+}
+
+/// The Kafka error code for a topic-level failure.
+pub fn topic_error_code(error: &TopicError) -> i16 {
+    match error {
+        TopicError::AlreadyExists(_) => TOPIC_ALREADY_EXISTS,
+        TopicError::InvalidTopic(_) => INVALID_TOPIC_EXCEPTION,
+        TopicError::InvalidPartitions(_) => INVALID_PARTITIONS,
+        TopicError::InvalidReplicationFactor(_) => INVALID_REPLICATION_FACTOR,
+        TopicError::InvalidConfig(_) => INVALID_CONFIG,
+        TopicError::InvalidRequest(_) => INVALID_REQUEST,
+        TopicError::UnknownTopic(_) => UNKNOWN_TOPIC_OR_PARTITION,
+        TopicError::Storage(_) => KAFKA_STORAGE_ERROR,
+    }
+}
+
+/// A human-readable message for a partition-level failure (Produce v8+ carries it).
+pub fn partition_error_message(error: &PartitionError) -> String {
+    match error {
+        PartitionError::MessageTooLarge { size, max } => {
+            format!("record batch of {size} bytes exceeds the limit of {max} bytes")
+        }
+        PartitionError::UnknownProducerId => {
+            "idempotent and transactional producers are not supported yet".to_string()
+        }
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_partition_error_maps_to_a_distinct_nonzero_code() {
+        let errors = [
+            PartitionError::UnknownTopicOrPartition,
+            PartitionError::CorruptMessage(String::new()),
+            PartitionError::InvalidRecord(String::new()),
+            PartitionError::MessageTooLarge { size: 2, max: 1 },
+            PartitionError::OffsetOutOfRange,
+            PartitionError::UnknownProducerId,
+            PartitionError::UnsupportedForMessageFormat,
+            PartitionError::Storage(String::new()),
+            PartitionError::InvalidRequiredAcks(2),
+        ];
+        let mut codes: Vec<i16> = errors.iter().map(partition_error_code).collect();
+        assert!(codes.iter().all(|c| *c != NONE));
+        codes.sort();
+        codes.dedup();
+        assert_eq!(codes.len(), errors.len());
+    }
+}

@@ -1,0 +1,105 @@
+//! The Kafka API handlers: one file per API, composed from `shards` (routing, the log)
+//! and `net` (the wire).
+//!
+//! Runs on every shard, for the connections that shard accepted. `SUPPORTED_APIS` is the
+//! one place where version ranges are stated; `errors` is the one place internal errors
+//! become Kafka error codes.
+
+mod api_versions;
+mod create_topics;
+mod delete_topics;
+mod describe_configs;
+pub mod errors;
+mod fetch;
+mod list_offsets;
+mod metadata;
+mod produce;
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+use kafka_protocol::protocol::StrBytes;
+use shardlog_net::{Reply, Request, RequestHandler};
+use shardlog_shards::Shard;
+
+/// One served API: the versions advertised in ApiVersions, and the lowest version
+/// actually accepted. They differ only for Produce, which is advertised from v0 because
+/// librdkafka gates features on overlapping ranges (KAFKA-18659), while only v3+ can
+/// carry the magic-2 batches the log stores.
+pub struct ApiSupport {
+    pub api_key: ApiKey,
+    pub advertised_min: i16,
+    pub accepted_min: i16,
+    pub max: i16,
+}
+
+const fn api(api_key: ApiKey, advertised_min: i16, accepted_min: i16, max: i16) -> ApiSupport {
+    ApiSupport { api_key, advertised_min, accepted_min, max }
+}
+
+/// Every API this broker serves, with its versions.
+pub const SUPPORTED_APIS: &[ApiSupport] = &[
+    api(ApiKey::Produce, 0, 3, 11),
+    api(ApiKey::Fetch, 4, 4, 12),
+    api(ApiKey::ListOffsets, 1, 1, 6),
+    api(ApiKey::Metadata, 0, 0, 12),
+    api(ApiKey::ApiVersions, 0, 0, 3),
+    api(ApiKey::CreateTopics, 2, 2, 7),
+    api(ApiKey::DeleteTopics, 1, 1, 6),
+    api(ApiKey::DescribeConfigs, 1, 1, 4),
+];
+
+/// Where clients reach each shard.
+#[derive(Clone, Debug)]
+pub struct Listeners {
+    pub advertised_host: String,
+    /// The bootstrap port; shard `s` also listens on `bootstrap_port + 1 + s`.
+    pub bootstrap_port: u16,
+}
+
+impl Listeners {
+    pub fn shard_port(&self, shard: usize) -> u16 {
+        self.bootstrap_port + 1 + shard as u16
+    }
+}
+
+/// The per-shard request handler plugged into `net`.
+pub struct KafkaHandler {
+    pub shard: Rc<Shard>,
+    pub listeners: Listeners,
+}
+
+impl RequestHandler for KafkaHandler {
+    fn supported_versions(&self, api_key: ApiKey) -> Option<(i16, i16)> {
+        SUPPORTED_APIS.iter().find(|a| a.api_key == api_key).map(|a| (a.accepted_min, a.max))
+    }
+
+    fn unsupported_api_versions(&self) -> ResponseKind {
+        ResponseKind::ApiVersions(api_versions::response(errors::UNSUPPORTED_VERSION))
+    }
+
+    async fn handle(self: Rc<Self>, request: Request) -> Reply {
+        let version = request.api_version;
+        match request.body {
+            RequestKind::Produce(body) => produce::handle(&self.shard, body, version).await,
+            RequestKind::Fetch(body) => fetch::handle(self.shard.clone(), body),
+            RequestKind::ListOffsets(body) => list_offsets::handle(self.shard.clone(), body),
+            RequestKind::Metadata(body) => metadata::handle(self.clone(), body, version),
+            RequestKind::ApiVersions(_) => {
+                let response = api_versions::response(errors::NONE);
+                Box::pin(async move { Some(ResponseKind::ApiVersions(response)) })
+            }
+            RequestKind::CreateTopics(body) => create_topics::handle(self.shard.clone(), body),
+            RequestKind::DeleteTopics(body) => delete_topics::handle(self.shard.clone(), body),
+            RequestKind::DescribeConfigs(body) => describe_configs::handle(self.clone(), body),
+            other => {
+                // The version table and this match disagree: a bug, caught in tests.
+                panic!("request {:?} passed the version table but has no handler", other)
+            }
+        }
+    }
+}
+
+fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}

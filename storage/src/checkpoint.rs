@@ -1,0 +1,126 @@
+//! Index checkpoints: the state of the log up to a durable position, so recovery replays
+//! only what came after. Not a hot path (written by `ShardLog::checkpoint`).
+//!
+//! File format (version 1): `b"SLCKPT"`, version u8 (= 1), reserved u8, payload length
+//! u64 LE, CRC-32C of the payload u32 LE, then the rkyv 0.8 archive of `CheckpointV1`.
+//! A checkpoint whose magic, version, length or CRC does not verify is ignored (recovery
+//! falls back to an older one, or to the log alone).
+
+use rkyv::{Archive, Deserialize, Serialize};
+
+const MAGIC: &[u8; 6] = b"SLCKPT";
+const VERSION: u8 = 1;
+const PREFIX_BYTES: usize = 20;
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct BatchV1 {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub position: u64,
+    pub len: u32,
+    pub max_timestamp: i64,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct PartitionV1 {
+    pub id: u64,
+    pub log_start_offset: i64,
+    pub next_offset: i64,
+    pub batches: Vec<BatchV1>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct InternalV1 {
+    pub position: u64,
+    pub stream: u8,
+    pub snapshot: bool,
+    pub payload: Vec<u8>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct CheckpointV1 {
+    /// Log position (page-aligned, durable) the checkpoint covers: replay starts here.
+    pub position: u64,
+    pub partitions: Vec<PartitionV1>,
+    /// Live internal entries (per stream: since its latest snapshot), in log order.
+    pub internal: Vec<InternalV1>,
+}
+
+pub fn encode(checkpoint: &CheckpointV1) -> Vec<u8> {
+    let payload = rkyv::to_bytes::<rkyv::rancor::Error>(checkpoint).expect("rkyv encode");
+    let mut out = Vec::with_capacity(PREFIX_BYTES + payload.len());
+    out.extend_from_slice(MAGIC);
+    out.push(VERSION);
+    out.push(0);
+    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
+    out.extend_from_slice(&payload);
+    out
+}
+
+pub fn decode(bytes: &[u8]) -> Result<CheckpointV1, String> {
+    if bytes.len() < PREFIX_BYTES || &bytes[..6] != MAGIC {
+        return Err("not a checkpoint".into());
+    }
+    if bytes[6] != VERSION {
+        return Err(format!("unknown checkpoint version {}", bytes[6]));
+    }
+    let len = u64::from_le_bytes(bytes[8..16].try_into().unwrap()) as usize;
+    let crc = u32::from_le_bytes(bytes[16..20].try_into().unwrap());
+    let payload = &bytes[PREFIX_BYTES..];
+    if payload.len() != len {
+        return Err(format!("checkpoint length {} != {len}", payload.len()));
+    }
+    if crc32c::crc32c(payload) != crc {
+        return Err("checkpoint CRC mismatch".into());
+    }
+    // rkyv needs an aligned buffer for checked access.
+    let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(len);
+    aligned.extend_from_slice(payload);
+    rkyv::from_bytes::<CheckpointV1, rkyv::rancor::Error>(&aligned).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> CheckpointV1 {
+        CheckpointV1 {
+            position: 8192,
+            partitions: vec![PartitionV1 {
+                id: 3,
+                log_start_offset: 0,
+                next_offset: 2,
+                batches: vec![BatchV1 {
+                    base_offset: 0,
+                    last_offset: 1,
+                    position: 32,
+                    len: 100,
+                    max_timestamp: 5,
+                }],
+            }],
+            internal: vec![InternalV1 {
+                position: 200,
+                stream: 2,
+                snapshot: true,
+                payload: vec![1, 2],
+            }],
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_round_trips() {
+        assert_eq!(decode(&encode(&sample())).unwrap(), sample());
+    }
+
+    #[test]
+    fn a_damaged_checkpoint_is_refused() {
+        let good = encode(&sample());
+        for at in [0, 6, 10, 17, good.len() - 1] {
+            let mut bad = good.clone();
+            bad[at] ^= 0x10;
+            assert!(decode(&bad).is_err(), "flip at {at}");
+        }
+        assert!(decode(&good[..good.len() - 1]).is_err());
+    }
+}

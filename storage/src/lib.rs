@@ -1,0 +1,171 @@
+//! shardlog-storage: one durable, O_DIRECT, group-committed log per shard.
+//!
+//! CONTRACT FILE (public API): the signatures below are what `shards/` and `src/` program
+//! against. Change a signature only together with its callers.
+//!
+//! Runs on one shard (thread-per-core): `ShardLog` is `Rc`-based and never crosses cores.
+//! One log per shard holds the record batches of all its partitions plus internal entries,
+//! in fixed-size preallocated segment files written with O_DIRECT, group-committed by one
+//! flusher task (one write + fdatasync in flight; what gathers meanwhile goes next).
+//!
+//! Durability contract: an append's `Durable` resolves Ok only after a completed fdatasync
+//! covers it; a partition's high watermark (what `read` serves up to) moves only then; a
+//! failed write or fdatasync stops the log for good (`StorageError::Fatal`), never retried.
+//! On-disk format (entry framing, version byte 1): `frame.rs` and docs/storage.md.
+//!
+//! Modules: `batch` (Kafka v2 batch validation), `frame` (entry framing), `batcher` (the
+//! group-commit state machine), `index` (per-partition index), `state` (in-memory state,
+//! retention, checkpoint snapshots), `recovery`, `checkpoint` (rkyv file), `disk` (Disk
+//! trait + DmaDisk), `sim` (SimDisk), `log` (ShardLog, flusher and maintenance tasks).
+
+use std::fmt;
+
+use bytes::Bytes;
+
+/// A Kafka offset inside one partition.
+pub type Offset = i64;
+
+/// Opaque partition identity in the log: the upper layer packs (topic number, partition index).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PartitionId(pub u64);
+
+impl PartitionId {
+    pub fn new(topic_number: u32, partition_index: u32) -> Self {
+        PartitionId(((topic_number as u64) << 32) | partition_index as u64)
+    }
+    pub fn topic_number(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+    pub fn partition_index(self) -> u32 {
+        self.0 as u32
+    }
+}
+
+/// Streams of internal entries carried by the same log (one fdatasync covers them too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum InternalStream {
+    /// The controller's topic table (shard 0).
+    Metadata = 1,
+    /// Committed consumer-group offsets (coordinator shard).
+    GroupOffsets = 2,
+    /// Idempotent-producer state.
+    ProducerState = 3,
+}
+
+/// One internal entry handed back by recovery, in log order.
+#[derive(Clone, Debug)]
+pub struct InternalEntry {
+    pub stream: InternalStream,
+    /// A snapshot entry replaces every earlier entry of its stream.
+    pub snapshot: bool,
+    pub payload: Bytes,
+}
+
+/// Tunables of one shard log.
+#[derive(Clone, Debug)]
+pub struct LogConfig {
+    pub segment_size_bytes: u64,
+    pub tail_cache_bytes: usize,
+    pub max_batch_bytes: usize,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_size_bytes: 128 << 20,
+            tail_cache_bytes: 64 << 20,
+            max_batch_bytes: 1 << 20,
+        }
+    }
+}
+
+/// What recovery found and did, for the start-up log line.
+#[derive(Clone, Debug, Default)]
+pub struct RecoveryReport {
+    pub checkpoint_position: Option<u64>,
+    pub replayed_entries: u64,
+    pub replayed_bytes: u64,
+    pub truncated_at: Option<u64>,
+    pub dropped_bytes: u64,
+}
+
+/// Per-partition figures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionInfo {
+    pub log_start_offset: Offset,
+    /// Last durable offset + 1: what consumers may read up to.
+    pub high_watermark: Offset,
+    /// Next offset to assign (>= high_watermark).
+    pub log_end_offset: Offset,
+    pub size_bytes: u64,
+}
+
+/// Retention of one partition.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RetentionPolicy {
+    pub retention_ms: Option<i64>,
+    pub retention_bytes: Option<u64>,
+}
+
+/// Why a record batch was refused (nothing was written).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BatchError {
+    TooShort { len: usize },
+    LengthMismatch { declared: usize, actual: usize },
+    UnsupportedMagic(i8),
+    CrcMismatch { stored: u32, computed: u32 },
+    BadRecordCount { records: i32, last_offset_delta: i32 },
+}
+
+/// Errors of the disk or the log as a whole.
+#[derive(Debug)]
+pub enum StorageError {
+    Io {
+        op: &'static str,
+        source: std::io::Error,
+    },
+    /// fdatasync failed or a log write hit EIO: the log stops for good (never retried).
+    Fatal(String),
+    Corrupt(String),
+}
+
+/// Why an append was refused.
+#[derive(Debug)]
+pub enum AppendError {
+    InvalidBatch(BatchError),
+    TooLarge { size: usize, max: usize },
+    UnknownPartition(PartitionId),
+    Storage(StorageError),
+}
+
+/// Why a read was refused.
+#[derive(Debug)]
+pub enum ReadError {
+    UnknownPartition(PartitionId),
+    OffsetOutOfRange { requested: Offset, log_start_offset: Offset, high_watermark: Offset },
+    Storage(StorageError),
+}
+
+impl fmt::Display for StorageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self:?}")
+    }
+}
+
+mod batch;
+mod batcher;
+mod checkpoint;
+mod disk;
+mod frame;
+mod index;
+mod log;
+mod recovery;
+mod sim;
+mod state;
+
+pub use batch::{split_batches, RecordBatchHeader, RECORD_BATCH_HEADER_BYTES};
+pub use disk::{Disk, DmaDisk, IoBuffer, SegmentFile, IOPOLL_PROBE_FILE};
+pub use frame::{EntryKind, ENTRY_HEADER_BYTES, FORMAT_VERSION, PAGE_BYTES};
+pub use log::{Appended, Durable, LogProbes, ShardLog};
+pub use sim::{seed_from_env, SimDisk, XorShift};

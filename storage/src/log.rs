@@ -1,0 +1,860 @@
+//! `ShardLog`: the shard's one log. Appends, the flusher task (group commit), reads,
+//! timestamp lookups, retention, checkpoints and the segment maintenance task.
+//!
+//! Runs on one shard (Rc/RefCell, never Send). Hot paths: `append_batches` (copies each
+//! batch twice: into the write chunk and into the tail cache; one index entry per batch)
+//! and `read` (cache hits are `Bytes` clones; one copy when several batches are joined).
+//!
+//! Durability contract:
+//! 1. `Durable` resolves Ok only after a completed fdatasync covers the entry.
+//! 2. A partition's high watermark moves only in the flusher, after that fdatasync; `read`
+//!    never returns bytes at or past it.
+//! 3. A failed write or fdatasync poisons the log for good: every pending and later
+//!    `Durable` resolves to `StorageError::Fatal`, appends are refused, nothing is retried.
+//!    Reads keep working.
+//! 4. No `RefCell` borrow is held across an `.await`.
+
+use std::cell::{Cell, RefCell};
+use std::future::{poll_fn, Future};
+use std::io;
+use std::pin::Pin;
+use std::rc::{Rc, Weak};
+use std::task::{Context, Poll, Waker};
+
+use bytes::{Bytes, BytesMut};
+
+use crate::batch::{first_record_at_or_after, with_base_offset, RecordBatchHeader};
+use crate::batcher::{Batcher, Flush};
+use crate::checkpoint;
+use crate::disk::{Disk, IoBuffer};
+use crate::frame::{
+    align_down, align_up, decode_header, verify_payload, Decoded, EntryHeader, EntryKind,
+    ENTRY_HEADER_BYTES, PAGE_BYTES,
+};
+use crate::index::{BatchEntry, PartitionLog};
+use crate::recovery::recover;
+use crate::state::{LiveInternal, Segment, SegmentState, State};
+use crate::*;
+
+/// Write chunks are at least this large (a lone append still writes one page).
+const CHUNK_BYTES: usize = 1 << 20;
+/// Batches of one read closer than this on disk are fetched with one read.
+const COALESCE_GAP_BYTES: u64 = 256 << 10;
+const MAX_READ_BYTES: u64 = 8 << 20;
+/// Checkpoints kept on disk (the newest is used; the older one is a fallback).
+const CHECKPOINTS_KEPT: usize = 2;
+
+/// Counters of one log (plain cells; read them with `ShardLog::probes`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogProbes {
+    pub flushes: u64,
+    pub flushed_bytes: u64,
+    /// Time in DMA writes of flushes (all chunks of a flush in parallel).
+    pub flush_write_us: u64,
+    /// Time in fdatasync of flushes.
+    pub flush_sync_us: u64,
+    pub zero_filled_bytes: u64,
+}
+
+/// Flush progress shared with `Durable` handles (which outlive nothing else).
+#[derive(Default)]
+pub(crate) struct Signal {
+    probes: Cell<LogProbes>,
+    durable: Cell<u64>,
+    flushes: Cell<u64>,
+    fatal: RefCell<Option<String>>,
+    waiters: RefCell<Vec<Waker>>,
+}
+
+impl Signal {
+    fn wake_all(&self) {
+        let waiters = std::mem::take(&mut *self.waiters.borrow_mut());
+        for waker in waiters {
+            waker.wake();
+        }
+    }
+
+    async fn wait_until(&self, mut ready: impl FnMut(&Signal) -> bool) {
+        poll_fn(|cx| {
+            if ready(self) {
+                Poll::Ready(())
+            } else {
+                self.waiters.borrow_mut().push(cx.waker().clone());
+                Poll::Pending
+            }
+        })
+        .await
+    }
+
+    fn fatal(&self) -> Option<String> {
+        self.fatal.borrow().clone()
+    }
+}
+
+/// Future resolved when an append is durable (covered by a completed fdatasync).
+pub struct Durable {
+    signal: Rc<Signal>,
+    position: u64,
+}
+
+impl Durable {
+    pub async fn wait(self) -> Result<(), StorageError> {
+        let position = self.position;
+        self.signal.wait_until(|s| s.durable.get() >= position || s.fatal.borrow().is_some()).await;
+        if self.signal.durable.get() >= position {
+            Ok(())
+        } else {
+            Err(StorageError::Fatal(self.signal.fatal().unwrap_or_default()))
+        }
+    }
+
+    /// Whether the entry is already durable (no waiting).
+    pub fn is_durable(&self) -> bool {
+        self.signal.durable.get() >= self.position
+    }
+}
+
+/// Result of queueing one or more batches.
+pub struct Appended {
+    pub base_offset: Offset,
+    pub last_offset: Offset,
+    pub durable: Durable,
+}
+
+pub(crate) struct Inner<D: Disk> {
+    disk: D,
+    config: LogConfig,
+    state: RefCell<State<D::Buffer>>,
+    signal: Rc<Signal>,
+}
+
+impl<D: Disk> Drop for Inner<D> {
+    fn drop(&mut self) {
+        if self.signal.durable.get() < self.state.get_mut().batcher.position() {
+            self.signal.fatal.borrow_mut().get_or_insert_with(|| "log dropped".into());
+        }
+        self.signal.wake_all();
+        let state = self.state.get_mut();
+        for waker in [state.flusher.take(), state.maintenance.take()].into_iter().flatten() {
+            waker.wake();
+        }
+    }
+}
+
+/// Handle to a shard's log; cheap to clone (Rc inside), lives on one shard.
+pub struct ShardLog<D: Disk = DmaDisk> {
+    inner: Rc<Inner<D>>,
+}
+
+impl<D: Disk> Clone for ShardLog<D> {
+    fn clone(&self) -> Self {
+        ShardLog { inner: self.inner.clone() }
+    }
+}
+
+/// One piece of a read: cached bytes, or a batch to fetch from a segment.
+enum Piece {
+    Cached(Bytes),
+    Disk { segment_base: u64, batch: BatchEntry },
+}
+
+fn closed_error() -> StorageError {
+    StorageError::Io { op: "append", source: io::Error::other("log is closed") }
+}
+
+fn invalid_config(why: &str) -> StorageError {
+    StorageError::Io {
+        op: "open log",
+        source: io::Error::new(io::ErrorKind::InvalidInput, why.to_string()),
+    }
+}
+
+impl<D: Disk> ShardLog<D> {
+    /// Recovers the log and spawns its flusher on the current glommio executor.
+    pub async fn open(
+        disk: D,
+        config: LogConfig,
+    ) -> Result<(ShardLog<D>, Vec<InternalEntry>, RecoveryReport), StorageError> {
+        if !config.segment_size_bytes.is_multiple_of(PAGE_BYTES)
+            || config.segment_size_bytes < 4 * PAGE_BYTES
+        {
+            return Err(invalid_config("segment_size_bytes must be a multiple of 4096, >= 16 KiB"));
+        }
+        if config.max_batch_bytes as u64 + 2 * PAGE_BYTES > config.segment_size_bytes {
+            return Err(invalid_config("max_batch_bytes must fit in a segment"));
+        }
+        let recovered = recover(&disk, &config).await?;
+        let internal = recovered.core.internal_entries();
+        let report = recovered.report.clone();
+        let alloc_disk = disk.buffer_allocator();
+        let batcher = Batcher::new(
+            alloc_disk,
+            CHUNK_BYTES,
+            config.segment_size_bytes,
+            recovered.end_segment,
+            recovered.end,
+            &recovered.prefix,
+        );
+        let state =
+            recovered.core.into_state(batcher, recovered.segments, recovered.checkpoint_position);
+        let signal = Rc::new(Signal::default());
+        signal.durable.set(recovered.end);
+        let inner = Rc::new(Inner { disk, config, state: RefCell::new(state), signal });
+        glommio::spawn_local(run_flusher(Rc::downgrade(&inner))).detach();
+        glommio::spawn_local(run_maintenance(Rc::downgrade(&inner))).detach();
+        tracing::info!(?report, "shard log recovered");
+        Ok((ShardLog { inner }, internal, report))
+    }
+
+    pub fn ensure_partition(&self, partition: PartitionId) {
+        let mut state = self.inner.state.borrow_mut();
+        state.core.partitions.entry(partition).or_insert_with(|| PartitionLog::starting_at(0));
+    }
+
+    pub fn drop_partition(&self, partition: PartitionId) {
+        let mut state = self.inner.state.borrow_mut();
+        if state.core.partitions.contains_key(&partition) {
+            state.core.drop_partition(partition);
+            let header = control_header(EntryKind::DropPartition, partition);
+            // Best effort: if the log cannot take the entry, a replay without checkpoint
+            // may bring the partition back; the upper layer's metadata drops it again.
+            let _ = self.inner.place_entries(&mut state, &[(header, &[])]);
+        }
+    }
+
+    /// Validated batches (from `split_batches`) appended all-or-nothing; offsets assigned.
+    pub fn append_batches(
+        &self,
+        partition: PartitionId,
+        batches: &[(RecordBatchHeader, Bytes)],
+    ) -> Result<Appended, AppendError> {
+        let inner = &*self.inner;
+        let max = inner.config.max_batch_bytes;
+        for (header, bytes) in batches {
+            if bytes.len() > max {
+                return Err(AppendError::TooLarge { size: bytes.len(), max });
+            }
+            if bytes.len() != header.total_bytes() {
+                return Err(AppendError::InvalidBatch(BatchError::LengthMismatch {
+                    declared: header.total_bytes(),
+                    actual: bytes.len(),
+                }));
+            }
+        }
+        let mut state = inner.state.borrow_mut();
+        let state = &mut *state;
+        inner.check_writable(state)?;
+        let next = state
+            .core
+            .partitions
+            .get(&partition)
+            .ok_or(AppendError::UnknownPartition(partition))?
+            .next_offset;
+        let mut offset = next;
+        let stored: Vec<(EntryHeader, Bytes)> = batches
+            .iter()
+            .map(|(header, bytes)| {
+                let rewritten = with_base_offset(bytes, offset);
+                offset += header.last_offset_delta as i64 + 1;
+                (data_header(partition), rewritten)
+            })
+            .collect();
+        let entries: Vec<(EntryHeader, &[u8])> = stored.iter().map(|(h, b)| (*h, &b[..])).collect();
+        let positions = inner.place_entries(state, &entries)?;
+        for ((header, bytes), position) in stored.into_iter().zip(positions) {
+            state.core.apply(&header, position, &bytes, Some(bytes.clone())).expect("valid batch");
+        }
+        if offset > next {
+            state.batcher.note_high_watermark(partition, offset);
+        }
+        inner.wake_flusher(state);
+        Ok(Appended {
+            base_offset: next,
+            last_offset: offset - 1,
+            durable: Durable { signal: inner.signal.clone(), position: state.batcher.position() },
+        })
+    }
+
+    pub fn append_internal(
+        &self,
+        stream: InternalStream,
+        snapshot: bool,
+        payload: &[u8],
+    ) -> Result<Durable, AppendError> {
+        let inner = &*self.inner;
+        let max = (inner.config.segment_size_bytes - 2 * PAGE_BYTES) as usize - ENTRY_HEADER_BYTES;
+        if payload.len() > max {
+            return Err(AppendError::TooLarge { size: payload.len(), max });
+        }
+        let header = EntryHeader {
+            kind: EntryKind::Internal,
+            snapshot,
+            stream: stream as u8,
+            payload_len: 0,
+            partition: PartitionId(0),
+            position: 0,
+        };
+        let mut state = inner.state.borrow_mut();
+        let state = &mut *state;
+        inner.check_writable(state)?;
+        let position = inner.place_entries(state, &[(header, payload)])?[0];
+        state.core.push_internal(LiveInternal {
+            position,
+            stream,
+            snapshot,
+            payload: Bytes::copy_from_slice(payload),
+        });
+        inner.wake_flusher(state);
+        Ok(Durable { signal: inner.signal.clone(), position: state.batcher.position() })
+    }
+
+    pub fn partition_info(&self, partition: PartitionId) -> Option<PartitionInfo> {
+        let state = self.inner.state.borrow();
+        let log = state.core.partitions.get(&partition)?;
+        Some(PartitionInfo {
+            log_start_offset: log.log_start_offset,
+            high_watermark: log.high_watermark,
+            log_end_offset: log.next_offset,
+            size_bytes: log.size_bytes,
+        })
+    }
+
+    /// Whole batches from `from` up to the high watermark, at most `max_bytes` (but at
+    /// least one batch if any is available, as Kafka KIP-74).
+    pub async fn read(
+        &self,
+        partition: PartitionId,
+        from: Offset,
+        max_bytes: usize,
+    ) -> Result<Bytes, ReadError> {
+        let pieces = self.plan_read(partition, from, max_bytes)?;
+        let parts = self.inner.fetch(pieces).await.map_err(ReadError::Storage)?;
+        Ok(match parts.len() {
+            0 => Bytes::new(),
+            1 => parts.into_iter().next().unwrap(),
+            _ => {
+                let mut out = BytesMut::with_capacity(parts.iter().map(|p| p.len()).sum());
+                for part in parts {
+                    out.extend_from_slice(&part);
+                }
+                out.freeze()
+            }
+        })
+    }
+
+    fn plan_read(
+        &self,
+        partition: PartitionId,
+        from: Offset,
+        max_bytes: usize,
+    ) -> Result<Vec<Piece>, ReadError> {
+        let state = self.inner.state.borrow();
+        let log =
+            state.core.partitions.get(&partition).ok_or(ReadError::UnknownPartition(partition))?;
+        if from < log.log_start_offset || from > log.high_watermark {
+            return Err(ReadError::OffsetOutOfRange {
+                requested: from,
+                log_start_offset: log.log_start_offset,
+                high_watermark: log.high_watermark,
+            });
+        }
+        let mut pieces = Vec::new();
+        let mut total = 0usize;
+        let mut i = log.find_offset(from);
+        while let Some(batch) = log.batches.get(i) {
+            if batch.base_offset >= log.high_watermark
+                || (total > 0 && total + batch.len as usize > max_bytes)
+            {
+                break;
+            }
+            total += batch.len as usize;
+            pieces.push(match log.cached_batch(i) {
+                Some(bytes) => Piece::Cached(bytes.clone()),
+                None => Piece::Disk {
+                    segment_base: state
+                        .segment_of(batch.position)
+                        .expect("indexed batch in a segment"),
+                    batch: *batch,
+                },
+            });
+            i += 1;
+        }
+        Ok(pieces)
+    }
+
+    /// Earliest offset whose record timestamp >= `timestamp_ms` (and that timestamp).
+    pub async fn offset_for_timestamp(
+        &self,
+        partition: PartitionId,
+        timestamp_ms: i64,
+    ) -> Result<Option<(Offset, i64)>, ReadError> {
+        let (piece, batch) = {
+            let state = self.inner.state.borrow();
+            let log = state
+                .core
+                .partitions
+                .get(&partition)
+                .ok_or(ReadError::UnknownPartition(partition))?;
+            let Some(i) = log.find_timestamp(timestamp_ms) else { return Ok(None) };
+            let batch = log.batches[i];
+            let piece = match log.cached_batch(i) {
+                Some(bytes) => Piece::Cached(bytes.clone()),
+                None => Piece::Disk {
+                    segment_base: state
+                        .segment_of(batch.position)
+                        .expect("indexed batch in a segment"),
+                    batch,
+                },
+            };
+            (piece, batch)
+        };
+        let bytes = self.inner.fetch(vec![piece]).await.map_err(ReadError::Storage)?.remove(0);
+        let header = RecordBatchHeader::parse_unvalidated(&bytes)
+            .map_err(|e| ReadError::Storage(StorageError::Corrupt(format!("{e:?}"))))?;
+        // Compressed batches are not decompressed here (storage knows no codecs): the batch
+        // base offset is returned, with the batch's max timestamp. LogAppendTime batches
+        // stamp every record with max_timestamp, so their base offset is exact.
+        if header.compression() != 0 || header.log_append_time() {
+            return Ok(Some((batch.base_offset, batch.max_timestamp)));
+        }
+        Ok(Some(
+            first_record_at_or_after(&bytes, timestamp_ms)
+                .unwrap_or((batch.base_offset, batch.max_timestamp)),
+        ))
+    }
+
+    /// Resolves after the next flush completes (high watermarks may have moved).
+    pub async fn flushed(&self) {
+        let seen = self.inner.signal.flushes.get();
+        self.inner
+            .signal
+            .wait_until(|s| s.flushes.get() > seen || s.fatal.borrow().is_some())
+            .await;
+    }
+
+    pub fn apply_retention(&self, partition: PartitionId, policy: RetentionPolicy, now_ms: i64) {
+        let inner = &*self.inner;
+        let mut state = inner.state.borrow_mut();
+        let state = &mut *state;
+        let moved = state.core.trim(partition, |batch, size_bytes| {
+            policy.retention_ms.is_some_and(|ms| batch.max_timestamp < now_ms.saturating_sub(ms))
+                || policy.retention_bytes.is_some_and(|max| size_bytes > max)
+        });
+        if let Some(log_start_offset) = moved {
+            if inner.check_writable(state).is_ok() {
+                let payload = log_start_offset.to_le_bytes();
+                let header = control_header(EntryKind::LogStart, partition);
+                // Best effort: the checkpoint records log_start_offset as well.
+                if inner.place_entries(state, &[(header, &payload)]).is_ok() {
+                    inner.wake_flusher(state);
+                }
+            }
+            if state.schedule_deletions() {
+                inner.wake_maintenance(state);
+            }
+        }
+    }
+
+    /// The oldest segment (base log position) each partition keeps alive: a partition
+    /// with long retention shows here as pinning an old segment.
+    pub fn pinned_segments(&self) -> Vec<(PartitionId, u64)> {
+        self.inner.state.borrow().pinned_segments()
+    }
+
+    /// Base positions of the segment files the log currently holds.
+    pub fn segments(&self) -> Vec<u64> {
+        self.inner.state.borrow().segments.keys().copied().collect()
+    }
+
+    /// Bytes appended and not yet handed to a flush: the shard bounds its in-flight
+    /// produce requests with this (appends themselves never block).
+    pub fn pending_bytes(&self) -> u64 {
+        self.inner.state.borrow().batcher.gathered_bytes()
+    }
+
+    /// The log's counters so far.
+    pub fn probes(&self) -> LogProbes {
+        self.inner.signal.probes.get()
+    }
+
+    /// Durable log position (everything before it survived an fdatasync).
+    pub fn durable_position(&self) -> u64 {
+        self.inner.signal.durable.get()
+    }
+
+    /// Writes an index checkpoint covering everything appended before the call.
+    pub async fn checkpoint(&self) -> Result<(), StorageError> {
+        let inner = &*self.inner;
+        let target = inner.state.borrow().batcher.position();
+        inner.signal.wait_until(|s| s.durable.get() >= target || s.fatal.borrow().is_some()).await;
+        if let Some(fatal) = inner.signal.fatal() {
+            return Err(StorageError::Fatal(fatal));
+        }
+        let (position, bytes) = {
+            let state = inner.state.borrow();
+            let position = inner.signal.durable.get();
+            (position, checkpoint::encode(&state.snapshot(position)))
+        };
+        if position <= inner.state.borrow().checkpoint_position {
+            return Ok(());
+        }
+        inner.disk.write_checkpoint(position, bytes).await?;
+        let mut older = inner.disk.list_checkpoints().await?;
+        older.sort_unstable();
+        older.retain(|&p| p < position);
+        let excess = older.len().saturating_sub(CHECKPOINTS_KEPT - 1);
+        for p in &older[..excess] {
+            inner.disk.remove_checkpoint(*p).await?;
+        }
+        let mut state = inner.state.borrow_mut();
+        state.checkpoint_position = state.checkpoint_position.max(position);
+        if state.schedule_deletions() {
+            inner.wake_maintenance(&mut state);
+        }
+        Ok(())
+    }
+
+    /// Flushes everything, writes a checkpoint and stops the log's tasks. Later appends
+    /// are refused.
+    pub async fn close(&self) -> Result<(), StorageError> {
+        self.inner.state.borrow_mut().closing = true;
+        let result = self.checkpoint().await;
+        let mut state = self.inner.state.borrow_mut();
+        state.stopped = true;
+        let state = &mut *state;
+        self.inner.wake_flusher(state);
+        self.inner.wake_maintenance(state);
+        result
+    }
+}
+
+fn data_header(partition: PartitionId) -> EntryHeader {
+    EntryHeader {
+        kind: EntryKind::RecordBatch,
+        snapshot: false,
+        stream: 0,
+        payload_len: 0,
+        partition,
+        position: 0,
+    }
+}
+
+fn control_header(kind: EntryKind, partition: PartitionId) -> EntryHeader {
+    EntryHeader { kind, snapshot: false, stream: 0, payload_len: 0, partition, position: 0 }
+}
+
+impl<D: Disk> Inner<D> {
+    fn check_writable(&self, state: &State<D::Buffer>) -> Result<(), AppendError> {
+        if let Some(fatal) = self.signal.fatal() {
+            return Err(AppendError::Storage(StorageError::Fatal(fatal)));
+        }
+        if state.closing {
+            return Err(AppendError::Storage(closed_error()));
+        }
+        Ok(())
+    }
+
+    /// Places entries all-or-nothing: first checks every segment roll they need.
+    fn place_entries(
+        &self,
+        state: &mut State<D::Buffer>,
+        entries: &[(EntryHeader, &[u8])],
+    ) -> Result<Vec<u64>, AppendError> {
+        let sizes = entries.iter().map(|(_, p)| (ENTRY_HEADER_BYTES + p.len()) as u64);
+        for base in state.batcher.plan_rolls(sizes) {
+            if let Some(Segment { state: SegmentState::Failed(kind, message), .. }) =
+                state.segments.get(&base)
+            {
+                let source = io::Error::new(*kind, message.clone());
+                state.segments.remove(&base);
+                self.wake_maintenance(state);
+                return Err(AppendError::Storage(StorageError::Io {
+                    op: "prepare segment",
+                    source,
+                }));
+            }
+        }
+        let mut positions = Vec::with_capacity(entries.len());
+        for (header, payload) in entries {
+            if let Some(next) =
+                state.batcher.needs_roll((ENTRY_HEADER_BYTES + payload.len()) as u64)
+            {
+                state.batcher.roll();
+                let len = self.config.segment_size_bytes;
+                state.segments.entry(next).or_insert(Segment::new(len, SegmentState::Wanted, 0));
+                self.wake_maintenance(state);
+            }
+            positions.push(state.batcher.append(*header, payload));
+        }
+        Ok(positions)
+    }
+
+    fn wake_flusher(&self, state: &mut State<D::Buffer>) {
+        if let Some(waker) = state.flusher.take() {
+            waker.wake();
+        }
+    }
+
+    fn wake_maintenance(&self, state: &mut State<D::Buffer>) {
+        if let Some(waker) = state.maintenance.take() {
+            waker.wake();
+        }
+    }
+
+    fn poison(&self, error: &StorageError) {
+        let message = format!("log write failed, the log is stopped: {error}");
+        tracing::error!(%message);
+        self.signal.fatal.borrow_mut().get_or_insert(message);
+        self.signal.wake_all();
+    }
+
+    /// Writes one flush and fdatasyncs every segment it touched.
+    async fn write_flush(&self, flush: &mut Flush<D::Buffer>) -> Result<(), StorageError> {
+        let mut touched: Vec<u64> = flush.chunks.iter().map(|c| c.segment_base).collect();
+        touched.dedup();
+        for &base in &touched {
+            self.segment_ready(base).await?;
+        }
+        let (first, last) = (flush.chunks[0].start, flush.end);
+        self.signal
+            .wait_until(|_| {
+                let zeroing = self.state.borrow().zeroing;
+                zeroing.is_none_or(|(_, start, end)| end <= first || start >= last)
+            })
+            .await;
+        let writes: Vec<_> = flush
+            .chunks
+            .drain(..)
+            .map(|chunk| {
+                let offset = chunk.offset_in_segment();
+                self.disk.write_at(chunk.segment_base, offset, chunk.buf)
+            })
+            .collect();
+        let started = std::time::Instant::now();
+        join_all(writes).await?;
+        let written = std::time::Instant::now();
+        for base in touched {
+            self.disk.sync(base).await?;
+        }
+        let mut probes = self.signal.probes.get();
+        probes.flushes += 1;
+        probes.flushed_bytes += flush.end - first;
+        probes.flush_write_us += (written - started).as_micros() as u64;
+        probes.flush_sync_us += written.elapsed().as_micros() as u64;
+        self.signal.probes.set(probes);
+        Ok(())
+    }
+
+    async fn segment_ready(&self, base: u64) -> Result<(), StorageError> {
+        let mut outcome = None;
+        self.signal
+            .wait_until(|_| {
+                let state = self.state.borrow();
+                outcome = match state.segments.get(&base).map(|s| &s.state) {
+                    Some(SegmentState::Ready) => Some(Ok(())),
+                    Some(SegmentState::Failed(_, message)) => Some(Err(message.clone())),
+                    None => Some(Err("segment vanished".into())),
+                    _ => None,
+                };
+                outcome.is_some()
+            })
+            .await;
+        outcome.unwrap().map_err(|m| {
+            StorageError::Fatal(format!("segment {base} needed by queued appends: {m}"))
+        })
+    }
+
+    /// Reads pieces, coalescing nearby disk batches; verifies each entry read from disk.
+    async fn fetch(&self, pieces: Vec<Piece>) -> Result<Vec<Bytes>, StorageError> {
+        let mut out = Vec::with_capacity(pieces.len());
+        let mut i = 0;
+        while i < pieces.len() {
+            let (segment_base, first) = match &pieces[i] {
+                Piece::Cached(bytes) => {
+                    out.push(bytes.clone());
+                    i += 1;
+                    continue;
+                }
+                Piece::Disk { segment_base, batch } => (*segment_base, *batch),
+            };
+            let mut run = vec![first];
+            while let Some(Piece::Disk { segment_base: s, batch }) = pieces.get(i + run.len()) {
+                let last = run.last().unwrap();
+                let gap = batch.position.saturating_sub(last.position + last.len as u64);
+                let span = batch.position + batch.len as u64 - first.position;
+                if *s != segment_base || gap > COALESCE_GAP_BYTES || span > MAX_READ_BYTES {
+                    break;
+                }
+                run.push(*batch);
+            }
+            i += run.len();
+            let start = align_down(first.position - ENTRY_HEADER_BYTES as u64);
+            let last = run.last().unwrap();
+            let end = align_up(last.position + last.len as u64);
+            let bytes = self
+                .disk
+                .read_at(segment_base, start - segment_base, (end - start) as usize)
+                .await?;
+            for batch in run {
+                out.push(verified_batch(&bytes, start, &batch)?);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The batch bytes of `batch` inside `bytes` (read from log position `start`), verified.
+fn verified_batch(bytes: &Bytes, start: u64, batch: &BatchEntry) -> Result<Bytes, StorageError> {
+    let header_at = (batch.position - ENTRY_HEADER_BYTES as u64 - start) as usize;
+    let payload_at = header_at + ENTRY_HEADER_BYTES;
+    let payload_end = payload_at + batch.len as usize;
+    let corrupt = || {
+        StorageError::Corrupt(format!(
+            "batch {} at log position {}",
+            batch.base_offset, batch.position
+        ))
+    };
+    if bytes.len() < payload_end {
+        return Err(corrupt());
+    }
+    let header_bytes = &bytes[header_at..payload_at];
+    let ok = matches!(decode_header(header_bytes, batch.position - ENTRY_HEADER_BYTES as u64), Decoded::Header(h) if h.payload_len == batch.len)
+        && verify_payload(header_bytes, &bytes[payload_at..payload_end]);
+    if !ok {
+        return Err(corrupt());
+    }
+    Ok(bytes.slice(payload_at..payload_end))
+}
+
+async fn join_all<F: Future<Output = Result<(), StorageError>>>(
+    futures: Vec<F>,
+) -> Result<(), StorageError> {
+    let mut futures: Vec<Option<Pin<Box<F>>>> =
+        futures.into_iter().map(|f| Some(Box::pin(f))).collect();
+    poll_fn(|cx: &mut Context<'_>| {
+        let mut pending = false;
+        for slot in futures.iter_mut() {
+            if let Some(future) = slot {
+                match future.as_mut().poll(cx) {
+                    Poll::Ready(Ok(())) => *slot = None,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(Ok(()))
+        }
+    })
+    .await
+}
+
+/// Waits (holding only a weak reference) until `ready` or the log is gone/stopped.
+async fn park<D: Disk>(
+    weak: &Weak<Inner<D>>,
+    flusher: bool,
+    ready: fn(&State<D::Buffer>) -> bool,
+) -> Option<Rc<Inner<D>>> {
+    poll_fn(|cx| {
+        let Some(inner) = weak.upgrade() else { return Poll::Ready(None) };
+        let mut state = inner.state.borrow_mut();
+        if state.stopped || inner.signal.fatal.borrow().is_some() {
+            return Poll::Ready(None);
+        }
+        if ready(&state) {
+            drop(state);
+            return Poll::Ready(Some(inner));
+        }
+        let slot = if flusher { &mut state.flusher } else { &mut state.maintenance };
+        *slot = Some(cx.waker().clone());
+        Poll::Pending
+    })
+    .await
+}
+
+/// The group-commit loop: one write+fdatasync in flight; whatever gathered meanwhile goes
+/// in the next one. No timer: a lone append is written as soon as the flusher runs.
+async fn run_flusher<D: Disk>(weak: Weak<Inner<D>>) {
+    while let Some(inner) = park(&weak, true, |s| s.batcher.has_gathered()).await {
+        let flush = inner.state.borrow_mut().batcher.take_flush();
+        let Some(mut flush) = flush else { continue };
+        if let Err(error) = inner.write_flush(&mut flush).await {
+            inner.poison(&error);
+            return;
+        }
+        let durable = {
+            let mut state = inner.state.borrow_mut();
+            let durable = state.batcher.flush_done();
+            assert_eq!(durable, flush.end);
+            for (partition, high_watermark) in flush.high_watermarks {
+                if let Some(log) = state.core.partitions.get_mut(&partition) {
+                    log.high_watermark =
+                        log.high_watermark.max(high_watermark.min(log.next_offset));
+                }
+            }
+            durable
+        };
+        inner.signal.durable.set(durable);
+        inner.signal.flushes.set(inner.signal.flushes.get() + 1);
+        inner.signal.wake_all();
+        let mut state = inner.state.borrow_mut();
+        if !state.batcher.has_gathered() {
+            inner.wake_maintenance(&mut state);
+        }
+    }
+}
+
+fn maintenance_due<B: IoBuffer>(state: &State<B>) -> bool {
+    state.zero_work().is_some()
+        || !state.removals.is_empty()
+        || state.segments.values().any(|s| matches!(s.state, SegmentState::Wanted))
+        || state.segments.range(state.batcher.segment_base() + 1..).next().is_none()
+}
+
+/// Keeps one spare segment prepared (zero-filled) ahead of the writer, and removes
+/// segments that retention freed.
+async fn run_maintenance<D: Disk>(weak: Weak<Inner<D>>) {
+    while let Some(inner) = park(&weak, false, maintenance_due).await {
+        let removal = inner.state.borrow_mut().removals.pop();
+        if let Some(base) = removal {
+            if let Err(error) = inner.disk.remove_segment(base).await {
+                tracing::warn!(segment = base, %error, "could not remove a retired segment");
+            }
+            continue;
+        }
+        let wanted = {
+            let mut state = inner.state.borrow_mut();
+            let current = state.batcher.segment_base();
+            if state.segments.range(current + 1..).next().is_none() {
+                let next = current + state.segments[&current].len;
+                let len = inner.config.segment_size_bytes;
+                state.segments.insert(next, Segment::new(len, SegmentState::Wanted, 0));
+            }
+            let found =
+                state.segments.iter_mut().find(|(_, s)| matches!(s.state, SegmentState::Wanted));
+            found.map(|(&base, segment)| {
+                segment.state = SegmentState::Preparing;
+                (base, segment.len)
+            })
+        };
+        let Some((base, len)) = wanted else { continue };
+        let result = inner.disk.create_segment(base, len).await;
+        if let Some(segment) = inner.state.borrow_mut().segments.get_mut(&base) {
+            segment.state = match result {
+                Ok(()) => SegmentState::Ready,
+                Err(error) => {
+                    tracing::warn!(segment = base, %error, "could not prepare a segment");
+                    match error {
+                        StorageError::Io { source, .. } => {
+                            SegmentState::Failed(source.kind(), source.to_string())
+                        }
+                        other => SegmentState::Failed(io::ErrorKind::Other, other.to_string()),
+                    }
+                }
+            };
+        }
+        inner.signal.wake_all();
+    }
+}

@@ -1,0 +1,370 @@
+//! The in-memory state of a shard log and the rules that change it, without IO: applying
+//! entries (live appends and replay share this code), the tail cache, retention, segment
+//! bookkeeping and checkpoint snapshots. Runs on the shard; append hot path.
+//!
+//! Invariants:
+//! 1. Every indexed batch lies in a segment listed in `segments`.
+//! 2. A segment is removed only when no partition's live batch lies in it and it ends at
+//!    or before the last durable checkpoint position (internal entries live on in it).
+//! 3. `cache_bytes` is the sum of the lengths of all partitions' cached batches.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io;
+
+use bytes::Bytes;
+
+use crate::batch::RecordBatchHeader;
+use crate::batcher::Batcher;
+use crate::checkpoint::{BatchV1, CheckpointV1, InternalV1, PartitionV1};
+use crate::frame::{EntryHeader, EntryKind, ENTRY_HEADER_BYTES};
+use crate::index::PartitionLog;
+use crate::{InternalEntry, InternalStream, Offset, PartitionId, StorageError};
+
+/// Life cycle of a segment file.
+#[derive(Debug)]
+pub(crate) enum SegmentState {
+    /// Needed (the log will roll into it); the maintenance task will create it.
+    Wanted,
+    Preparing,
+    Ready,
+    /// Creation failed (e.g. ENOSPC): appends that need it are refused until retried.
+    Failed(io::ErrorKind, String),
+}
+
+#[derive(Debug)]
+pub(crate) struct Segment {
+    pub len: u64,
+    pub state: SegmentState,
+    /// Bytes from the segment start known to have been written (with zeros or data) since
+    /// creation; the rest may be fallocate'd unwritten extents (see `Disk::lazy_zero_fill`).
+    pub zeroed_to: u64,
+}
+
+impl Segment {
+    pub fn new(len: u64, state: SegmentState, zeroed_to: u64) -> Segment {
+        Segment { len, state, zeroed_to }
+    }
+}
+
+/// A live internal entry (since the latest snapshot of its stream).
+#[derive(Clone, Debug)]
+pub(crate) struct LiveInternal {
+    pub position: u64,
+    pub stream: InternalStream,
+    pub snapshot: bool,
+    pub payload: Bytes,
+}
+
+pub(crate) struct State<B> {
+    pub batcher: Batcher<B>,
+    /// Partitions, internal entries and the tail cache.
+    pub core: Replayed,
+    pub segments: BTreeMap<u64, Segment>,
+    /// Position covered by the latest durable checkpoint (0 = none).
+    pub checkpoint_position: u64,
+    pub removals: Vec<u64>,
+    pub closing: bool,
+    pub stopped: bool,
+    /// Whether the disk's new segments need background zero-filling.
+    pub zero_fill: bool,
+    /// Log range `[start, end)` the maintenance task is writing zeros to: the flusher
+    /// does not write there until it is released.
+    pub zeroing: Option<(u64, u64, u64)>,
+    pub flusher: Option<std::task::Waker>,
+    pub maintenance: Option<std::task::Waker>,
+}
+
+/// Rebuilt state before the batcher exists (recovery).
+pub(crate) struct Replayed {
+    pub partitions: HashMap<PartitionId, PartitionLog>,
+    pub internal: Vec<LiveInternal>,
+    cache_fifo: VecDeque<(PartitionId, Offset)>,
+    cache_bytes: usize,
+    cache_limit: usize,
+}
+
+impl Replayed {
+    pub fn new(cache_limit: usize) -> Replayed {
+        Replayed {
+            partitions: HashMap::new(),
+            internal: Vec::new(),
+            cache_fifo: VecDeque::new(),
+            cache_bytes: 0,
+            cache_limit,
+        }
+    }
+
+    pub fn from_checkpoint(checkpoint: &CheckpointV1, cache_limit: usize) -> Replayed {
+        let mut replayed = Replayed::new(cache_limit);
+        for p in &checkpoint.partitions {
+            let mut log = PartitionLog::starting_at(p.log_start_offset);
+            for b in &p.batches {
+                log.next_offset = b.base_offset.max(log.next_offset);
+                log.push(b.base_offset, b.last_offset, b.position, b.len, b.max_timestamp);
+            }
+            log.next_offset = log.next_offset.max(p.next_offset);
+            log.high_watermark = log.next_offset;
+            replayed.partitions.insert(PartitionId(p.id), log);
+        }
+        for i in &checkpoint.internal {
+            replayed.internal.push(LiveInternal {
+                position: i.position,
+                stream: InternalStream::from_u8(i.stream).unwrap_or(InternalStream::Metadata),
+                snapshot: i.snapshot,
+                payload: Bytes::from(i.payload.clone()),
+            });
+        }
+        replayed
+    }
+
+    /// Applies one verified entry found at `position` (live append or replay).
+    pub fn apply(
+        &mut self,
+        header: &EntryHeader,
+        position: u64,
+        payload: &[u8],
+        cached: Option<Bytes>,
+    ) -> Result<(), StorageError> {
+        match header.kind {
+            EntryKind::RecordBatch => {
+                let batch = RecordBatchHeader::parse_unvalidated(payload)
+                    .map_err(|e| StorageError::Corrupt(format!("batch at {position}: {e:?}")))?;
+                let log = self
+                    .partitions
+                    .entry(header.partition)
+                    .or_insert_with(|| PartitionLog::starting_at(batch.base_offset));
+                if batch.base_offset != log.next_offset {
+                    return Err(StorageError::Corrupt(format!(
+                        "partition {:?}: batch at {position} has base offset {} but {} was next",
+                        header.partition, batch.base_offset, log.next_offset
+                    )));
+                }
+                let last = batch.base_offset + batch.last_offset_delta as i64;
+                let at = position + ENTRY_HEADER_BYTES as u64;
+                // The high watermark moves in the flusher (live) or after recovery's sync.
+                log.push(batch.base_offset, last, at, payload.len() as u32, batch.max_timestamp);
+                if let Some(bytes) = cached {
+                    self.cache_push(header.partition, batch.base_offset, bytes);
+                }
+            }
+            EntryKind::Internal => {
+                let stream = InternalStream::from_u8(header.stream).ok_or_else(|| {
+                    StorageError::Corrupt(format!("unknown internal stream at {position}"))
+                })?;
+                self.push_internal(LiveInternal {
+                    position,
+                    stream,
+                    snapshot: header.snapshot,
+                    payload: Bytes::copy_from_slice(payload),
+                });
+            }
+            EntryKind::LogStart => {
+                let offset = i64::from_le_bytes(payload.try_into().map_err(|_| {
+                    StorageError::Corrupt(format!("bad LogStart entry at {position}"))
+                })?);
+                if let Some(log) = self.partitions.get_mut(&header.partition) {
+                    let uncached = log.advance_log_start(offset);
+                    self.cache_bytes -= uncached;
+                    log.next_offset = log.next_offset.max(offset);
+                    log.high_watermark = log.high_watermark.max(offset);
+                } else {
+                    self.partitions.insert(header.partition, PartitionLog::starting_at(offset));
+                }
+            }
+            EntryKind::DropPartition => self.drop_partition(header.partition),
+            EntryKind::Pad => {}
+        }
+        Ok(())
+    }
+
+    pub fn push_internal(&mut self, entry: LiveInternal) {
+        if entry.snapshot {
+            self.internal.retain(|e| e.stream != entry.stream);
+        }
+        self.internal.push(entry);
+    }
+
+    pub fn drop_partition(&mut self, partition: PartitionId) {
+        if let Some(log) = self.partitions.remove(&partition) {
+            self.cache_bytes -= log.cached.iter().map(|b| b.len()).sum::<usize>();
+        }
+    }
+
+    pub fn cache_push(&mut self, partition: PartitionId, base_offset: Offset, bytes: Bytes) {
+        if self.cache_limit == 0 {
+            return;
+        }
+        let log = self.partitions.get_mut(&partition).expect("cached batch of a known partition");
+        // Pushed right after its index entry, so the cache stays a suffix of the index.
+        self.cache_bytes += bytes.len();
+        log.cached.push_back(bytes);
+        self.cache_fifo.push_back((partition, base_offset));
+        while self.cache_bytes > self.cache_limit {
+            let Some((p, base)) = self.cache_fifo.pop_front() else { break };
+            let Some(log) = self.partitions.get_mut(&p) else { continue };
+            let first_cached = log.batches.len() - log.cached.len();
+            if log.batches.get(first_cached).is_some_and(|b| b.base_offset == base) {
+                self.cache_bytes -= log.cached.pop_front().map_or(0, |b| b.len());
+            }
+        }
+    }
+
+    pub fn trim(
+        &mut self,
+        partition: PartitionId,
+        drop: impl FnMut(&crate::index::BatchEntry, u64) -> bool,
+    ) -> Option<Offset> {
+        let log = self.partitions.get_mut(&partition)?;
+        let before = log.log_start_offset;
+        let uncached = log.trim_front(drop);
+        self.cache_bytes -= uncached;
+        (log.log_start_offset != before).then_some(log.log_start_offset)
+    }
+
+    pub fn into_state<B>(
+        self,
+        batcher: Batcher<B>,
+        segments: BTreeMap<u64, Segment>,
+        checkpoint_position: u64,
+    ) -> State<B> {
+        State {
+            batcher,
+            core: self,
+            segments,
+            checkpoint_position,
+            removals: Vec::new(),
+            closing: false,
+            stopped: false,
+            zero_fill: false,
+            zeroing: None,
+            flusher: None,
+            maintenance: None,
+        }
+    }
+
+    pub fn internal_entries(&self) -> Vec<InternalEntry> {
+        self.internal
+            .iter()
+            .map(|e| InternalEntry {
+                stream: e.stream,
+                snapshot: e.snapshot,
+                payload: e.payload.clone(),
+            })
+            .collect()
+    }
+}
+
+impl<B: crate::disk::IoBuffer> State<B> {
+    /// The next range to zero-fill `(segment base, start, end)` in log positions: only when
+    /// the flusher is idle, never at or behind the writer.
+    pub fn zero_work(&self) -> Option<(u64, u64, u64)> {
+        // Small steps, a margin ahead of the writer, the spare before the current segment:
+        // a lone append must not queue behind a zero write of the range it writes to.
+        const ZERO_STEP_BYTES: u64 = 128 << 10;
+        const WRITER_MARGIN_BYTES: u64 = 1 << 20;
+        if !self.zero_fill
+            || self.zeroing.is_some()
+            || self.batcher.is_flushing()
+            || self.batcher.has_gathered()
+        {
+            return None;
+        }
+        let current = self.batcher.segment_base();
+        let writer = crate::frame::align_up(self.batcher.position()) + WRITER_MARGIN_BYTES;
+        let work = |(&base, segment): (&u64, &Segment)| {
+            if !matches!(segment.state, SegmentState::Ready) {
+                return None;
+            }
+            let end_of_segment = base + segment.len;
+            let start = (base + segment.zeroed_to).max(writer);
+            (start < end_of_segment)
+                .then(|| (base, start, (start + ZERO_STEP_BYTES).min(end_of_segment)))
+        };
+        let later = self.segments.range(current + 1..).find_map(work);
+        later.or_else(|| self.segments.range(current..=current).find_map(work))
+    }
+
+    /// The segment base holding log position `position`.
+    pub fn segment_of(&self, position: u64) -> Option<u64> {
+        let (&base, segment) = self.segments.range(..=position).next_back()?;
+        (position < base + segment.len).then_some(base)
+    }
+
+    /// The oldest segment each partition keeps alive.
+    pub fn pinned_segments(&self) -> Vec<(PartitionId, u64)> {
+        let mut pinned: Vec<(PartitionId, u64)> = self
+            .core
+            .partitions
+            .iter()
+            .filter_map(|(&p, log)| Some((p, self.segment_of(log.oldest_position()?)?)))
+            .collect();
+        pinned.sort_unstable();
+        pinned
+    }
+
+    /// Moves deletable segments (invariant 2) from `segments` to `removals`.
+    pub fn schedule_deletions(&mut self) -> bool {
+        let oldest_live = self.core.partitions.values().filter_map(|p| p.oldest_position()).min();
+        let keep_from = oldest_live.unwrap_or(u64::MAX).min(self.checkpoint_position);
+        let current = self.batcher.segment_base();
+        let deletable: Vec<u64> = self
+            .segments
+            .iter()
+            .filter(|(&base, s)| base < current && base + s.len <= keep_from)
+            .map(|(&base, _)| base)
+            .collect();
+        for base in &deletable {
+            self.segments.remove(base);
+            self.removals.push(*base);
+        }
+        !deletable.is_empty()
+    }
+
+    /// The state as of durable position `position` (entries at or after it left out).
+    pub fn snapshot(&self, position: u64) -> CheckpointV1 {
+        let mut partitions: Vec<PartitionV1> = self
+            .core
+            .partitions
+            .iter()
+            .map(|(id, log)| {
+                let batches: Vec<BatchV1> = log
+                    .batches
+                    .iter()
+                    .take_while(|b| b.position < position)
+                    .map(|b| BatchV1 {
+                        base_offset: b.base_offset,
+                        last_offset: b.last_offset,
+                        position: b.position,
+                        len: b.len,
+                        max_timestamp: b.max_timestamp,
+                    })
+                    .collect();
+                let next_offset = log
+                    .batches
+                    .iter()
+                    .find(|b| b.position >= position)
+                    .map_or(log.next_offset, |b| b.base_offset);
+                PartitionV1 {
+                    id: id.0,
+                    log_start_offset: log.log_start_offset,
+                    next_offset,
+                    batches,
+                }
+            })
+            .collect();
+        partitions.sort_unstable_by_key(|p| p.id);
+        let internal = self
+            .core
+            .internal
+            .iter()
+            .filter(|e| e.position < position)
+            .map(|e| InternalV1 {
+                position: e.position,
+                stream: e.stream as u8,
+                snapshot: e.snapshot,
+                payload: e.payload.to_vec(),
+            })
+            .collect();
+        CheckpointV1 { position, partitions, internal }
+    }
+}

@@ -1,0 +1,108 @@
+//! Helpers shared by the integration tests: Kafka v2 batch builder, executor runner.
+#![allow(dead_code)]
+
+use std::future::Future;
+
+use bytes::Bytes;
+use shardlog_storage::*;
+
+fn write_varlong(out: &mut Vec<u8>, value: i64) {
+    let mut raw = ((value << 1) ^ (value >> 63)) as u64;
+    loop {
+        if raw < 0x80 {
+            out.push(raw as u8);
+            return;
+        }
+        out.push((raw as u8 & 0x7f) | 0x80);
+        raw >>= 7;
+    }
+}
+
+/// A valid uncompressed v2 batch of `values`, record i stamped `base_ts + i * step`.
+pub fn record_batch(values: &[Vec<u8>], base_ts: i64, step: i64) -> Bytes {
+    let mut records = Vec::new();
+    for (i, value) in values.iter().enumerate() {
+        let mut body = vec![0u8];
+        write_varlong(&mut body, i as i64 * step);
+        write_varlong(&mut body, i as i64);
+        write_varlong(&mut body, -1);
+        write_varlong(&mut body, value.len() as i64);
+        body.extend_from_slice(value);
+        write_varlong(&mut body, 0);
+        write_varlong(&mut records, body.len() as i64);
+        records.extend_from_slice(&body);
+    }
+    let count = values.len() as i32;
+    let max_ts = base_ts + (count as i64 - 1).max(0) * step;
+    let mut b = Vec::with_capacity(61 + records.len());
+    b.extend_from_slice(&0i64.to_be_bytes());
+    b.extend_from_slice(&((49 + records.len()) as i32).to_be_bytes());
+    b.extend_from_slice(&0i32.to_be_bytes());
+    b.push(2);
+    b.extend_from_slice(&[0; 4]);
+    b.extend_from_slice(&0i16.to_be_bytes());
+    b.extend_from_slice(&(count - 1).to_be_bytes());
+    b.extend_from_slice(&base_ts.to_be_bytes());
+    b.extend_from_slice(&max_ts.to_be_bytes());
+    b.extend_from_slice(&(-1i64).to_be_bytes());
+    b.extend_from_slice(&(-1i16).to_be_bytes());
+    b.extend_from_slice(&(-1i32).to_be_bytes());
+    b.extend_from_slice(&count.to_be_bytes());
+    b.extend_from_slice(&records);
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    Bytes::from(b)
+}
+
+/// A batch of `records` records of `value_bytes` bytes each, filled from `seed`.
+pub fn batch_of(records: usize, value_bytes: usize, seed: u64, ts: i64) -> Bytes {
+    let values: Vec<Vec<u8>> = (0..records)
+        .map(|i| {
+            let mut x = seed.wrapping_mul(31).wrapping_add(i as u64);
+            (0..value_bytes)
+                .map(|_| {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    (x >> 56) as u8
+                })
+                .collect()
+        })
+        .collect();
+    record_batch(&values, ts, 1)
+}
+
+pub fn validated(batch: &Bytes) -> Vec<(RecordBatchHeader, Bytes)> {
+    split_batches(batch).expect("valid test batch")
+}
+
+/// The batch as the log stores it: base offset rewritten.
+pub fn with_offset(batch: &Bytes, offset: Offset) -> Bytes {
+    let mut v = batch.to_vec();
+    v[..8].copy_from_slice(&offset.to_be_bytes());
+    Bytes::from(v)
+}
+
+/// Splits a read result into (base_offset, batch bytes).
+pub fn batches_in(bytes: &Bytes) -> Vec<(Offset, Bytes)> {
+    split_batches(bytes)
+        .expect("read returns valid batches")
+        .into_iter()
+        .map(|(h, b)| (h.base_offset, b))
+        .collect()
+}
+
+/// Runs `make()` on a fresh glommio executor thread and waits for it.
+pub fn run<F, Fut>(make: F)
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + 'static,
+{
+    glommio::LocalExecutorBuilder::default()
+        .spawn(make)
+        .expect("spawn executor")
+        .join()
+        .expect("executor thread");
+}
+
+pub fn small_config() -> LogConfig {
+    LogConfig { segment_size_bytes: 64 << 10, tail_cache_bytes: 16 << 10, max_batch_bytes: 8 << 10 }
+}

@@ -1,0 +1,514 @@
+//! Scenario tests of `ShardLog` on `SimDisk`: group commit, reads, recovery, faults,
+//! retention, checkpoints, internal entries.
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use shardlog_storage::*;
+
+const P0: PartitionId = PartitionId(0);
+const P1: PartitionId = PartitionId(1);
+
+async fn open(
+    disk: &SimDisk,
+    config: LogConfig,
+) -> (ShardLog<SimDisk>, Vec<InternalEntry>, RecoveryReport) {
+    let opened = ShardLog::open(disk.clone(), config).await.expect("open");
+    opened.0.ensure_partition(P0);
+    opened.0.ensure_partition(P1);
+    opened
+}
+
+async fn read_all(log: &ShardLog<SimDisk>, p: PartitionId) -> Vec<(Offset, Bytes)> {
+    let info = log.partition_info(p).unwrap();
+    let mut out = Vec::new();
+    let mut from = info.log_start_offset;
+    while from < info.high_watermark {
+        let bytes = log.read(p, from, 1 << 20).await.expect("read");
+        let batches = batches_in(&bytes);
+        assert!(!batches.is_empty());
+        for (base, b) in batches {
+            assert_eq!(base, from, "dense offsets");
+            let h = RecordBatchHeader::parse_validated(&b).unwrap();
+            from = base + h.last_offset_delta as i64 + 1;
+            out.push((base, b));
+        }
+    }
+    out
+}
+
+#[test]
+fn append_then_read_returns_the_batch_with_its_assigned_offset() {
+    run(|| async {
+        let disk = SimDisk::new(1);
+        let (log, _, _) = open(&disk, small_config()).await;
+        let a = batch_of(3, 10, 1, 100);
+        let b = batch_of(2, 10, 2, 200);
+        let first = log.append_batches(P0, &validated(&a)).unwrap();
+        let second = log.append_batches(P0, &validated(&b)).unwrap();
+        assert_eq!((first.base_offset, first.last_offset), (0, 2));
+        assert_eq!((second.base_offset, second.last_offset), (3, 4));
+        assert!(log.read(P0, 0, 1 << 20).await.unwrap().is_empty(), "nothing durable yet");
+        second.durable.wait().await.unwrap();
+        first.durable.wait().await.unwrap();
+        let info = log.partition_info(P0).unwrap();
+        assert_eq!((info.high_watermark, info.log_end_offset), (5, 5));
+        let read = log.read(P0, 0, 1 << 20).await.unwrap();
+        assert_eq!(read, Bytes::from([a.to_vec(), with_offset(&b, 3).to_vec()].concat()));
+        let from_middle = log.read(P0, 4, 1 << 20).await.unwrap();
+        assert_eq!(from_middle, with_offset(&b, 3));
+    });
+}
+
+#[test]
+fn read_at_the_high_watermark_is_empty_and_outside_the_log_is_out_of_range() {
+    run(|| async {
+        let disk = SimDisk::new(2);
+        let (log, _, _) = open(&disk, small_config()).await;
+        log.append_batches(P0, &validated(&batch_of(2, 5, 0, 0)))
+            .unwrap()
+            .durable
+            .wait()
+            .await
+            .unwrap();
+        assert!(log.read(P0, 2, 100).await.unwrap().is_empty());
+        assert!(matches!(
+            log.read(P0, 3, 100).await,
+            Err(ReadError::OffsetOutOfRange {
+                requested: 3,
+                log_start_offset: 0,
+                high_watermark: 2
+            })
+        ));
+        assert!(matches!(log.read(P0, -1, 100).await, Err(ReadError::OffsetOutOfRange { .. })));
+        assert!(matches!(
+            log.read(PartitionId(9), 0, 100).await,
+            Err(ReadError::UnknownPartition(_))
+        ));
+    });
+}
+
+#[test]
+fn a_read_returns_at_least_one_whole_batch_even_past_max_bytes() {
+    run(|| async {
+        let disk = SimDisk::new(3);
+        let (log, _, _) = open(&disk, small_config()).await;
+        let big = batch_of(4, 1000, 3, 0);
+        log.append_batches(P0, &validated(&big)).unwrap();
+        log.append_batches(P0, &validated(&big)).unwrap().durable.wait().await.unwrap();
+        let read = log.read(P0, 0, 10).await.unwrap();
+        assert_eq!(read, big, "exactly one batch (KIP-74)");
+        let both = log.read(P0, 0, 2 * big.len()).await.unwrap();
+        assert_eq!(both.len(), 2 * big.len());
+    });
+}
+
+#[test]
+fn a_lone_append_is_flushed_at_once_and_appends_during_a_flush_share_the_next_one() {
+    run(|| async {
+        let disk = SimDisk::new(4);
+        disk.set_max_yields(5);
+        let (log, _, _) = open(&disk, small_config()).await;
+        let syncs_before = disk.sync_count();
+        log.append_batches(P0, &validated(&batch_of(1, 10, 0, 0)))
+            .unwrap()
+            .durable
+            .wait()
+            .await
+            .unwrap();
+        assert_eq!(disk.sync_count() - syncs_before, 1, "one fdatasync for a lone append");
+        let syncs_before = disk.sync_count();
+        let mut pending = Vec::new();
+        for i in 0..50 {
+            pending
+                .push(log.append_batches(P1, &validated(&batch_of(1, 10, i, 0))).unwrap().durable);
+            futures_lite::future::yield_now().await;
+        }
+        for d in pending {
+            d.wait().await.unwrap();
+        }
+        let syncs = disk.sync_count() - syncs_before;
+        assert!(syncs < 50, "appends made during a flush share fdatasyncs ({syncs} for 50)");
+        assert_eq!(log.partition_info(P1).unwrap().high_watermark, 50);
+    });
+}
+
+#[test]
+fn crash_before_fsync_loses_only_unacknowledged_batches() {
+    run(|| async {
+        let disk = SimDisk::new(5);
+        let (log, _, _) = open(&disk, small_config()).await;
+        let acked: Vec<Bytes> = (0..5).map(|i| batch_of(2, 30, i, 0)).collect();
+        for b in &acked {
+            log.append_batches(P0, &validated(b)).unwrap().durable.wait().await.unwrap();
+        }
+        for i in 0..5 {
+            let _ = log.append_batches(P0, &validated(&batch_of(2, 30, 100 + i, 0))).unwrap();
+        }
+        let disk = disk.crash();
+        drop(log);
+        let (log, _, report) = open(&disk, small_config()).await;
+        let info = log.partition_info(P0).unwrap();
+        assert!(info.high_watermark >= 10, "acknowledged batches survive: {report:?}");
+        let recovered = read_all(&log, P0).await;
+        for (i, b) in acked.iter().enumerate() {
+            assert_eq!(recovered[i].1, with_offset(b, 2 * i as i64));
+        }
+        assert_eq!(info.high_watermark, info.log_end_offset, "recovered data is durable");
+    });
+}
+
+#[test]
+fn a_failed_fsync_poisons_the_log_and_every_pending_append_fails() {
+    run(|| async {
+        let disk = SimDisk::new(6);
+        let (log, _, _) = open(&disk, small_config()).await;
+        log.append_batches(P0, &validated(&batch_of(1, 10, 0, 0)))
+            .unwrap()
+            .durable
+            .wait()
+            .await
+            .unwrap();
+        disk.fail_next_sync();
+        let a = log.append_batches(P0, &validated(&batch_of(1, 10, 1, 0))).unwrap();
+        let b = log.append_batches(P0, &validated(&batch_of(1, 10, 2, 0))).unwrap();
+        assert!(matches!(a.durable.wait().await, Err(StorageError::Fatal(_))));
+        assert!(matches!(b.durable.wait().await, Err(StorageError::Fatal(_))));
+        assert!(matches!(
+            log.append_batches(P0, &validated(&batch_of(1, 10, 3, 0))),
+            Err(AppendError::Storage(StorageError::Fatal(_)))
+        ));
+        assert_eq!(
+            log.partition_info(P0).unwrap().high_watermark,
+            1,
+            "never advanced past the failure"
+        );
+        assert_eq!(
+            log.read(P0, 0, 1 << 20).await.unwrap().len(),
+            batch_of(1, 10, 0, 0).len(),
+            "reads keep working"
+        );
+    });
+}
+
+#[test]
+fn a_failed_write_is_fatal_too() {
+    run(|| async {
+        let disk = SimDisk::new(7);
+        let (log, _, _) = open(&disk, small_config()).await;
+        disk.fail_next_write();
+        let a = log.append_batches(P0, &validated(&batch_of(1, 10, 1, 0))).unwrap();
+        assert!(matches!(a.durable.wait().await, Err(StorageError::Fatal(_))));
+    });
+}
+
+#[test]
+fn enospc_preparing_a_segment_refuses_that_append_and_reads_keep_working() {
+    run(|| async {
+        let disk = SimDisk::new(8);
+        let config = small_config();
+        let (log, _, _) = open(&disk, config.clone()).await;
+        // Let the first spare be prepared, then fill segment 0 (the next roll needs one more).
+        for _ in 0..20 {
+            futures_lite::future::yield_now().await;
+        }
+        disk.fail_next_create();
+        let mut n = 0;
+        let mut refused = None;
+        for i in 0..200 {
+            match log.append_batches(P0, &validated(&batch_of(1, 4000, i, 0))) {
+                Ok(a) => {
+                    a.durable.wait().await.unwrap();
+                    n += 1;
+                }
+                Err(e) => {
+                    refused = Some(e);
+                    break;
+                }
+            }
+        }
+        let refused = refused.expect("an append was refused");
+        match refused {
+            AppendError::Storage(StorageError::Io { source, .. }) => {
+                assert_eq!(source.raw_os_error().or(Some(28)), Some(28))
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(log.partition_info(P0).unwrap().high_watermark, n);
+        assert_eq!(
+            read_all(&log, P0).await.len() as i64,
+            n,
+            "acknowledged data intact and readable"
+        );
+        // After the failure, preparation is retried and appends work again.
+        let mut ok = false;
+        for i in 0..100 {
+            futures_lite::future::yield_now().await;
+            if let Ok(a) = log.append_batches(P0, &validated(&batch_of(1, 4000, 1000 + i, 0))) {
+                a.durable.wait().await.unwrap();
+                ok = true;
+                break;
+            }
+        }
+        assert!(ok, "appends resume once a segment can be prepared");
+    });
+}
+
+#[test]
+fn reads_from_disk_after_cache_eviction_are_byte_identical_and_coalesced() {
+    run(|| async {
+        let disk = SimDisk::new(9);
+        let config = LogConfig { tail_cache_bytes: 0, ..small_config() };
+        let (log, _, _) = open(&disk, config).await;
+        let mut expected = Vec::new();
+        let mut last = None;
+        for i in 0..60u64 {
+            let p = if i % 3 == 0 { P1 } else { P0 };
+            let b = batch_of(1 + (i % 4) as usize, 50 + i as usize * 7, i, i as i64);
+            let appended = log.append_batches(p, &validated(&b)).unwrap();
+            if p == P0 {
+                expected.push(with_offset(&b, appended.base_offset));
+            }
+            last = Some(appended.durable);
+        }
+        last.unwrap().wait().await.unwrap();
+        let all: Vec<Bytes> = read_all(&log, P0).await.into_iter().map(|(_, b)| b).collect();
+        assert_eq!(all, expected);
+    });
+}
+
+#[test]
+fn offset_for_timestamp_returns_the_exact_record() {
+    run(|| async {
+        let disk = SimDisk::new(10);
+        let (log, _, _) = open(&disk, LogConfig { tail_cache_bytes: 0, ..small_config() }).await;
+        // batch 0: offsets 0..=3 at ts 100,110,120,130; batch 1: offsets 4..=5 at 500,510
+        log.append_batches(P0, &validated(&record_batch(&vec![vec![1]; 4], 100, 10))).unwrap();
+        let d =
+            log.append_batches(P0, &validated(&record_batch(&vec![vec![2]; 2], 500, 10))).unwrap();
+        d.durable.wait().await.unwrap();
+        let table = [
+            (0, Some((0, 100))),
+            (111, Some((2, 120))),
+            (130, Some((3, 130))),
+            (131, Some((4, 500))),
+            (505, Some((5, 510))),
+            (511, None),
+        ];
+        for (ts, expected) in table {
+            assert_eq!(log.offset_for_timestamp(P0, ts).await.unwrap(), expected, "ts {ts}");
+        }
+    });
+}
+
+#[test]
+fn internal_entries_come_back_in_log_order_since_each_streams_latest_snapshot() {
+    run(|| async {
+        let disk = SimDisk::new(11);
+        let (log, internal, _) = open(&disk, small_config()).await;
+        assert!(internal.is_empty());
+        log.append_internal(InternalStream::GroupOffsets, false, b"g1").unwrap();
+        log.append_internal(InternalStream::Metadata, true, b"m-snap1").unwrap();
+        log.append_internal(InternalStream::GroupOffsets, true, b"g-snap").unwrap();
+        log.append_internal(InternalStream::Metadata, false, b"m2").unwrap();
+        log.append_batches(P0, &validated(&batch_of(1, 10, 0, 0))).unwrap();
+        let d = log.append_internal(InternalStream::GroupOffsets, false, b"g3").unwrap();
+        d.wait().await.unwrap();
+        let expect = |entries: &[InternalEntry]| {
+            let got: Vec<&[u8]> = entries.iter().map(|e| &e.payload[..]).collect();
+            assert_eq!(got, vec![&b"m-snap1"[..], b"g-snap", b"m2", b"g3"]);
+            assert!(entries[0].snapshot && entries[1].snapshot && !entries[2].snapshot);
+            assert_eq!(entries[1].stream, InternalStream::GroupOffsets);
+        };
+        drop(log);
+        let disk = disk.crash();
+        let (log, internal, _) = open(&disk, small_config()).await;
+        expect(&internal);
+        log.checkpoint().await.unwrap();
+        drop(log);
+        let disk = disk.crash();
+        let (_, internal, report) = open(&disk, small_config()).await;
+        assert!(report.checkpoint_position.is_some());
+        expect(&internal);
+    });
+}
+
+#[test]
+fn deleting_all_checkpoints_rebuilds_the_same_state_from_the_log_alone() {
+    run(|| async {
+        let disk = SimDisk::new(12);
+        let (log, _, _) = open(&disk, small_config()).await;
+        let mut last = None;
+        for i in 0..200u64 {
+            let p = if i % 2 == 0 { P0 } else { P1 };
+            last = Some(
+                log.append_batches(p, &validated(&batch_of(2, 100, i, i as i64))).unwrap().durable,
+            );
+            if i == 120 {
+                last.take().unwrap().wait().await.unwrap();
+                log.checkpoint().await.unwrap();
+                log.apply_retention(
+                    P1,
+                    RetentionPolicy { retention_bytes: Some(3000), retention_ms: None },
+                    0,
+                );
+            }
+        }
+        last.unwrap().wait().await.unwrap();
+        log.close().await.unwrap();
+        drop(log);
+        let snapshot = |log: &ShardLog<SimDisk>| [P0, P1].map(|p| log.partition_info(p).unwrap());
+        let (with_ckpt, _, report) = open(&disk, small_config()).await;
+        assert!(report.checkpoint_position.is_some());
+        let expected = snapshot(&with_ckpt);
+        let expected_data = (read_all(&with_ckpt, P0).await, read_all(&with_ckpt, P1).await);
+        assert!(expected[1].log_start_offset > 0, "retention moved P1");
+        drop(with_ckpt);
+        let disk = disk.crash();
+        disk.remove_all_checkpoints();
+        let (rebuilt, _, report) = open(&disk, small_config()).await;
+        assert_eq!(report.checkpoint_position, None);
+        assert_eq!(snapshot(&rebuilt), expected);
+        assert_eq!((read_all(&rebuilt, P0).await, read_all(&rebuilt, P1).await), expected_data);
+    });
+}
+
+#[test]
+fn retention_moves_log_start_by_whole_batches_and_frees_unpinned_segments() {
+    run(|| async {
+        let disk = SimDisk::new(13);
+        let config = small_config();
+        let (log, _, _) = open(&disk, config.clone()).await;
+        // P1 gets one early batch and keeps it (long retention); P0 fills several segments.
+        log.append_batches(P1, &validated(&batch_of(1, 100, 0, 0))).unwrap();
+        let mut last = None;
+        for i in 0..120u64 {
+            last = Some(
+                log.append_batches(P0, &validated(&batch_of(4, 500, i, i as i64 * 1000)))
+                    .unwrap()
+                    .durable,
+            );
+        }
+        last.unwrap().wait().await.unwrap();
+        log.checkpoint().await.unwrap();
+        let before = log.segments();
+        assert!(before.len() >= 4, "{before:?}");
+        log.apply_retention(
+            P0,
+            RetentionPolicy { retention_ms: Some(10_000), retention_bytes: None },
+            100_000,
+        );
+        let info = log.partition_info(P0).unwrap();
+        assert_eq!(info.log_start_offset, 4 * 90, "batches older than now - 10 s are gone");
+        assert!(matches!(log.read(P0, 0, 100).await, Err(ReadError::OffsetOutOfRange { .. })));
+        assert_eq!(batches_in(&log.read(P0, 360, 1).await.unwrap())[0].0, 360);
+        let pinned = log.pinned_segments();
+        assert_eq!(pinned.iter().find(|(p, _)| *p == P1).unwrap().1, 0, "P1 pins segment 0");
+        assert_eq!(log.segments(), before, "P1's batch keeps segment 0 (and so all after it)");
+        log.apply_retention(
+            P1,
+            RetentionPolicy { retention_ms: Some(0), retention_bytes: None },
+            100_000,
+        );
+        log.checkpoint().await.unwrap();
+        for _ in 0..50 {
+            futures_lite::future::yield_now().await;
+        }
+        let after = log.segments();
+        assert!(after.len() < before.len(), "segments freed: {before:?} -> {after:?}");
+        let p0_pin = log.pinned_segments().iter().find(|(p, _)| *p == P0).unwrap().1;
+        assert_eq!(after[0], p0_pin, "the oldest remaining segment is the one P0 pins");
+        // Size retention keeps the newest batches within the limit.
+        log.apply_retention(
+            P0,
+            RetentionPolicy { retention_ms: None, retention_bytes: Some(10_000) },
+            0,
+        );
+        let info = log.partition_info(P0).unwrap();
+        assert!(info.size_bytes <= 10_000 && info.size_bytes > 10_000 - 2100, "{info:?}");
+        log.checkpoint().await.unwrap(); // the LogStart entry is durable with the next flush
+        drop(log);
+        let disk = disk.crash();
+        let (log, _, _) = open(&disk, config).await;
+        assert_eq!(log.partition_info(P0).unwrap().log_start_offset, info.log_start_offset);
+    });
+}
+
+#[test]
+fn a_bit_flip_in_durable_data_truncates_there_and_reports_what_was_dropped() {
+    run(|| async {
+        let disk = SimDisk::new(14);
+        let (log, _, _) = open(&disk, small_config()).await;
+        for i in 0..10 {
+            log.append_batches(P0, &validated(&batch_of(1, 100, i, 0)))
+                .unwrap()
+                .durable
+                .wait()
+                .await
+                .unwrap();
+        }
+        drop(log);
+        // Entry 5 sits on page 5 (one flush per append, each padded to a page).
+        disk.flip_durable_bit(0, 5 * 4096 + 40, 3);
+        let disk = disk.crash();
+        let (log, _, report) = open(&disk, small_config()).await;
+        assert_eq!(report.truncated_at, Some(5 * 4096));
+        assert!(report.dropped_bytes > 4 * 4096, "{report:?}");
+        assert_eq!(log.partition_info(P0).unwrap().high_watermark, 5);
+        // The log continues cleanly after the truncation point.
+        log.append_batches(P0, &validated(&batch_of(1, 100, 99, 0)))
+            .unwrap()
+            .durable
+            .wait()
+            .await
+            .unwrap();
+        drop(log);
+        let (log, _, report) = open(&disk.crash(), small_config()).await;
+        assert_eq!(report.truncated_at, None, "{report:?}");
+        assert_eq!(log.partition_info(P0).unwrap().high_watermark, 6);
+    });
+}
+
+#[test]
+fn invalid_and_oversized_batches_are_refused_and_nothing_is_written() {
+    run(|| async {
+        let disk = SimDisk::new(15);
+        let (log, _, _) = open(&disk, small_config()).await;
+        let big = batch_of(1, 9000, 0, 0);
+        assert!(matches!(
+            log.append_batches(P0, &validated(&big)),
+            Err(AppendError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            log.append_batches(PartitionId(77), &validated(&batch_of(1, 1, 0, 0))),
+            Err(AppendError::UnknownPartition(_))
+        ));
+        let mut bad = batch_of(1, 10, 0, 0).to_vec();
+        let n = bad.len();
+        bad[n - 1] ^= 1;
+        assert!(matches!(split_batches(&Bytes::from(bad)), Err(BatchError::CrcMismatch { .. })));
+        assert_eq!(log.partition_info(P0).unwrap().log_end_offset, 0);
+        assert_eq!(log.pending_bytes(), 0);
+    });
+}
+
+#[test]
+fn dropped_partitions_stay_dropped_after_recovery() {
+    run(|| async {
+        let disk = SimDisk::new(16);
+        let (log, _, _) = open(&disk, small_config()).await;
+        log.append_batches(P1, &validated(&batch_of(1, 10, 0, 0))).unwrap();
+        log.drop_partition(P1);
+        log.append_batches(P0, &validated(&batch_of(1, 10, 0, 0)))
+            .unwrap()
+            .durable
+            .wait()
+            .await
+            .unwrap();
+        drop(log);
+        let (log, _, _) = ShardLog::open(disk.crash(), small_config()).await.unwrap();
+        assert!(log.partition_info(P1).is_none());
+        assert!(log.partition_info(P0).is_some());
+    });
+}

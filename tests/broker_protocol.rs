@@ -1,0 +1,285 @@
+//! The broker driven with raw Kafka requests, for exact error codes, forwarding and
+//! malformed input.
+
+mod common;
+
+use bytes::Bytes;
+use common::{record_batch, Broker, RawClient};
+use kafka_protocol::messages::api_versions_request::ApiVersionsRequest;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{
+    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
+};
+use kafka_protocol::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
+use kafka_protocol::messages::produce_request::{
+    PartitionProduceData, ProduceRequest, TopicProduceData,
+};
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+fn create(client: &mut RawClient, topic: &str, partitions: i32, replication: i16) -> i16 {
+    let request = CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
+        .with_name(name(topic))
+        .with_num_partitions(partitions)
+        .with_replication_factor(replication)]);
+    match client.call(ApiKey::CreateTopics, 5, RequestKind::CreateTopics(request)) {
+        ResponseKind::CreateTopics(r) => r.topics[0].error_code,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn produce(client: &mut RawClient, topic: &str, partition: i32, records: Bytes) -> (i16, i64) {
+    let request =
+        ProduceRequest::default().with_acks(-1).with_timeout_ms(10_000).with_topic_data(vec![
+            TopicProduceData::default().with_name(name(topic)).with_partition_data(vec![
+                PartitionProduceData::default().with_index(partition).with_records(Some(records)),
+            ]),
+        ]);
+    match client.call(ApiKey::Produce, 9, RequestKind::Produce(request)) {
+        ResponseKind::Produce(r) => {
+            let p = &r.responses[0].partition_responses[0];
+            (p.error_code, p.base_offset)
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+fn fetch(
+    client: &mut RawClient,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    max_wait_ms: i32,
+) -> (i16, i64, Bytes) {
+    let request = FetchRequest::default()
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default().with_topic(name(topic)).with_partitions(vec![
+            FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(1 << 20),
+        ])]);
+    match client.call(ApiKey::Fetch, 11, RequestKind::Fetch(request)) {
+        ResponseKind::Fetch(r) => {
+            let p = &r.responses[0].partitions[0];
+            (p.error_code, p.high_watermark, p.records.clone().unwrap_or_default())
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+fn leaders(client: &mut RawClient, topic: &str) -> Vec<i32> {
+    let request = MetadataRequest::default()
+        .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(name(topic)))]));
+    match client.call(ApiKey::Metadata, 9, RequestKind::Metadata(request)) {
+        ResponseKind::Metadata(r) => r.topics[0].partitions.iter().map(|p| p.leader_id.0).collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_partition_sent_to_the_wrong_shards_port_is_forwarded_and_answered() {
+    let broker = Broker::start(2, &["--probe-log-interval-ms", "200"]);
+    let mut shard0 = RawClient::connect(broker.shard_addr(0));
+    assert_eq!(create(&mut shard0, "routed", 4, 1), 0);
+    let owners = leaders(&mut shard0, "routed");
+    let foreign = owners.iter().position(|o| *o == 1).expect("shard 1 owns a partition") as i32;
+
+    let batch = record_batch(&[(b"k", b"hello")], 1_000);
+    assert_eq!(produce(&mut shard0, "routed", foreign, batch.clone()), (0, 0));
+    assert_eq!(produce(&mut shard0, "routed", foreign, batch.clone()), (0, 1));
+    let (error, high_watermark, records) = fetch(&mut shard0, "routed", foreign, 0, 1000);
+    assert_eq!((error, high_watermark), (0, 2));
+    // Stored bytes come back unchanged but for the base offset the log assigned.
+    assert_eq!(&records[..8], &0i64.to_be_bytes());
+    assert_eq!(&records[8..batch.len()], &batch[8..]);
+
+    let mut shard1 = RawClient::connect(broker.shard_addr(1));
+    let (error, _, same) = fetch(&mut shard1, "routed", foreign, 0, 1000);
+    assert_eq!(error, 0);
+    assert_eq!(same, records, "owner and forwarder return the same bytes");
+
+    common::eventually(std::time::Duration::from_secs(10), "forwarded count in probes", || {
+        broker.log().lines().any(|l| l.contains("shard=0") && l.contains("forwarded_requests=3"))
+    });
+}
+
+#[test]
+fn bad_requests_get_the_right_kafka_error_codes() {
+    let broker =
+        Broker::start(1, &["--auto-create-topics", "false", "--max-message-bytes", "10000"]);
+    let mut client = RawClient::connect(broker.shard_addr(0));
+    assert_eq!(create(&mut client, "t", 1, 1), 0);
+    assert_eq!(create(&mut client, "t", 1, 1), 36, "TOPIC_ALREADY_EXISTS");
+    assert_eq!(create(&mut client, "bad name!", 1, 1), 17, "INVALID_TOPIC_EXCEPTION");
+    assert_eq!(create(&mut client, "r3", 1, 3), 38, "INVALID_REPLICATION_FACTOR");
+    assert_eq!(create(&mut client, "p0", 0, 1), 37, "INVALID_PARTITIONS");
+
+    let small = record_batch(&[(b"k", b"v")], 1);
+    assert_eq!(
+        produce(&mut client, "missing", 0, small.clone()).0,
+        3,
+        "UNKNOWN_TOPIC_OR_PARTITION"
+    );
+    assert_eq!(produce(&mut client, "t", 7, small.clone()).0, 3, "UNKNOWN_TOPIC_OR_PARTITION");
+    let big_value = vec![b'x'; 20_000];
+    let big = record_batch(&[(b"k", &big_value)], 1);
+    assert_eq!(produce(&mut client, "t", 0, big).0, 10, "MESSAGE_TOO_LARGE");
+    let mut corrupt = small.to_vec();
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0xff;
+    assert_eq!(produce(&mut client, "t", 0, Bytes::from(corrupt)).0, 2, "CORRUPT_MESSAGE");
+    // Nothing of the refused batches was written.
+    assert_eq!(produce(&mut client, "t", 0, small).1, 0);
+
+    let (error, _, _) = fetch(&mut client, "t", 0, 5, 0);
+    assert_eq!(error, 1, "OFFSET_OUT_OF_RANGE");
+
+    let request = MetadataRequest::default()
+        .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(name("nope")))]))
+        .with_allow_auto_topic_creation(true);
+    match client.call(ApiKey::Metadata, 9, RequestKind::Metadata(request)) {
+        ResponseKind::Metadata(r) => assert_eq!(r.topics[0].error_code, 3),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn list_offsets_answers_earliest_latest_and_by_time() {
+    let broker = Broker::start(2, &[]);
+    let mut client = RawClient::connect(broker.shard_addr(0));
+    assert_eq!(create(&mut client, "times", 1, 1), 0);
+    for t in [100, 200, 300] {
+        produce(&mut client, "times", 0, record_batch(&[(b"k", b"v"), (b"k", b"w")], t));
+    }
+    let mut ask = |timestamp: i64| {
+        let request = ListOffsetsRequest::default().with_replica_id((-1).into()).with_topics(vec![
+            ListOffsetsTopic::default().with_name(name("times")).with_partitions(vec![
+                ListOffsetsPartition::default().with_partition_index(0).with_timestamp(timestamp),
+            ]),
+        ]);
+        match client.call(ApiKey::ListOffsets, 5, RequestKind::ListOffsets(request)) {
+            ResponseKind::ListOffsets(r) => {
+                let p = &r.topics[0].partitions[0];
+                (p.error_code, p.offset)
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(ask(-2), (0, 0));
+    assert_eq!(ask(-1), (0, 6));
+    assert_eq!(ask(150), (0, 2));
+    assert_eq!(ask(300), (0, 4));
+    assert_eq!(ask(301), (0, -1));
+}
+
+#[test]
+fn a_parked_fetch_is_woken_by_a_produce() {
+    let broker = Broker::start(1, &[]);
+    let mut client = RawClient::connect(broker.shard_addr(0));
+    assert_eq!(create(&mut client, "wake", 1, 1), 0);
+    let addr = broker.shard_addr(0);
+    let producer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let mut other = RawClient::connect(addr);
+        produce(&mut other, "wake", 0, record_batch(&[(b"k", b"v")], 5))
+    });
+    // Without the wake-up this fetch would come back empty after 20 s.
+    let (error, high_watermark, records) = fetch(&mut client, "wake", 0, 0, 20_000);
+    assert_eq!((error, high_watermark), (0, 1));
+    assert!(!records.is_empty());
+    assert_eq!(producer.join().unwrap(), (0, 0));
+}
+
+#[test]
+fn malformed_frames_close_only_their_own_connection() {
+    let broker = Broker::start(1, &["--max-request-bytes", "65536"]);
+    let mut garbage = RawClient::connect(broker.shard_addr(0));
+    garbage.send_frame(&[0xff, 0x7f, 0, 0, 0, 0, 0, 1, 9, 9, 9]);
+    assert!(garbage.is_closed_by_broker());
+
+    let mut huge = RawClient::connect(broker.shard_addr(0));
+    huge.send_raw(&(200_000_000i32).to_be_bytes());
+    assert!(huge.is_closed_by_broker(), "an oversized frame is refused before it is read");
+
+    let mut truncated = RawClient::connect(broker.shard_addr(0));
+    // A Metadata v9 header followed by a topic array claiming 1000 entries and no bytes.
+    truncated.send_frame(&[0, 3, 0, 9, 0, 0, 0, 1, 0, 0, 0, 0x87, 0x68]);
+    assert!(truncated.is_closed_by_broker());
+
+    let mut good = RawClient::connect(broker.shard_addr(0));
+    match good.call(ApiKey::ApiVersions, 3, RequestKind::ApiVersions(ApiVersionsRequest::default()))
+    {
+        ResponseKind::ApiVersions(r) => {
+            assert_eq!(r.error_code, 0);
+            let produce = r.api_keys.iter().find(|k| k.api_key == 0).unwrap();
+            assert_eq!(produce.min_version, 0, "Produce advertised from v0 for librdkafka");
+        }
+        other => panic!("{other:?}"),
+    }
+    // An ApiVersions version from the future is answered in v0 with UNSUPPORTED_VERSION.
+    let id =
+        good.send(ApiKey::ApiVersions, 3, &RequestKind::ApiVersions(ApiVersionsRequest::default()));
+    let _ = good.receive(ApiKey::ApiVersions, 3, id);
+    let mut future = RawClient::connect(broker.shard_addr(0));
+    future.send_frame(&[0, 18, 0, 99, 0, 0, 0, 7, 0, 0]);
+    let frame = future.read_frame().expect("a v0 response");
+    assert_eq!(&frame[..4], &7i32.to_be_bytes(), "correlation id");
+    assert_eq!(&frame[4..6], &35i16.to_be_bytes(), "UNSUPPORTED_VERSION");
+    assert!(broker_is_up(&broker));
+}
+
+fn broker_is_up(broker: &Broker) -> bool {
+    std::net::TcpStream::connect(broker.shard_addr(0)).is_ok()
+}
+
+#[test]
+fn a_consumer_can_fetch_from_every_offset_of_long_interleaved_partitions() {
+    let broker = Broker::start(1, &[]);
+    let mut client = RawClient::connect(broker.shard_addr(0));
+    assert_eq!(create(&mut client, "long", 3, 1), 0);
+    let value = vec![b'v'; 1000];
+    // Small batches, and every 50th one large (as librdkafka builds under load).
+    let small: Vec<(&[u8], &[u8])> = (0..7).map(|_| (&b"k"[..], &value[..])).collect();
+    let large: Vec<(&[u8], &[u8])> = (0..400).map(|_| (&b"k"[..], &value[..])).collect();
+    let (small, large) = (record_batch(&small, 42), record_batch(&large, 43));
+    let mut ends = [0i64; 3];
+    for i in 0..600 {
+        let partition = i % 3;
+        let (batch, count) = if i % 50 == 49 { (&large, 400) } else { (&small, 7) };
+        let (error, base) = produce(&mut client, "long", partition as i32, batch.clone());
+        assert_eq!((error, base), (0, ends[partition]));
+        ends[partition] += count;
+    }
+    for (partition, end) in ends.iter().enumerate() {
+        let mut offset = 0;
+        while offset < *end {
+            let (error, high_watermark, records) =
+                fetch(&mut client, "long", partition as i32, offset, 0);
+            assert_eq!((error, high_watermark), (0, *end), "at offset {offset}");
+            assert!(!records.is_empty(), "no records at offset {offset} of partition {partition}");
+            // Walk the returned batches: whole batches, dense offsets.
+            let mut at = 0;
+            while at + 12 <= records.len() {
+                let base = i64::from_be_bytes(records[at..at + 8].try_into().unwrap());
+                let len = i32::from_be_bytes(records[at + 8..at + 12].try_into().unwrap()) as usize;
+                let last_delta = i32::from_be_bytes(records[at + 23..at + 27].try_into().unwrap());
+                assert!(
+                    base <= offset && offset <= base + last_delta as i64,
+                    "batch {base} misses {offset}"
+                );
+                assert!(at + 12 + len <= records.len(), "partial batch at {base}");
+                offset = base + last_delta as i64 + 1;
+                at += 12 + len;
+            }
+        }
+    }
+}

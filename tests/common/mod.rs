@@ -1,0 +1,289 @@
+//! Test harness: a real shardlog process on 127.0.0.1 with its own temp dir and free
+//! ports, plus a raw Kafka-protocol client for exact error codes.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+/// A running broker process; killed (SIGKILL) when dropped.
+pub struct Broker {
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    pub cores: usize,
+    pub extra_args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Broker {
+    /// Starts a broker with `cores` shards and extra flags.
+    pub fn start(cores: usize, extra_args: &[&str]) -> Broker {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = free_port_range(cores + 1);
+        let mut broker = Broker {
+            dir,
+            port,
+            cores,
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            child: None,
+        };
+        broker.spawn();
+        broker
+    }
+
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn shard_addr(&self, shard: usize) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port + 1 + shard as u16))
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("broker.log")
+    }
+
+    /// Everything the broker printed so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("broker log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_shardlog"))
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .arg("--kafka-addr")
+            .arg(self.bootstrap())
+            .arg("--cores")
+            .arg(self.cores.to_string())
+            .arg("--segment-bytes")
+            .arg((8u64 << 20).to_string())
+            .args(&self.extra_args)
+            .env("SHARDLOG_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("starting the shardlog binary");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut addrs: Vec<SocketAddr> = (0..self.cores).map(|s| self.shard_addr(s)).collect();
+        addrs.push(self.bootstrap().parse().unwrap());
+        for addr in addrs {
+            loop {
+                if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                    panic!("broker exited with {status} during start-up:\n{}", self.log());
+                }
+                if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "broker not ready in 60 s:\n{}", self.log());
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    /// kill -9, then start again on the same data dir and ports.
+    pub fn kill_and_restart(&mut self) {
+        self.kill();
+        // The kernel may keep a dead broker's io_uring listeners for a moment.
+        let bootstrap: SocketAddr = self.bootstrap().parse().unwrap();
+        eventually(Duration::from_secs(10), "the old listeners to close", || {
+            TcpStream::connect_timeout(&bootstrap, Duration::from_millis(100)).is_err()
+        });
+        self.spawn();
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- broker log ({}) ----\n{}", self.log_path().display(), self.log());
+        }
+        self.kill();
+    }
+}
+
+/// A base port p such that p..p+count are free on 127.0.0.1 right now, below the
+/// kernel's ephemeral range: after a kill -9, clients reconnecting from ephemeral ports
+/// could otherwise take the broker's port before it restarts.
+fn free_port_range(count: usize) -> u16 {
+    let seed = std::process::id() as u64
+        ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos()
+            as u64;
+    let mut state = seed | 1;
+    for _ in 0..500 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let base = 12_000 + (state % 20_000) as u16;
+        let all_free =
+            (0..count as u16).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok());
+        if all_free {
+            return base;
+        }
+    }
+    panic!("no free port range of {count} ports");
+}
+
+/// A minimal blocking Kafka client: one request at a time, exact responses.
+pub struct RawClient {
+    stream: TcpStream,
+    next_correlation_id: i32,
+}
+
+impl RawClient {
+    pub fn connect(addr: SocketAddr) -> RawClient {
+        let stream = TcpStream::connect(addr).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        RawClient { stream, next_correlation_id: 1 }
+    }
+
+    /// Sends one request and returns its decoded response.
+    pub fn call(&mut self, api_key: ApiKey, version: i16, body: RequestKind) -> ResponseKind {
+        let correlation_id = self.send(api_key, version, &body);
+        self.receive(api_key, version, correlation_id)
+    }
+
+    pub fn send(&mut self, api_key: ApiKey, version: i16, body: &RequestKind) -> i32 {
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(api_key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("raw-test")));
+        let mut frame = BytesMut::new();
+        header.encode(&mut frame, api_key.request_header_version(version)).unwrap();
+        body.encode(&mut frame, version).unwrap();
+        self.send_frame(&frame);
+        correlation_id
+    }
+
+    pub fn send_frame(&mut self, frame: &[u8]) {
+        let mut out = BytesMut::with_capacity(frame.len() + 4);
+        out.put_i32(frame.len() as i32);
+        out.put_slice(frame);
+        self.stream.write_all(&out).unwrap();
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).unwrap();
+    }
+
+    pub fn receive(&mut self, api_key: ApiKey, version: i16, correlation_id: i32) -> ResponseKind {
+        let mut frame = self.read_frame().expect("response frame");
+        let header =
+            ResponseHeader::decode(&mut frame, api_key.response_header_version(version)).unwrap();
+        assert_eq!(header.correlation_id, correlation_id);
+        let body = ResponseKind::decode(api_key, &mut frame, version).unwrap();
+        assert_eq!(frame.remaining(), 0, "trailing bytes in response");
+        body
+    }
+
+    /// The next frame, or None when the broker closed the connection.
+    pub fn read_frame(&mut self) -> Option<Bytes> {
+        let mut len = [0u8; 4];
+        self.stream.read_exact(&mut len).ok()?;
+        let mut frame = vec![0u8; i32::from_be_bytes(len) as usize];
+        self.stream.read_exact(&mut frame).ok()?;
+        Some(Bytes::from(frame))
+    }
+
+    /// True when the broker closed the connection (EOF) within the read timeout.
+    pub fn is_closed_by_broker(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        matches!(self.stream.read(&mut byte), Ok(0) | Err(_))
+    }
+}
+
+/// Builds an uncompressed Kafka v2 record batch holding `values` (keys optional).
+pub fn record_batch(values: &[(&[u8], &[u8])], base_timestamp: i64) -> Bytes {
+    let mut records = BytesMut::new();
+    for (i, (key, value)) in values.iter().enumerate() {
+        let mut body = BytesMut::new();
+        body.put_i8(0); // attributes
+        put_varint(&mut body, 0); // timestamp delta
+        put_varint(&mut body, i as i64); // offset delta
+        put_varint(&mut body, key.len() as i64);
+        body.put_slice(key);
+        put_varint(&mut body, value.len() as i64);
+        body.put_slice(value);
+        put_varint(&mut body, 0); // headers
+        put_varint(&mut records, body.len() as i64);
+        records.put_slice(&body);
+    }
+    let mut batch = BytesMut::new();
+    batch.put_i64(0); // base offset
+    batch.put_i32(0); // batch length, patched below
+    batch.put_i32(-1); // partition leader epoch
+    batch.put_i8(2); // magic
+    batch.put_u32(0); // crc, patched below
+    batch.put_i16(0); // attributes
+    batch.put_i32(values.len() as i32 - 1); // last offset delta
+    batch.put_i64(base_timestamp);
+    batch.put_i64(base_timestamp);
+    batch.put_i64(-1); // producer id
+    batch.put_i16(-1); // producer epoch
+    batch.put_i32(-1); // base sequence
+    batch.put_i32(values.len() as i32);
+    batch.put_slice(&records);
+    let batch_length = (batch.len() - 12) as i32;
+    batch[8..12].copy_from_slice(&batch_length.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[21..]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+    batch.freeze()
+}
+
+fn put_varint(buf: &mut BytesMut, value: i64) {
+    let mut v = ((value << 1) ^ (value >> 63)) as u64;
+    while v >= 0x80 {
+        buf.put_u8((v as u8) | 0x80);
+        v >>= 7;
+    }
+    buf.put_u8(v as u8);
+}
+
+/// Waits until `f` returns true (polling), or panics with `what` after `limit`.
+pub fn eventually(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn path_exists(p: &Path) -> bool {
+    p.exists()
+}
