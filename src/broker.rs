@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use glommio::net::TcpListener;
 use shardlog_net::{serve_connection, ConnectionLimits};
+use shardlog_shards::group::GroupConfig;
 use shardlog_shards::{Mesh, Shard, ShardConfig, ShardMeshBuilder};
 use shardlog_storage::{DmaDisk, LogConfig, ShardLog};
 use tracing::{error, info, warn};
@@ -106,9 +107,14 @@ async fn start_shard(
         default_partitions: config.default_partitions,
         max_message_bytes: config.max_message_bytes,
         probe_log_interval: Duration::from_millis(config.probe_log_interval_ms.max(10)),
+        group: GroupConfig {
+            min_session_timeout_ms: config.group_min_session_timeout_ms,
+            ..GroupConfig::default()
+        },
         ..ShardConfig::default()
     };
     let shard = Shard::new(log, mesh.clone(), shard_config);
+    shard.groups.restore(&internal).map_err(|e| format!("shard {id}: committed offsets: {e}"))?;
     mesh.spawn_receivers(receivers, shard.clone());
     if id == 0 {
         shard.start_controller(&internal).await?;
@@ -116,6 +122,7 @@ async fn start_shard(
     shard.wait_for_table().await;
     spawn_checkpoints(shard.clone());
     spawn_probe_log(shard.clone());
+    shard.spawn_group_ticker();
     let handler = Rc::new(KafkaHandler { shard: shard.clone(), listeners: listeners.clone() });
     let limits = ConnectionLimits {
         max_frame_bytes: config.max_request_bytes,

@@ -49,6 +49,10 @@ pub struct Config {
     #[arg(long, env = "SHARDLOG_PROBE_LOG_INTERVAL_MS", default_value_t = 60_000)]
     pub probe_log_interval_ms: u64,
 
+    /// Shortest consumer session timeout accepted (Kafka's group.min.session.timeout.ms).
+    #[arg(long, env = "SHARDLOG_GROUP_MIN_SESSION_TIMEOUT_MS", default_value_t = 6000)]
+    pub group_min_session_timeout_ms: u64,
+
     /// Size of each log segment file (preallocated).
     #[arg(long, env = "SHARDLOG_SEGMENT_BYTES", default_value_t = 128 << 20)]
     pub segment_bytes: u64,

@@ -14,6 +14,8 @@ pub struct Request {
     pub api_version: i16,
     pub header: RequestHeader,
     pub body: RequestKind,
+    /// The client's address (set by the connection loop).
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 /// Why a frame could not be turned into a request.
@@ -79,7 +81,7 @@ pub fn decode_request(
         let reason = format!("{} trailing bytes", frame.remaining());
         return Err(DecodeError::Malformed { api_key, api_version, reason });
     }
-    Ok(Request { api_key, api_version, header, body })
+    Ok(Request { api_key, api_version, header, body, peer: None })
 }
 
 /// Encodes a response frame, length prefix included.

@@ -18,7 +18,7 @@ use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel;
 use glommio::net::TcpStream;
 use kafka_protocol::messages::{ApiKey, ResponseKind};
-use tracing::{debug, warn};
+use tracing::{debug, error, warn};
 
 use crate::codec::{decode_request, encode_response, DecodeError, Request};
 
@@ -77,7 +77,7 @@ pub async fn serve_connection<H: RequestHandler>(
     let (reader, writer) = futures_lite::io::split(stream);
     let (queue, pending) = local_channel::new_bounded::<InFlight>(limits.max_in_flight.max(1));
     let writer_task = glommio::spawn_local(write_responses(writer, pending));
-    let read_result = read_requests(reader, handler, limits, queue).await;
+    let read_result = read_requests(reader, handler, limits, queue, peer).await;
     if let Err(e) = &read_result {
         warn!(%peer, error = %e, "closing connection");
     } else {
@@ -93,6 +93,7 @@ async fn read_requests<H: RequestHandler>(
     handler: Rc<H>,
     limits: ConnectionLimits,
     queue: local_channel::LocalSender<InFlight>,
+    peer: std::net::SocketAddr,
 ) -> io::Result<()> {
     loop {
         let mut len_bytes = [0u8; 4];
@@ -112,7 +113,8 @@ async fn read_requests<H: RequestHandler>(
         let mut frame = BytesMut::zeroed(len as usize);
         reader.read_exact(&mut frame).await?;
         let in_flight = match decode_request(frame.freeze(), |k| handler.supported_versions(k)) {
-            Ok(request) => {
+            Ok(mut request) => {
+                request.peer = Some(peer);
                 let api_key = request.api_key;
                 let api_version = request.api_version;
                 let correlation_id = request.header.correlation_id;
@@ -150,7 +152,11 @@ async fn write_responses(
             in_flight.correlation_id,
             &body,
         )
-        .map_err(invalid)?;
+        .map_err(|e| {
+            // A handler built a response its version cannot carry: a bug, made loud.
+            error!(api = ?in_flight.api_key, version = in_flight.api_version, error = %e, "encoding a response failed");
+            invalid(e)
+        })?;
         writer.write_all(&frame).await?;
     }
     writer.flush().await

@@ -1,14 +1,23 @@
 //! Kafka error codes, and the one mapping from internal errors to them.
 
-use shardlog_shards::{PartitionError, TopicError};
+use shardlog_shards::{GroupError, PartitionError, TopicError};
 
 pub const NONE: i16 = 0;
 pub const OFFSET_OUT_OF_RANGE: i16 = 1;
 pub const CORRUPT_MESSAGE: i16 = 2;
 pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 pub const MESSAGE_TOO_LARGE: i16 = 10;
+pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
+pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+pub const NOT_COORDINATOR: i16 = 16;
 pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
 pub const INVALID_REQUIRED_ACKS: i16 = 21;
+pub const ILLEGAL_GENERATION: i16 = 22;
+pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+pub const INVALID_GROUP_ID: i16 = 24;
+pub const UNKNOWN_MEMBER_ID: i16 = 25;
+pub const INVALID_SESSION_TIMEOUT: i16 = 26;
+pub const REBALANCE_IN_PROGRESS: i16 = 27;
 pub const UNSUPPORTED_VERSION: i16 = 35;
 pub const TOPIC_ALREADY_EXISTS: i16 = 36;
 pub const INVALID_PARTITIONS: i16 = 37;
@@ -19,7 +28,11 @@ pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
 pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
 pub const UNKNOWN_PRODUCER_ID: i16 = 59;
+pub const NON_EMPTY_GROUP: i16 = 68;
+pub const GROUP_ID_NOT_FOUND: i16 = 69;
 pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+pub const MEMBER_ID_REQUIRED: i16 = 79;
+pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 pub const INVALID_RECORD: i16 = 87;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
 
@@ -49,6 +62,26 @@ pub fn topic_error_code(error: &TopicError) -> i16 {
         TopicError::InvalidRequest(_) => INVALID_REQUEST,
         TopicError::UnknownTopic(_) => UNKNOWN_TOPIC_OR_PARTITION,
         TopicError::Storage(_) => KAFKA_STORAGE_ERROR,
+    }
+}
+
+/// The Kafka error code for a consumer-group failure.
+pub fn group_error_code(error: &GroupError) -> i16 {
+    match error {
+        GroupError::NotCoordinator => NOT_COORDINATOR,
+        GroupError::InvalidGroupId => INVALID_GROUP_ID,
+        GroupError::UnknownMemberId => UNKNOWN_MEMBER_ID,
+        GroupError::MemberIdRequired => MEMBER_ID_REQUIRED,
+        GroupError::IllegalGeneration => ILLEGAL_GENERATION,
+        GroupError::RebalanceInProgress => REBALANCE_IN_PROGRESS,
+        GroupError::InconsistentGroupProtocol => INCONSISTENT_GROUP_PROTOCOL,
+        GroupError::InvalidSessionTimeout => INVALID_SESSION_TIMEOUT,
+        GroupError::GroupIdNotFound => GROUP_ID_NOT_FOUND,
+        GroupError::NonEmptyGroup => NON_EMPTY_GROUP,
+        GroupError::GroupSubscribedToTopic => GROUP_SUBSCRIBED_TO_TOPIC,
+        GroupError::OffsetMetadataTooLarge => OFFSET_METADATA_TOO_LARGE,
+        GroupError::UnknownTopicOrPartition => UNKNOWN_TOPIC_OR_PARTITION,
+        GroupError::Storage => KAFKA_STORAGE_ERROR,
     }
 }
 

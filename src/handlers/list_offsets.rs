@@ -12,7 +12,7 @@ use shardlog_shards::Shard;
 
 use super::errors::{self, partition_error_code};
 
-pub fn handle(shard: Rc<Shard>, request: ListOffsetsRequest) -> Reply {
+pub fn handle(shard: Rc<Shard>, request: ListOffsetsRequest, version: i16) -> Reply {
     Box::pin(async move {
         let mut topics = Vec::with_capacity(request.topics.len());
         for topic in request.topics {
@@ -29,7 +29,8 @@ pub fn handle(shard: Rc<Shard>, request: ListOffsetsRequest) -> Reply {
                         .with_error_code(errors::NONE)
                         .with_offset(offset)
                         .with_timestamp(timestamp)
-                        .with_leader_epoch(0),
+                        // leader_epoch exists from v4 (the encoder refuses it before).
+                        .with_leader_epoch(if version >= 4 { 0 } else { -1 }),
                     Err(e) => response
                         .with_error_code(partition_error_code(&e))
                         .with_offset(-1)

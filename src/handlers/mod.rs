@@ -7,13 +7,24 @@
 
 mod api_versions;
 mod create_topics;
+mod delete_groups;
 mod delete_topics;
 mod describe_configs;
+mod describe_groups;
 pub mod errors;
 mod fetch;
+mod find_coordinator;
+mod heartbeat;
+mod join_group;
+mod leave_group;
+mod list_groups;
 mod list_offsets;
 mod metadata;
+mod offset_commit;
+mod offset_delete;
+mod offset_fetch;
 mod produce;
+mod sync_group;
 
 use std::rc::Rc;
 
@@ -47,6 +58,17 @@ pub const SUPPORTED_APIS: &[ApiSupport] = &[
     api(ApiKey::CreateTopics, 2, 2, 7),
     api(ApiKey::DeleteTopics, 1, 1, 6),
     api(ApiKey::DescribeConfigs, 1, 1, 4),
+    api(ApiKey::FindCoordinator, 0, 0, 4),
+    api(ApiKey::JoinGroup, 0, 0, 9),
+    api(ApiKey::SyncGroup, 0, 0, 5),
+    api(ApiKey::Heartbeat, 0, 0, 4),
+    api(ApiKey::LeaveGroup, 0, 0, 5),
+    api(ApiKey::OffsetCommit, 2, 2, 9),
+    api(ApiKey::OffsetFetch, 1, 1, 9),
+    api(ApiKey::ListGroups, 0, 0, 5),
+    api(ApiKey::DescribeGroups, 0, 0, 5),
+    api(ApiKey::DeleteGroups, 0, 0, 2),
+    api(ApiKey::OffsetDelete, 0, 0, 0),
 ];
 
 /// Where clients reach each shard.
@@ -83,7 +105,9 @@ impl RequestHandler for KafkaHandler {
         match request.body {
             RequestKind::Produce(body) => produce::handle(&self.shard, body, version).await,
             RequestKind::Fetch(body) => fetch::handle(self.shard.clone(), body),
-            RequestKind::ListOffsets(body) => list_offsets::handle(self.shard.clone(), body),
+            RequestKind::ListOffsets(body) => {
+                list_offsets::handle(self.shard.clone(), body, version)
+            }
             RequestKind::Metadata(body) => metadata::handle(self.clone(), body, version),
             RequestKind::ApiVersions(_) => {
                 let response = api_versions::response(errors::NONE);
@@ -92,6 +116,25 @@ impl RequestHandler for KafkaHandler {
             RequestKind::CreateTopics(body) => create_topics::handle(self.shard.clone(), body),
             RequestKind::DeleteTopics(body) => delete_topics::handle(self.shard.clone(), body),
             RequestKind::DescribeConfigs(body) => describe_configs::handle(self.clone(), body),
+            RequestKind::FindCoordinator(body) => {
+                find_coordinator::handle(self.clone(), body, version)
+            }
+            RequestKind::JoinGroup(body) => {
+                let client_id = request.header.client_id.map(|c| c.to_string()).unwrap_or_default();
+                let client_host = request.peer.map(|p| format!("/{}", p.ip())).unwrap_or_default();
+                join_group::handle(self.shard.clone(), body, version, client_id, client_host)
+            }
+            RequestKind::SyncGroup(body) => sync_group::handle(self.shard.clone(), body),
+            RequestKind::Heartbeat(body) => heartbeat::handle(self.shard.clone(), body),
+            RequestKind::LeaveGroup(body) => leave_group::handle(self.shard.clone(), body, version),
+            RequestKind::OffsetCommit(body) => offset_commit::handle(self.shard.clone(), body),
+            RequestKind::OffsetFetch(body) => {
+                offset_fetch::handle(self.shard.clone(), body, version)
+            }
+            RequestKind::ListGroups(body) => list_groups::handle(self.shard.clone(), body),
+            RequestKind::DescribeGroups(body) => describe_groups::handle(self.shard.clone(), body),
+            RequestKind::DeleteGroups(body) => delete_groups::handle(self.shard.clone(), body),
+            RequestKind::OffsetDelete(body) => offset_delete::handle(self.shard.clone(), body),
             other => {
                 // The version table and this match disagree: a bug, caught in tests.
                 panic!("request {:?} passed the version table but has no handler", other)

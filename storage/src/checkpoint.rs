@@ -44,6 +44,8 @@ pub struct CheckpointV1 {
     pub partitions: Vec<PartitionV1>,
     /// Live internal entries (per stream: since its latest snapshot), in log order.
     pub internal: Vec<InternalV1>,
+    /// Written by a clean close: nothing was written to the log after `position`.
+    pub clean: bool,
 }
 
 pub fn encode(checkpoint: &CheckpointV1) -> Vec<u8> {
@@ -105,6 +107,7 @@ mod tests {
                 snapshot: true,
                 payload: vec![1, 2],
             }],
+            clean: true,
         }
     }
 

@@ -7,7 +7,9 @@
 //! 2. Bytes after the recovered end are zeroed on disk (the rest of the page keeps its
 //!    verified prefix), later segment files are removed, and what was dropped is logged
 //!    with `tracing::warn!`. So a later recovery can never see stale entries of an
-//!    earlier incarnation behind new ones.
+//!    earlier incarnation behind new ones. Exception: after a clean close (checkpoint
+//!    marked clean, at the end of the log) nothing follows the end, so the check is
+//!    skipped and the prepared spare segments are kept.
 //! 3. Every replayed segment is fdatasync'ed before the log serves reads: replayed entries
 //!    that had been written but not synced before the crash are durable from now on, so
 //!    high watermark = next offset is honest.
@@ -134,15 +136,29 @@ pub(crate) async fn recover<D: Disk>(
     };
     report.replayed_bytes = position - start;
     let end_segment = files[index];
-    let prefix = truncate_after(disk, end_segment, position, &stop, &mut report).await?;
-    for stale in &files[index + 1..] {
-        tracing::warn!(
-            segment = stale.base,
-            bytes = stale.len,
-            "removing segment after the end of the log"
-        );
-        report.dropped_bytes += stale.len;
-        disk.remove_segment(stale.base).await?;
+    // After a clean close nothing was written past the checkpoint: the rest of the segment
+    // and the spare segments after it are known to be zeros (contract 2 holds already).
+    let clean = matches!(stop, Stop::End)
+        && checkpoint.as_ref().is_some_and(|c| c.clean && c.position == position);
+    let prefix = if clean {
+        // The next writes make "nothing after the checkpoint" false: mark it unclean
+        // (durably) before the log takes appends.
+        let mut unclean = checkpoint.clone().expect("clean implies a checkpoint");
+        unclean.clean = false;
+        disk.write_checkpoint(unclean.position, checkpoint::encode(&unclean)).await?;
+        Vec::new()
+    } else {
+        truncate_after(disk, end_segment, position, &stop, &mut report).await?
+    };
+    let mut kept = index;
+    for later in &files[index + 1..] {
+        if clean && later.base == files[kept].base + files[kept].len {
+            kept += 1;
+            continue;
+        }
+        // Usually the prepared spare; after a crash it may hold torn bytes of a flush.
+        tracing::info!(segment = later.base, "removing a segment after the end of the log");
+        disk.remove_segment(later.base).await?;
     }
     for segment in &files[first_replayed..=index] {
         disk.sync(segment.base).await?;
@@ -152,11 +168,16 @@ pub(crate) async fn recover<D: Disk>(
     }
     // Earlier segments are full; the rest of the current one may never have been written
     // (fallocate'd): the maintenance task zero-fills it in idle time.
-    let segments = files[..=index]
+    let segments = files[..=kept]
         .iter()
         .map(|s| {
-            let written =
-                if s.base == end_segment.base { align_up(position) - s.base } else { s.len };
+            let written = if s.base == end_segment.base {
+                align_up(position) - s.base
+            } else if s.base > end_segment.base && disk.lazy_zero_fill() {
+                0 // a kept spare: not known to be zero-filled
+            } else {
+                s.len
+            };
             (s.base, Segment::new(s.len, SegmentState::Ready, written.min(s.len)))
         })
         .collect();
@@ -209,9 +230,10 @@ async fn scan_segment<D: Disk>(
                 *position = at;
                 return Ok(Some(Stop::Corrupt("entry CRC mismatch".into())));
             }
-            let cached =
-                (header.kind == EntryKind::RecordBatch).then(|| Bytes::copy_from_slice(&payload));
-            core.apply(&header, at, &payload, cached)?;
+            // Replayed batches are not put in the tail cache: copying a whole log into a
+            // cache that keeps only its end doubled the replay time; reads after a restart
+            // go to disk until new appends fill the cache.
+            core.apply(&header, at, &payload, None)?;
             report.replayed_entries += 1;
         }
         *position = end;

@@ -77,6 +77,7 @@ struct SimState {
     max_yields: u64,
     syncs: u64,
     lazy_zero_fill: bool,
+    zero_fills: u64,
 }
 
 /// In-memory disk; clones share the same files. See the module doc for the crash model.
@@ -97,6 +98,7 @@ impl SimDisk {
                 max_yields: 3,
                 syncs: 0,
                 lazy_zero_fill: false,
+                zero_fills: 0,
             })),
             alive: Rc::new(Cell::new(true)),
         }
@@ -136,6 +138,10 @@ impl SimDisk {
         let file = state.files.get_mut(&base).expect("no such segment");
         file.data[offset] ^= 1 << bit;
         file.durable[offset] ^= 1 << bit;
+    }
+    /// Idle-time zero-fill calls so far.
+    pub fn zero_fill_count(&self) -> u64 {
+        self.state.borrow().zero_fills
     }
     /// Completed syncs so far.
     pub fn sync_count(&self) -> u64 {
@@ -234,6 +240,12 @@ impl Disk for SimDisk {
 
     fn lazy_zero_fill(&self) -> bool {
         self.state.borrow().lazy_zero_fill
+    }
+
+    async fn zero_fill(&self, base: u64, offset: u64, len: u64) -> Result<(), StorageError> {
+        self.state.borrow_mut().zero_fills += 1;
+        self.write_at(base, offset, vec![0; len as usize]).await?;
+        self.sync(base).await
     }
 
     fn alloc_buffer(&self, len: usize) -> Vec<u8> {

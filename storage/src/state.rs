@@ -70,6 +70,8 @@ pub(crate) struct State<B> {
     /// Log range `[start, end)` the maintenance task is writing zeros to: the flusher
     /// does not write there until it is released.
     pub zeroing: Option<(u64, u64, u64)>,
+    /// When the last flush completed (idle-time zero-fill waits for a quiet moment).
+    pub last_flush_done: std::time::Instant,
     pub flusher: Option<std::task::Waker>,
     pub maintenance: Option<std::task::Waker>,
 }
@@ -237,6 +239,7 @@ impl Replayed {
             stopped: false,
             zero_fill: false,
             zeroing: None,
+            last_flush_done: std::time::Instant::now(),
             flusher: None,
             maintenance: None,
         }
@@ -258,10 +261,10 @@ impl<B: crate::disk::IoBuffer> State<B> {
     /// The next range to zero-fill `(segment base, start, end)` in log positions: only when
     /// the flusher is idle, never at or behind the writer.
     pub fn zero_work(&self) -> Option<(u64, u64, u64)> {
-        // Small steps, a margin ahead of the writer, the spare before the current segment:
-        // a lone append must not queue behind a zero write of the range it writes to.
-        const ZERO_STEP_BYTES: u64 = 128 << 10;
-        const WRITER_MARGIN_BYTES: u64 = 1 << 20;
+        // Small steps a little ahead of the writer: an append that arrives during a step
+        // waits for one small write at most.
+        const ZERO_STEP_BYTES: u64 = 256 << 10;
+        const WRITER_MARGIN_BYTES: u64 = 64 << 10;
         if !self.zero_fill
             || self.zeroing.is_some()
             || self.batcher.is_flushing()
@@ -280,8 +283,7 @@ impl<B: crate::disk::IoBuffer> State<B> {
             (start < end_of_segment)
                 .then(|| (base, start, (start + ZERO_STEP_BYTES).min(end_of_segment)))
         };
-        let later = self.segments.range(current + 1..).find_map(work);
-        later.or_else(|| self.segments.range(current..=current).find_map(work))
+        self.segments.range(current..).find_map(work)
     }
 
     /// The segment base holding log position `position`.
@@ -365,6 +367,6 @@ impl<B: crate::disk::IoBuffer> State<B> {
                 payload: e.payload.to_vec(),
             })
             .collect();
-        CheckpointV1 { position, partitions, internal }
+        CheckpointV1 { position, partitions, internal, clean: false }
     }
 }

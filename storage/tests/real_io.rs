@@ -143,3 +143,70 @@ fn close_writes_a_checkpoint_that_the_next_open_uses() {
         assert_eq!(ts, Some((499, 250)));
     });
 }
+
+/// Child side of the kill -9 test: appends forever, printing each acknowledged batch.
+fn kill_child(path: PathBuf) {
+    use std::io::Write;
+    run(move || async move {
+        let disk = DmaDisk::open(path).await.unwrap();
+        let (log, _, _) = ShardLog::open(disk, config()).await.unwrap();
+        for p in 0..3 {
+            log.ensure_partition(PartitionId(p));
+        }
+        let mut pending = std::collections::VecDeque::new();
+        for i in 0u64.. {
+            let (p, b) = nth_batch(7, i);
+            let a = log.append_batches(p, &validated(&b)).unwrap();
+            pending.push_back((i, a));
+            if pending.len() >= 32 {
+                let (i, a) = pending.pop_front().unwrap();
+                a.durable.wait().await.unwrap();
+                let mut out = std::io::stdout().lock();
+                writeln!(out, "ACK {i} {} {}", a.base_offset, a.last_offset).unwrap();
+                out.flush().unwrap();
+            }
+        }
+    });
+}
+
+#[test]
+fn kill_9_mid_stream_loses_no_acknowledged_batch() {
+    use std::io::BufRead;
+    if let Ok(dir) = std::env::var("SHARDLOG_KILL_CHILD_DIR") {
+        kill_child(PathBuf::from(dir));
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "kill_9_mid_stream_loses_no_acknowledged_batch", "--nocapture"])
+        .env("SHARDLOG_KILL_CHILD_DIR", &path)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut acked = Vec::new();
+    for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if let Some(rest) = line.strip_prefix("ACK ") {
+            let v: Vec<i64> = rest.split(' ').map(|x| x.parse().unwrap()).collect();
+            acked.push((v[0] as u64, v[1], v[2]));
+            if acked.len() == 1500 {
+                child.kill().unwrap(); // SIGKILL, mid-stream
+                break;
+            }
+        }
+    }
+    child.wait().unwrap();
+    assert_eq!(acked.len(), 1500);
+    run(move || async move {
+        let disk = DmaDisk::open(path).await.unwrap();
+        let (log, _, report) = ShardLog::open(disk, config()).await.unwrap();
+        for (i, base, last) in acked {
+            let (p, b) = nth_batch(7, i);
+            let info = log.partition_info(p).unwrap();
+            assert!(info.high_watermark > last, "acked batch {i} lost: {report:?}");
+            let read = log.read(p, base, 1).await.unwrap();
+            assert_eq!(read, with_offset(&b, base), "batch {i} byte-identical");
+        }
+    });
+}

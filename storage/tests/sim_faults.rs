@@ -5,7 +5,8 @@
 //! and the high watermark never exceeds what is durable.
 //!
 //! A failing seed is printed; `SHARDLOG_SEED=<seed> cargo test -p shardlog-storage
-//! --test sim_faults` replays exactly that seed.
+//! --test sim_faults` replays exactly that seed; `SHARDLOG_SIM_SEEDS=5000` runs a longer
+//! soak of 5000 seeds.
 
 mod common;
 
@@ -123,6 +124,10 @@ async fn scenario(seed: u64) -> (u64, u64) {
                     for _ in 0..rng.below(6) {
                         futures_lite::future::yield_now().await;
                     }
+                    if rng.chance(1, 40) {
+                        // A quiet moment: idle-time zero-fill runs (when enabled).
+                        glommio::timer::sleep(Duration::from_millis(3)).await;
+                    }
                 }
                 9 => {
                     let _ = log.checkpoint().await;
@@ -151,6 +156,11 @@ async fn scenario(seed: u64) -> (u64, u64) {
                 }
             }
         }
+        if rng.chance(1, 4) {
+            // A clean close (its checkpoint lets the next recovery skip the tail check)
+            // followed by power loss; the next round's crash must still be checked.
+            let _ = log.close().await;
+        }
         if rng.chance(1, 3) {
             disk.flip_bits_on_crash(1 + rng.below(3) as u32);
         }
@@ -174,6 +184,10 @@ async fn scenario(seed: u64) -> (u64, u64) {
 fn many_seeds_of_power_loss_torn_writes_and_failed_fsyncs_keep_every_acknowledged_batch() {
     let replay = std::env::var("SHARDLOG_SEED").is_ok();
     let first = seed_from_env(1);
+    // SHARDLOG_SIM_SEEDS=N runs N seeds (a longer soak); by default at most 400 in ~4 s.
+    let max_seeds: u64 =
+        std::env::var("SHARDLOG_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(400);
+    let soak = std::env::var("SHARDLOG_SIM_SEEDS").is_ok();
     let deadline = Instant::now() + Duration::from_secs(4);
     let mut seeds = 0;
     let (mut acked, mut truncations) = (0, 0);
@@ -190,7 +204,7 @@ fn many_seeds_of_power_loss_torn_writes_and_failed_fsyncs_keep_every_acknowledge
             Err(_) => panic!("seed {seed} failed; replay with SHARDLOG_SEED={seed}"),
         }
         seeds += 1;
-        if replay || (seeds >= 50 && Instant::now() > deadline) || seeds >= 400 {
+        if replay || (!soak && seeds >= 50 && Instant::now() > deadline) || seeds >= max_seeds {
             break;
         }
     }

@@ -1,0 +1,61 @@
+//! FindCoordinator (v0-v4): a group's coordinator is the shard `coordinator_shard(group)`,
+//! advertised as its own broker, so group traffic goes straight to that core. v4 asks for
+//! several keys at once. Transaction coordinators do not exist yet.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::find_coordinator_request::FindCoordinatorRequest;
+use kafka_protocol::messages::find_coordinator_response::{Coordinator, FindCoordinatorResponse};
+use kafka_protocol::messages::{BrokerId, ResponseKind};
+use kafka_protocol::protocol::StrBytes;
+use shardlog_net::Reply;
+use shardlog_shards::group::coordinator_shard;
+
+use super::errors;
+use super::{str_bytes, KafkaHandler};
+
+const KEY_TYPE_GROUP: i8 = 0;
+
+pub fn handle(handler: Rc<KafkaHandler>, request: FindCoordinatorRequest, version: i16) -> Reply {
+    Box::pin(async move {
+        let keys: Vec<StrBytes> =
+            if version >= 4 { request.coordinator_keys.clone() } else { vec![request.key.clone()] };
+        let coordinators: Vec<Coordinator> =
+            keys.iter().map(|key| coordinator(&handler, key, request.key_type)).collect();
+        let response = if version >= 4 {
+            FindCoordinatorResponse::default().with_coordinators(coordinators)
+        } else {
+            let c = coordinators.into_iter().next().unwrap_or_default();
+            FindCoordinatorResponse::default()
+                .with_error_code(c.error_code)
+                .with_error_message(c.error_message)
+                .with_node_id(c.node_id)
+                .with_host(c.host)
+                .with_port(c.port)
+        };
+        Some(ResponseKind::FindCoordinator(response))
+    })
+}
+
+fn coordinator(handler: &KafkaHandler, key: &StrBytes, key_type: i8) -> Coordinator {
+    let base = Coordinator::default().with_key(key.clone());
+    if key_type != KEY_TYPE_GROUP {
+        let message = "transactions are not supported yet: there is no transaction coordinator";
+        return base
+            .with_error_code(errors::COORDINATOR_NOT_AVAILABLE)
+            .with_error_message(Some(str_bytes(message)))
+            .with_node_id(BrokerId(-1))
+            .with_port(-1);
+    }
+    if key.is_empty() {
+        return base
+            .with_error_code(errors::INVALID_GROUP_ID)
+            .with_node_id(BrokerId(-1))
+            .with_port(-1);
+    }
+    let shard = coordinator_shard(key.as_str(), handler.shard.nr_shards);
+    base.with_error_code(errors::NONE)
+        .with_node_id(BrokerId(shard as i32))
+        .with_host(str_bytes(&handler.listeners.advertised_host))
+        .with_port(handler.listeners.shard_port(shard) as i32)
+}

@@ -1,0 +1,144 @@
+//! OffsetFetch (v1-v9): committed offsets of one group (v1-v7) or several (v8+), all of a
+//! group's partitions when none are named. -1 means nothing committed.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequest;
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponse, OffsetFetchResponseGroup, OffsetFetchResponsePartition,
+    OffsetFetchResponsePartitions, OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{GroupId, ResponseKind, TopicName};
+use shardlog_net::Reply;
+use shardlog_shards::group::offsets::Committed;
+use shardlog_shards::Shard;
+
+use super::errors::group_error_code;
+use super::str_bytes;
+
+type Found = Vec<((String, i32), Option<Committed>)>;
+type ByTopic = Vec<(String, Vec<(i32, Option<Committed>)>)>;
+
+pub fn handle(shard: Rc<Shard>, request: OffsetFetchRequest, version: i16) -> Reply {
+    let response = if version >= 8 {
+        let groups = request
+            .groups
+            .iter()
+            .map(|g| {
+                let asked = g.topics.as_ref().map(|topics| {
+                    topics
+                        .iter()
+                        .flat_map(|t| {
+                            t.partition_indexes.iter().map(|p| (t.name.0.as_str().to_string(), *p))
+                        })
+                        .collect::<Vec<_>>()
+                });
+                let group = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
+                match lookup(&shard, &g.group_id, asked) {
+                    Ok(found) => group.with_topics(group_topics(found)),
+                    Err(code) => group.with_error_code(code),
+                }
+            })
+            .collect();
+        OffsetFetchResponse::default().with_groups(groups)
+    } else {
+        let asked = request.topics.as_ref().map(|topics| {
+            topics
+                .iter()
+                .flat_map(|t| {
+                    t.partition_indexes.iter().map(|p| (t.name.0.as_str().to_string(), *p))
+                })
+                .collect::<Vec<_>>()
+        });
+        match lookup(&shard, &request.group_id, asked) {
+            Ok(found) => OffsetFetchResponse::default().with_topics(single_topics(found)),
+            // v1 has no top-level error code: the error goes on every asked partition.
+            Err(code) if version < 2 => {
+                let found = request.topics.iter().flatten().flat_map(|t| {
+                    t.partition_indexes.iter().map(|p| ((t.name.0.as_str().to_string(), *p), None))
+                });
+                let mut topics = single_topics(found.collect());
+                topics
+                    .iter_mut()
+                    .flat_map(|t| t.partitions.iter_mut())
+                    .for_each(|p| p.error_code = code);
+                OffsetFetchResponse::default().with_topics(topics)
+            }
+            Err(code) => OffsetFetchResponse::default().with_error_code(code),
+        }
+    };
+    Box::pin(async move { Some(ResponseKind::OffsetFetch(response)) })
+}
+
+fn lookup(
+    shard: &Shard,
+    group_id: &GroupId,
+    asked: Option<Vec<(String, i32)>>,
+) -> Result<Found, i16> {
+    let group_id = group_id.0.as_str();
+    shard.check_coordinator(group_id).map_err(|e| group_error_code(&e))?;
+    Ok(shard.groups.committed(group_id, asked.as_deref()))
+}
+
+/// Groups consecutive partitions of one topic (input is in request or key order).
+fn by_topic(found: Found) -> ByTopic {
+    let mut out: ByTopic = Vec::new();
+    for ((topic, partition), committed) in found {
+        match out.last_mut() {
+            Some((last, partitions)) if *last == topic => partitions.push((partition, committed)),
+            _ => out.push((topic, vec![(partition, committed)])),
+        }
+    }
+    out
+}
+
+fn single_topics(found: Found) -> Vec<OffsetFetchResponseTopic> {
+    by_topic(found)
+        .into_iter()
+        .map(|(topic, partitions)| {
+            let partitions = partitions
+                .into_iter()
+                .map(|(index, c)| {
+                    let (offset, epoch, metadata) = fields(c);
+                    OffsetFetchResponsePartition::default()
+                        .with_partition_index(index)
+                        .with_committed_offset(offset)
+                        .with_committed_leader_epoch(epoch)
+                        .with_metadata(metadata)
+                })
+                .collect();
+            OffsetFetchResponseTopic::default()
+                .with_name(TopicName(str_bytes(&topic)))
+                .with_partitions(partitions)
+        })
+        .collect()
+}
+
+fn group_topics(found: Found) -> Vec<OffsetFetchResponseTopics> {
+    by_topic(found)
+        .into_iter()
+        .map(|(topic, partitions)| {
+            let partitions = partitions
+                .into_iter()
+                .map(|(index, c)| {
+                    let (offset, epoch, metadata) = fields(c);
+                    OffsetFetchResponsePartitions::default()
+                        .with_partition_index(index)
+                        .with_committed_offset(offset)
+                        .with_committed_leader_epoch(epoch)
+                        .with_metadata(metadata)
+                })
+                .collect();
+            OffsetFetchResponseTopics::default()
+                .with_name(TopicName(str_bytes(&topic)))
+                .with_partitions(partitions)
+        })
+        .collect()
+}
+
+fn fields(committed: Option<Committed>) -> (i64, i32, Option<kafka_protocol::protocol::StrBytes>) {
+    match committed {
+        Some(c) => (c.offset, c.leader_epoch, Some(str_bytes(c.metadata.as_deref().unwrap_or("")))),
+        None => (-1, -1, Some(str_bytes(""))),
+    }
+}

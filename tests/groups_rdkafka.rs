@@ -1,0 +1,201 @@
+//! Consumer groups through librdkafka: membership, rebalances, durable commits.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use common::Broker;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+fn create_topic(broker: &Broker, name: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", broker.bootstrap()).create().unwrap();
+    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    for result in runtime().block_on(admin.create_topics(&[topic], &AdminOptions::new())).unwrap() {
+        result.expect("topic created");
+    }
+}
+
+/// Produces `count` messages "<tag>-<i>" round-robin over `partitions`.
+fn produce(broker: &Broker, topic: &str, partitions: i32, tag: &str, count: usize) {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("acks", "all")
+        .set("linger.ms", "1")
+        .create()
+        .unwrap();
+    runtime().block_on(async {
+        let mut pending = Vec::new();
+        for i in 0..count {
+            let value = format!("{tag}-{i}");
+            let record =
+                FutureRecord::<(), _>::to(topic).payload(&value).partition(i as i32 % partitions);
+            pending.push(producer.send_result(record).map_err(|(e, _)| e).unwrap());
+        }
+        for p in pending {
+            p.await.unwrap().map_err(|(e, _)| e).unwrap();
+        }
+    });
+}
+
+fn group_consumer(broker: &Broker, group: &str) -> BaseConsumer {
+    ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "300")
+        .set("fetch.wait.max.ms", "100")
+        .create()
+        .unwrap()
+}
+
+fn assigned(consumer: &BaseConsumer) -> usize {
+    consumer.assignment().map_or(0, |a| a.count())
+}
+
+/// Polls every consumer in turn until `done` says stop; returns what each received.
+fn poll_all(
+    consumers: &[&BaseConsumer],
+    limit: Duration,
+    mut done: impl FnMut(&[Vec<(i32, i64, String)>]) -> bool,
+) -> Vec<Vec<(i32, i64, String)>> {
+    let mut received = vec![Vec::new(); consumers.len()];
+    let deadline = Instant::now() + limit;
+    while !done(&received) {
+        assert!(
+            Instant::now() < deadline,
+            "timed out; received so far: {:?}",
+            received.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+        for (i, consumer) in consumers.iter().enumerate() {
+            if let Some(message) = consumer.poll(Duration::from_millis(50)) {
+                let m = message.expect("consume error");
+                let value = String::from_utf8(m.payload().unwrap().to_vec()).unwrap();
+                received[i].push((m.partition(), m.offset(), value));
+            }
+        }
+    }
+    received
+}
+
+#[test]
+fn two_consumers_split_a_topic_and_the_survivor_takes_over_without_loss_or_repeats() {
+    let broker = Broker::start(2, &[]);
+    create_topic(&broker, "shared", 4);
+    produce(&broker, "shared", 4, "first", 400);
+    let a = group_consumer(&broker, "splitters");
+    let b = group_consumer(&broker, "splitters");
+    a.subscribe(&["shared"]).unwrap();
+    b.subscribe(&["shared"]).unwrap();
+    let first = poll_all(&[&a, &b], Duration::from_secs(60), |r| {
+        r[0].len() + r[1].len() >= 400 && assigned(&a) == 2 && assigned(&b) == 2
+    });
+    let firsts: BTreeSet<String> = first.iter().flatten().map(|(_, _, v)| v.clone()).collect();
+    assert_eq!(firsts.len(), 400, "every first message seen");
+    a.commit_consumer_state(CommitMode::Sync).unwrap();
+    b.commit_consumer_state(CommitMode::Sync).unwrap();
+    // Both saw messages: the partitions were split between them.
+    assert!(!first[0].is_empty() || !first[1].is_empty());
+
+    drop(b); // closes: LeaveGroup, the group rebalances onto a alone
+    let handover = poll_all(&[&a], Duration::from_secs(60), |_| assigned(&a) == 4);
+    assert!(handover[0].is_empty(), "committed messages were read again: {:?}", handover[0]);
+    produce(&broker, "shared", 4, "second", 400);
+    let second = poll_all(&[&a], Duration::from_secs(60), |r| {
+        r[0].iter().filter(|(_, _, v)| v.starts_with("second")).count() >= 400
+    });
+    let again: Vec<&String> =
+        second[0].iter().map(|(_, _, v)| v).filter(|v| v.starts_with("first")).collect();
+    assert!(again.is_empty(), "committed messages were read again: {}", again.len());
+    let seconds: BTreeSet<&String> = second[0].iter().map(|(_, _, v)| v).collect();
+    assert_eq!(seconds.len(), 400, "no second message lost or repeated");
+}
+
+#[test]
+fn a_commit_answered_before_a_kill_9_is_there_after_restart() {
+    let mut broker = Broker::start(2, &[]);
+    create_topic(&broker, "positions", 1);
+    produce(&broker, "positions", 1, "m", 100);
+    let consumer = group_consumer(&broker, "survivors");
+    consumer.subscribe(&["positions"]).unwrap();
+    let got = poll_all(&[&consumer], Duration::from_secs(60), |r| r[0].len() >= 37);
+    assert_eq!(got[0][0].1, 0);
+    let mut position = TopicPartitionList::new();
+    position.add_partition_offset("positions", 0, Offset::Offset(37)).unwrap();
+    consumer.commit(&position, CommitMode::Sync).unwrap();
+    broker.kill_and_restart();
+    drop(consumer);
+
+    let resumed = group_consumer(&broker, "survivors");
+    let mut asked = TopicPartitionList::new();
+    asked.add_partition("positions", 0);
+    let committed = resumed.committed_offsets(asked, TIMEOUT).unwrap();
+    assert_eq!(committed.find_partition("positions", 0).unwrap().offset(), Offset::Offset(37));
+    resumed.subscribe(&["positions"]).unwrap();
+    let next = poll_all(&[&resumed], Duration::from_secs(60), |r| !r[0].is_empty());
+    assert_eq!(next[0][0].1, 37, "the group resumes exactly at the commit");
+}
+
+#[test]
+fn a_second_group_replays_everything_while_the_first_keeps_its_position() {
+    let broker = Broker::start(2, &[]);
+    create_topic(&broker, "replayed", 2);
+    produce(&broker, "replayed", 2, "r", 60);
+    let first = group_consumer(&broker, "first-group");
+    let mut commit = TopicPartitionList::new();
+    commit.add_partition_offset("replayed", 0, Offset::Offset(10)).unwrap();
+    commit.add_partition_offset("replayed", 1, Offset::Offset(20)).unwrap();
+    first.assign(&commit).unwrap();
+    first.commit(&commit, CommitMode::Sync).unwrap();
+
+    let second = group_consumer(&broker, "second-group");
+    second.subscribe(&["replayed"]).unwrap();
+    let all = poll_all(&[&second], Duration::from_secs(60), |r| r[0].len() >= 60);
+    let per_partition: BTreeMap<i32, usize> =
+        all[0].iter().fold(BTreeMap::new(), |mut m, (p, _, _)| {
+            *m.entry(*p).or_default() += 1;
+            m
+        });
+    assert_eq!(per_partition, BTreeMap::from([(0, 30), (1, 30)]));
+
+    let mut asked = TopicPartitionList::new();
+    asked.add_partition("replayed", 0);
+    asked.add_partition("replayed", 1);
+    let committed = first.committed_offsets(asked, TIMEOUT).unwrap();
+    assert_eq!(committed.find_partition("replayed", 0).unwrap().offset(), Offset::Offset(10));
+    assert_eq!(committed.find_partition("replayed", 1).unwrap().offset(), Offset::Offset(20));
+}
+
+#[test]
+fn group_listing_shows_members_assignments_and_state() {
+    let broker = Broker::start(2, &[]);
+    create_topic(&broker, "listed", 2);
+    produce(&broker, "listed", 2, "l", 10);
+    let consumer = group_consumer(&broker, "watched");
+    consumer.subscribe(&["listed"]).unwrap();
+    poll_all(&[&consumer], Duration::from_secs(60), |r| r[0].len() >= 10);
+    let groups = consumer.fetch_group_list(Some("watched"), TIMEOUT).unwrap();
+    let group = groups.groups().iter().find(|g| g.name() == "watched").expect("group listed");
+    assert_eq!(group.state(), "Stable");
+    assert_eq!(group.protocol_type(), "consumer");
+    assert_eq!(group.members().len(), 1);
+    let member = &group.members()[0];
+    assert!(!member.assignment().unwrap_or_default().is_empty(), "assignment is shown");
+    let all = consumer.fetch_group_list(None, TIMEOUT).unwrap();
+    assert!(all.groups().iter().any(|g| g.name() == "watched"));
+}
