@@ -107,6 +107,7 @@ async fn start_shard(
         default_partitions: config.default_partitions,
         max_message_bytes: config.max_message_bytes,
         probe_log_interval: Duration::from_millis(config.probe_log_interval_ms.max(10)),
+        producer_id_expiration_ms: config.producer_id_expiration_ms,
         group: GroupConfig {
             min_session_timeout_ms: config.group_min_session_timeout_ms,
             ..GroupConfig::default()
@@ -120,6 +121,7 @@ async fn start_shard(
         shard.start_controller(&internal).await?;
     }
     shard.wait_for_table().await;
+    shard.rebuild_producer_state(&internal).await.map_err(|e| format!("shard {id}: {e}"))?;
     spawn_checkpoints(shard.clone());
     spawn_probe_log(shard.clone());
     shard.spawn_group_ticker();
@@ -157,11 +159,12 @@ async fn accept_loop(listener: TcpListener, handler: Rc<KafkaHandler>, limits: C
     }
 }
 
-/// Periodic index checkpoints keep recovery short.
+/// Periodic index checkpoints (with a producer-state snapshot first) keep recovery short.
 fn spawn_checkpoints(shard: Rc<Shard>) {
     glommio::spawn_local(async move {
         loop {
             glommio::timer::sleep(shard.config.checkpoint_interval).await;
+            shard.snapshot_producer_state();
             if let Err(e) = shard.log.checkpoint().await {
                 warn!(shard = shard.id, error = %e, "checkpoint failed");
             }
@@ -172,10 +175,11 @@ fn spawn_checkpoints(shard: Rc<Shard>) {
 
 fn spawn_probe_log(shard: Rc<Shard>) {
     glommio::spawn_local(async move {
-        let mut last = [0u64; 4];
+        let mut last = [0u64; 5];
         loop {
             glommio::timer::sleep(shard.config.probe_log_interval).await;
-            shard.probes.log_if_changed(shard.id, &mut last);
+            let producers = shard.producers.borrow().len();
+            shard.probes.log_if_changed(shard.id, producers, &mut last);
         }
     })
     .detach();

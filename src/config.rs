@@ -53,6 +53,10 @@ pub struct Config {
     #[arg(long, env = "SHARDLOG_GROUP_MIN_SESSION_TIMEOUT_MS", default_value_t = 6000)]
     pub group_min_session_timeout_ms: u64,
 
+    /// Idle idempotent producers' state is dropped after this (producer.id.expiration.ms).
+    #[arg(long, env = "SHARDLOG_PRODUCER_ID_EXPIRATION_MS", default_value_t = 86_400_000)]
+    pub producer_id_expiration_ms: i64,
+
     /// Size of each log segment file (preallocated).
     #[arg(long, env = "SHARDLOG_SEGMENT_BYTES", default_value_t = 128 << 20)]
     pub segment_bytes: u64,

@@ -171,6 +171,11 @@ fn request_for(api: ApiKey, version: i16) -> RequestKind {
                     .with_partitions(vec![OffsetDeleteRequestPartition::default()]),
             ]),
         ),
+        ApiKey::InitProducerId => RequestKind::InitProducerId(
+            kafka_protocol::messages::init_producer_id_request::InitProducerIdRequest::default()
+                .with_producer_id((-1).into())
+                .with_producer_epoch(-1),
+        ),
         other => panic!("the broker advertises {other:?}: add it to this test"),
     }
 }

@@ -18,8 +18,13 @@ pub enum PartitionError {
         max: usize,
     },
     OffsetOutOfRange,
-    /// A producer id was set but idempotence is not available yet.
+    /// An idempotent producer this partition has no state for, not starting at sequence 0.
     UnknownProducerId,
+    /// A gap in an idempotent producer's sequence.
+    OutOfOrderSequence,
+    /// An idempotent batch from an epoch older than the producer's current one.
+    InvalidProducerEpoch,
+
     /// The request version cannot carry what the log stores (Produce v0-v2: magic < 2).
     UnsupportedForMessageFormat,
     /// The disk failed; for fdatasync failures the broker stops.

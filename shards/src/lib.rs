@@ -20,6 +20,8 @@ pub mod mesh;
 pub mod message;
 pub mod metadata;
 pub mod ops;
+pub mod producer;
+pub mod producer_log;
 pub mod runtime;
 pub mod service;
 pub mod shard;

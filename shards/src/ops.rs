@@ -18,13 +18,17 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use shardlog_storage::{split_batches, AppendError, BatchError, Offset, ReadError, StorageError};
+use shardlog_storage::{
+    split_batches, AppendError, BatchError, Offset, PartitionId, ReadError, RecordBatchHeader,
+    StorageError,
+};
 use tracing::error;
 
 use crate::error::PartitionError;
 use crate::message::{
     FetchedRecords, PartitionData, PartitionRead, ProduceAck, ShardReply, ShardRequest,
 };
+use crate::producer::{BatchSequence, Check, SequenceError};
 use crate::shard::Shard;
 
 /// What a produce returns after phase one: the wait for durability.
@@ -69,8 +73,20 @@ impl Shard {
         let shard = self.clone();
         Box::pin(async move {
             let appended = queued?;
-            if let Err(e) = appended.durable.wait().await {
-                shard.fatal_storage_error(&e);
+            match appended.wait {
+                Wait::Durable(durable) => {
+                    if let Err(e) = durable.wait().await {
+                        shard.fatal_storage_error(&e);
+                    }
+                }
+                Wait::HighWatermarkPast(partition_id, last_offset) => loop {
+                    let flushed = shard.log.flushed();
+                    let info = shard.log.partition_info(partition_id);
+                    if info.is_none_or(|i| i.high_watermark > last_offset) {
+                        break;
+                    }
+                    flushed.await;
+                },
             }
             let log_start_offset = shard
                 .table_partition(&appended.topic, appended.partition)
@@ -99,18 +115,93 @@ impl Shard {
             return Err(PartitionError::MessageTooLarge { size: records.len(), max });
         }
         let batches = split_batches(&records).map_err(batch_error)?;
-        if batches.iter().any(|(header, _)| header.producer_id >= 0) {
-            return Err(PartitionError::UnknownProducerId);
-        }
+        let sequences = match self.check_sequences(partition_id, &batches)? {
+            Sequencing::Duplicate { base_offset, last_offset } => {
+                // Already written: answer with the original offsets once they are durable.
+                return Ok(Queued {
+                    topic: topic.to_string(),
+                    partition,
+                    base_offset,
+                    wait: Wait::HighWatermarkPast(partition_id, last_offset),
+                });
+            }
+            Sequencing::NotIdempotent => Vec::new(),
+            Sequencing::Append(sequences) => sequences,
+        };
         let appended = self.log.append_batches(partition_id, &batches).map_err(append_error)?;
+        if !sequences.is_empty() {
+            // Invariant 2 of `producer`: recorded only once queued.
+            let mut producers = self.producers.borrow_mut();
+            let mut base = appended.base_offset;
+            let now_ms = crate::producer_log::wall_ms();
+            for ((header, _), sequence) in batches.iter().zip(sequences) {
+                let last = base + header.last_offset_delta as i64;
+                producers.record(partition_id, sequence, base, last, now_ms);
+                base = last + 1;
+            }
+        }
         self.probes.produce_batches.set(self.probes.produce_batches.get() + batches.len() as u64);
         self.probes.produce_bytes.set(self.probes.produce_bytes.get() + records.len() as u64);
         Ok(Queued {
             topic: topic.to_string(),
             partition,
             base_offset: appended.base_offset,
-            durable: appended.durable,
+            wait: Wait::Durable(appended.durable),
         })
+    }
+
+    /// Idempotence checks of the batches of one produce (all from one producer).
+    fn check_sequences(
+        &self,
+        partition: PartitionId,
+        batches: &[(RecordBatchHeader, Bytes)],
+    ) -> Result<Sequencing, PartitionError> {
+        const TRANSACTIONAL: i16 = 0x10;
+        const CONTROL: i16 = 0x20;
+        if batches.iter().any(|(h, _)| h.attributes & (TRANSACTIONAL | CONTROL) != 0) {
+            let why = "transactional and control batches are not supported yet";
+            return Err(PartitionError::InvalidRecord(why.to_string()));
+        }
+        if batches.iter().all(|(h, _)| h.producer_id < 0) {
+            return Ok(Sequencing::NotIdempotent);
+        }
+        let first = &batches[0].0;
+        if batches.iter().any(|(h, _)| {
+            h.producer_id != first.producer_id || h.producer_epoch != first.producer_epoch
+        }) {
+            let why = "batches of one partition come from different producers";
+            return Err(PartitionError::InvalidRecord(why.to_string()));
+        }
+        let sequences: Vec<BatchSequence> = batches
+            .iter()
+            .map(|(h, _)| {
+                BatchSequence::new(
+                    h.producer_id,
+                    h.producer_epoch,
+                    h.base_sequence,
+                    h.last_offset_delta,
+                )
+            })
+            .collect();
+        let check =
+            self.producers.borrow().check(partition, sequences[0]).map_err(sequence_error)?;
+        match check {
+            Check::Duplicate { base_offset, last_offset } if sequences.len() == 1 => {
+                Ok(Sequencing::Duplicate { base_offset, last_offset })
+            }
+            Check::Duplicate { .. } => Err(PartitionError::OutOfOrderSequence),
+            Check::Append => {
+                let chained = sequences.windows(2).all(|w| {
+                    w[1].first_sequence
+                        == if w[0].last_sequence == i32::MAX { 0 } else { w[0].last_sequence + 1 }
+                });
+                if chained {
+                    Ok(Sequencing::Append(sequences))
+                } else {
+                    Err(PartitionError::OutOfOrderSequence)
+                }
+            }
+        }
     }
 
     fn table_partition(
@@ -259,7 +350,30 @@ struct Queued {
     topic: String,
     partition: i32,
     base_offset: Offset,
-    durable: shardlog_storage::Durable,
+    wait: Wait,
+}
+
+/// What phase two of a produce waits for.
+enum Wait {
+    /// The fdatasync that covers the appended batches.
+    Durable(shardlog_storage::Durable),
+    /// A duplicate of a batch already queued: until that batch is durable.
+    HighWatermarkPast(PartitionId, Offset),
+}
+
+/// The outcome of the idempotence checks.
+enum Sequencing {
+    NotIdempotent,
+    Append(Vec<BatchSequence>),
+    Duplicate { base_offset: Offset, last_offset: Offset },
+}
+
+fn sequence_error(error: SequenceError) -> PartitionError {
+    match error {
+        SequenceError::OutOfOrder => PartitionError::OutOfOrderSequence,
+        SequenceError::InvalidEpoch => PartitionError::InvalidProducerEpoch,
+        SequenceError::UnknownProducerId => PartitionError::UnknownProducerId,
+    }
 }
 
 fn batch_error(error: BatchError) -> PartitionError {

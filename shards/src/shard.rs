@@ -16,6 +16,7 @@ use tracing::info;
 use crate::group::{GroupConfig, GroupCoordinator};
 use crate::mesh::Mesh;
 use crate::metadata::{TopicMeta, TopicTable};
+use crate::producer::ProducerStates;
 
 /// Broker-wide settings every shard needs.
 #[derive(Clone, Debug)]
@@ -34,6 +35,8 @@ pub struct ShardConfig {
     pub probe_log_interval: Duration,
     /// Consumer-group settings.
     pub group: GroupConfig,
+    /// Idle idempotent producers' state is dropped after this (producer.id.expiration.ms).
+    pub producer_id_expiration_ms: i64,
 }
 
 impl Default for ShardConfig {
@@ -46,6 +49,7 @@ impl Default for ShardConfig {
             checkpoint_interval: Duration::from_secs(60),
             probe_log_interval: Duration::from_secs(60),
             group: GroupConfig::default(),
+            producer_id_expiration_ms: 86_400_000,
         }
     }
 }
@@ -63,12 +67,13 @@ pub struct ShardProbes {
 
 impl ShardProbes {
     /// One log line with every counter, if any changed since `last` (which is updated).
-    pub fn log_if_changed(&self, shard: usize, last: &mut [u64; 4]) {
+    pub fn log_if_changed(&self, shard: usize, producers: usize, last: &mut [u64; 5]) {
         let now = [
             self.forwarded_requests.get(),
             self.produce_batches.get(),
             self.produce_bytes.get(),
             self.fetch_bytes.get(),
+            producers as u64,
         ];
         if now != *last {
             *last = now;
@@ -78,6 +83,7 @@ impl ShardProbes {
                 produce_batches = now[1],
                 produce_bytes = now[2],
                 fetch_bytes = now[3],
+                idempotent_producers = now[4],
                 "probes"
             );
         }
@@ -94,6 +100,11 @@ pub struct Shard {
     pub probes: ShardProbes,
     /// Consumer groups this shard coordinates.
     pub groups: GroupCoordinator,
+    /// Idempotent-producer state of this shard's partitions.
+    pub producers: RefCell<ProducerStates>,
+    pub(crate) pid_next: Cell<u64>,
+    pub(crate) pid_reserved: Cell<u64>,
+    pub(crate) pid_lock: glommio::sync::Semaphore,
     table: RefCell<Rc<TopicTable>>,
     table_ready: Cell<bool>,
     ready_signal: LocalSender<()>,
@@ -109,6 +120,10 @@ impl Shard {
             id: mesh.shard_id(),
             nr_shards: mesh.nr_shards(),
             groups: GroupCoordinator::new(config.group.clone()),
+            producers: RefCell::new(ProducerStates::default()),
+            pid_next: Cell::new(0),
+            pid_reserved: Cell::new(0),
+            pid_lock: glommio::sync::Semaphore::new(1),
             config,
             log,
             probes: ShardProbes::default(),
@@ -149,7 +164,9 @@ impl Shard {
             }
             for (index, shard) in meta.partition_shards.iter().enumerate() {
                 if *shard as usize == self.id {
-                    self.log.drop_partition(PartitionId::new(meta.topic_number, index as u32));
+                    let partition = PartitionId::new(meta.topic_number, index as u32);
+                    self.log.drop_partition(partition);
+                    self.producers.borrow_mut().drop_partition(partition);
                 }
             }
             info!(shard = self.id, topic = %meta.name, "topic deleted");

@@ -25,6 +25,8 @@ pub const INVALID_REPLICATION_FACTOR: i16 = 38;
 pub const INVALID_CONFIG: i16 = 40;
 pub const INVALID_REQUEST: i16 = 42;
 pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
+pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+pub const INVALID_PRODUCER_EPOCH: i16 = 47;
 pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
 pub const UNKNOWN_PRODUCER_ID: i16 = 59;
@@ -45,6 +47,8 @@ pub fn partition_error_code(error: &PartitionError) -> i16 {
         PartitionError::MessageTooLarge { .. } => MESSAGE_TOO_LARGE,
         PartitionError::OffsetOutOfRange => OFFSET_OUT_OF_RANGE,
         PartitionError::UnknownProducerId => UNKNOWN_PRODUCER_ID,
+        PartitionError::OutOfOrderSequence => OUT_OF_ORDER_SEQUENCE_NUMBER,
+        PartitionError::InvalidProducerEpoch => INVALID_PRODUCER_EPOCH,
         PartitionError::UnsupportedForMessageFormat => UNSUPPORTED_FOR_MESSAGE_FORMAT,
         PartitionError::Storage(_) => KAFKA_STORAGE_ERROR,
         PartitionError::InvalidRequiredAcks(_) => INVALID_REQUIRED_ACKS,
@@ -92,7 +96,7 @@ pub fn partition_error_message(error: &PartitionError) -> String {
             format!("record batch of {size} bytes exceeds the limit of {max} bytes")
         }
         PartitionError::UnknownProducerId => {
-            "idempotent and transactional producers are not supported yet".to_string()
+            "no state for this producer id here (expired or lost): bump the epoch".to_string()
         }
         other => other.to_string(),
     }
@@ -111,6 +115,8 @@ mod tests {
             PartitionError::MessageTooLarge { size: 2, max: 1 },
             PartitionError::OffsetOutOfRange,
             PartitionError::UnknownProducerId,
+            PartitionError::OutOfOrderSequence,
+            PartitionError::InvalidProducerEpoch,
             PartitionError::UnsupportedForMessageFormat,
             PartitionError::Storage(String::new()),
             PartitionError::InvalidRequiredAcks(2),

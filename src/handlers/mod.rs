@@ -15,6 +15,7 @@ pub mod errors;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
+mod init_producer_id;
 mod join_group;
 mod leave_group;
 mod list_groups;
@@ -69,6 +70,7 @@ pub const SUPPORTED_APIS: &[ApiSupport] = &[
     api(ApiKey::DescribeGroups, 0, 0, 5),
     api(ApiKey::DeleteGroups, 0, 0, 2),
     api(ApiKey::OffsetDelete, 0, 0, 0),
+    api(ApiKey::InitProducerId, 0, 0, 4),
 ];
 
 /// Where clients reach each shard.
@@ -135,6 +137,7 @@ impl RequestHandler for KafkaHandler {
             RequestKind::DescribeGroups(body) => describe_groups::handle(self.shard.clone(), body),
             RequestKind::DeleteGroups(body) => delete_groups::handle(self.shard.clone(), body),
             RequestKind::OffsetDelete(body) => offset_delete::handle(self.shard.clone(), body),
+            RequestKind::InitProducerId(body) => init_producer_id::handle(self.shard.clone(), body),
             other => {
                 // The version table and this match disagree: a bug, caught in tests.
                 panic!("request {:?} passed the version table but has no handler", other)

@@ -230,6 +230,17 @@ impl RawClient {
 
 /// Builds an uncompressed Kafka v2 record batch holding `values` (keys optional).
 pub fn record_batch(values: &[(&[u8], &[u8])], base_timestamp: i64) -> Bytes {
+    idempotent_batch(values, base_timestamp, -1, -1, -1)
+}
+
+/// A record batch from an idempotent producer (`producer_id` >= 0) at `base_sequence`.
+pub fn idempotent_batch(
+    values: &[(&[u8], &[u8])],
+    base_timestamp: i64,
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+) -> Bytes {
     let mut records = BytesMut::new();
     for (i, (key, value)) in values.iter().enumerate() {
         let mut body = BytesMut::new();
@@ -254,9 +265,9 @@ pub fn record_batch(values: &[(&[u8], &[u8])], base_timestamp: i64) -> Bytes {
     batch.put_i32(values.len() as i32 - 1); // last offset delta
     batch.put_i64(base_timestamp);
     batch.put_i64(base_timestamp);
-    batch.put_i64(-1); // producer id
-    batch.put_i16(-1); // producer epoch
-    batch.put_i32(-1); // base sequence
+    batch.put_i64(producer_id);
+    batch.put_i16(producer_epoch);
+    batch.put_i32(base_sequence);
     batch.put_i32(values.len() as i32);
     batch.put_slice(&records);
     let batch_length = (batch.len() - 12) as i32;

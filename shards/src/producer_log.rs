@@ -1,0 +1,224 @@
+//! Producer ids and the persistence of producer state (the `ProducerState` stream).
+//!
+//! Producer ids are allocated by the shard that receives InitProducerId, from its own
+//! space: `counter << 10 | shard`, so ids are unique across shards without a hop. Counters
+//! are reserved in blocks of `PID_BLOCK` written to the shard's log (fdatasync'd before an
+//! id of a new block is handed out), so ids are never reused after a restart.
+//!
+//! Producer state is snapshotted into the log with every checkpoint; on start-up the last
+//! snapshot is loaded and the batches written after it are replayed, so dedup works for a
+//! producer retrying across a broker restart.
+//!
+//! On-disk format of an entry payload: one version byte (`PRODUCER_FORMAT_VERSION`)
+//! followed by the rkyv archive of [`ProducerLogEntry`].
+
+use std::collections::HashMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rkyv::rancor;
+use shardlog_storage::{InternalEntry, InternalStream, PartitionId, RecordBatchHeader};
+use tracing::{info, warn};
+
+use crate::producer::{BatchSequence, ProducerEntry};
+use crate::shard::Shard;
+
+pub const PRODUCER_FORMAT_VERSION: u8 = 1;
+
+/// Producer-id counters reserved per log write.
+pub const PID_BLOCK: u64 = 1000;
+
+/// Bits of a producer id that name the shard.
+const SHARD_BITS: u32 = 10;
+
+/// One entry of the `ProducerState` stream.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+pub enum ProducerLogEntry {
+    /// Counters below `reserved_until` may have been handed out.
+    PidBlock { reserved_until: u64 },
+    /// Every producer's state, valid for each partition up to `covered` (its log end
+    /// offset when the snapshot was taken).
+    Snapshot {
+        reserved_until: u64,
+        covered: Vec<(u64, i64)>,
+        entries: Vec<(u64, i64, ProducerEntry)>,
+    },
+}
+
+impl ProducerLogEntry {
+    pub fn encode(&self) -> Vec<u8> {
+        let archive = rkyv::to_bytes::<rancor::Error>(self).expect("producer entry serializes");
+        let mut out = Vec::with_capacity(archive.len() + 1);
+        out.push(PRODUCER_FORMAT_VERSION);
+        out.extend_from_slice(&archive);
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<ProducerLogEntry, String> {
+        let (&version, archive) = bytes.split_first().ok_or("empty producer entry")?;
+        if version != PRODUCER_FORMAT_VERSION {
+            return Err(format!("producer entry format version {version} is not supported"));
+        }
+        let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(archive.len());
+        aligned.extend_from_slice(archive);
+        rkyv::from_bytes::<ProducerLogEntry, rancor::Error>(&aligned).map_err(|e| e.to_string())
+    }
+}
+
+pub(crate) fn wall_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+impl Shard {
+    /// InitProducerId without a transactional id: a fresh id, or the same id with the next
+    /// epoch when the client asks for a bump (KIP-360). Returns (producer id, epoch).
+    pub async fn init_producer_id(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+    ) -> Result<(i64, i16), String> {
+        if producer_id >= 0 && epoch >= 0 && epoch < i16::MAX {
+            return Ok((producer_id, epoch + 1));
+        }
+        let _permit = self.pid_lock.acquire_permit(1).await;
+        if self.pid_next.get() >= self.pid_reserved.get() {
+            let reserved_until = self.pid_next.get() + PID_BLOCK;
+            let entry = ProducerLogEntry::PidBlock { reserved_until };
+            let durable = self
+                .log
+                .append_internal(InternalStream::ProducerState, false, &entry.encode())
+                .map_err(|e| format!("reserving producer ids: {e:?}"))?;
+            if let Err(e) = durable.wait().await {
+                self.fatal_storage_error(&e);
+            }
+            self.pid_reserved.set(reserved_until);
+        }
+        let counter = self.pid_next.get();
+        self.pid_next.set(counter + 1);
+        Ok((((counter << SHARD_BITS) | self.id as u64) as i64, 0))
+    }
+
+    /// Start-up, after the topic table arrived: restores producer ids and producer state
+    /// from the last snapshot, then replays the idempotent batches written after it.
+    pub async fn rebuild_producer_state(&self, recovered: &[InternalEntry]) -> Result<(), String> {
+        let mut covered: HashMap<u64, i64> = HashMap::new();
+        for entry in recovered.iter().filter(|e| e.stream == InternalStream::ProducerState) {
+            match ProducerLogEntry::decode(&entry.payload)? {
+                ProducerLogEntry::PidBlock { reserved_until } => self.restore_pids(reserved_until),
+                ProducerLogEntry::Snapshot { reserved_until, covered: c, entries } => {
+                    self.restore_pids(reserved_until);
+                    covered = c.into_iter().collect();
+                    self.producers.borrow_mut().restore(entries);
+                }
+            }
+        }
+        let partitions = self.local_partitions();
+        let mut replayed = 0u64;
+        for partition in partitions {
+            let Some(info) = self.log.partition_info(partition) else { continue };
+            let mut offset =
+                covered.get(&partition.0).copied().unwrap_or(0).max(info.log_start_offset);
+            while offset < info.high_watermark {
+                let bytes = self
+                    .log
+                    .read(partition, offset, 1 << 20)
+                    .await
+                    .map_err(|e| format!("replaying producer state: {e:?}"))?;
+                if bytes.is_empty() {
+                    break;
+                }
+                offset = self.replay_batches(partition, &bytes, &mut replayed)?;
+            }
+        }
+        let count = self.producers.borrow().len();
+        if count > 0 || replayed > 0 {
+            info!(
+                shard = self.id,
+                producers = count,
+                replayed_batches = replayed,
+                "producer state rebuilt"
+            );
+        }
+        Ok(())
+    }
+
+    fn restore_pids(&self, reserved_until: u64) {
+        // Ids of the last reserved block may have been handed out: start after it.
+        self.pid_reserved.set(reserved_until);
+        self.pid_next.set(reserved_until);
+    }
+
+    /// Records the idempotent batches in `bytes`; returns the offset after the last one.
+    fn replay_batches(
+        &self,
+        partition: PartitionId,
+        bytes: &[u8],
+        replayed: &mut u64,
+    ) -> Result<i64, String> {
+        let mut at = 0;
+        let mut next = 0;
+        while at < bytes.len() {
+            let header = RecordBatchHeader::parse_unvalidated(&bytes[at..])
+                .map_err(|e| format!("replaying producer state: {e:?}"))?;
+            let last_offset = header.base_offset + header.last_offset_delta as i64;
+            if header.producer_id >= 0 {
+                let sequence = BatchSequence::new(
+                    header.producer_id,
+                    header.producer_epoch,
+                    header.base_sequence,
+                    header.last_offset_delta,
+                );
+                self.producers.borrow_mut().record(
+                    partition,
+                    sequence,
+                    header.base_offset,
+                    last_offset,
+                    wall_ms(),
+                );
+                *replayed += 1;
+            }
+            next = last_offset + 1;
+            at += header.total_bytes();
+        }
+        Ok(next)
+    }
+
+    /// The partitions this shard owns according to its table.
+    pub fn local_partitions(&self) -> Vec<PartitionId> {
+        let table = self.table();
+        let mut out = Vec::new();
+        for meta in table.topics.values() {
+            for (index, shard) in meta.partition_shards.iter().enumerate() {
+                if *shard as usize == self.id {
+                    out.push(PartitionId::new(meta.topic_number, index as u32));
+                }
+            }
+        }
+        out
+    }
+
+    /// Writes a snapshot of all producer state (with the checkpoint), and expires idle
+    /// producers first.
+    pub fn snapshot_producer_state(&self) {
+        let expired =
+            self.producers.borrow_mut().expire(wall_ms(), self.config.producer_id_expiration_ms);
+        if expired > 0 {
+            info!(shard = self.id, expired, "idle producers expired (producer.id.expiration.ms)");
+        }
+        let covered = self
+            .local_partitions()
+            .into_iter()
+            .filter_map(|p| self.log.partition_info(p).map(|i| (p.0, i.log_end_offset)))
+            .collect();
+        let entry = ProducerLogEntry::Snapshot {
+            reserved_until: self.pid_reserved.get(),
+            covered,
+            entries: self.producers.borrow().snapshot(),
+        };
+        // Not waited for: everything it summarises is in the log before it.
+        if let Err(e) =
+            self.log.append_internal(InternalStream::ProducerState, true, &entry.encode())
+        {
+            warn!(shard = self.id, error = ?e, "writing a producer state snapshot");
+        }
+    }
+}
