@@ -27,6 +27,12 @@ pub fn run(config: Config) -> Result<(), String> {
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
+    if config.segment_bytes < 2 * config.max_message_bytes as u64 {
+        return Err(format!(
+            "--segment-bytes {} must be at least twice --max-message-bytes {}",
+            config.segment_bytes, config.max_message_bytes
+        ));
+    }
     if config.kafka_addr.port() as usize + 1 + nr_shards > u16::MAX as usize {
         return Err(format!("--kafka-addr port leaves no room for {nr_shards} shard ports"));
     }
@@ -97,7 +103,11 @@ async fn start_shard(
     let disk = DmaDisk::open(dir.clone())
         .await
         .map_err(|e| format!("shard {id}: opening {}: {e}", dir.display()))?;
-    let log_config = LogConfig { segment_size_bytes: config.segment_bytes, ..LogConfig::default() };
+    let log_config = LogConfig {
+        segment_size_bytes: config.segment_bytes,
+        max_batch_bytes: config.max_message_bytes,
+        ..LogConfig::default()
+    };
     let (log, internal, report) = ShardLog::open(disk, log_config)
         .await
         .map_err(|e| format!("shard {id}: recovering {}: {e}", dir.display()))?;
@@ -108,11 +118,12 @@ async fn start_shard(
         max_message_bytes: config.max_message_bytes,
         probe_log_interval: Duration::from_millis(config.probe_log_interval_ms.max(10)),
         producer_id_expiration_ms: config.producer_id_expiration_ms,
+        retention_check_interval: Duration::from_millis(config.retention_check_interval_ms.max(10)),
+        checkpoint_interval: Duration::from_millis(config.checkpoint_interval_ms.max(10)),
         group: GroupConfig {
             min_session_timeout_ms: config.group_min_session_timeout_ms,
             ..GroupConfig::default()
         },
-        ..ShardConfig::default()
     };
     let shard = Shard::new(log, mesh.clone(), shard_config);
     shard.groups.restore(&internal).map_err(|e| format!("shard {id}: committed offsets: {e}"))?;
@@ -125,6 +136,7 @@ async fn start_shard(
     spawn_checkpoints(shard.clone());
     spawn_probe_log(shard.clone());
     shard.spawn_group_ticker();
+    shard.spawn_retention();
     let handler = Rc::new(KafkaHandler { shard: shard.clone(), listeners: listeners.clone() });
     let limits = ConnectionLimits {
         max_frame_bytes: config.max_request_bytes,

@@ -57,6 +57,14 @@ pub struct Config {
     #[arg(long, env = "SHARDLOG_PRODUCER_ID_EXPIRATION_MS", default_value_t = 86_400_000)]
     pub producer_id_expiration_ms: i64,
 
+    /// How often each shard applies topics' retention.ms / retention.bytes.
+    #[arg(long, env = "SHARDLOG_RETENTION_CHECK_INTERVAL_MS", default_value_t = 30_000)]
+    pub retention_check_interval_ms: u64,
+
+    /// How often each shard writes an index checkpoint (and producer-state snapshot).
+    #[arg(long, env = "SHARDLOG_CHECKPOINT_INTERVAL_MS", default_value_t = 60_000)]
+    pub checkpoint_interval_ms: u64,
+
     /// Size of each log segment file (preallocated).
     #[arg(long, env = "SHARDLOG_SEGMENT_BYTES", default_value_t = 128 << 20)]
     pub segment_bytes: u64,

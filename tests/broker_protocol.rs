@@ -283,3 +283,82 @@ fn a_consumer_can_fetch_from_every_offset_of_long_interleaved_partitions() {
         }
     }
 }
+
+#[test]
+fn retention_moves_the_log_start_and_frees_old_segments() {
+    let broker = Broker::start(
+        1,
+        &[
+            "--segment-bytes",
+            "1048576",
+            "--max-message-bytes",
+            "100000",
+            "--retention-check-interval-ms",
+            "100",
+            "--checkpoint-interval-ms",
+            "100",
+        ],
+    );
+    let mut client = RawClient::connect(broker.shard_addr(0));
+    let request = CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
+        .with_name(name("short"))
+        .with_num_partitions(1)
+        .with_replication_factor(1)
+        .with_configs(vec![
+            kafka_protocol::messages::create_topics_request::CreatableTopicConfig::default()
+                .with_name(StrBytes::from_static_str("retention.ms"))
+                .with_value(Some(StrBytes::from_static_str("60000"))),
+        ])]);
+    match client.call(ApiKey::CreateTopics, 5, RequestKind::CreateTopics(request)) {
+        ResponseKind::CreateTopics(r) => assert_eq!(r.topics[0].error_code, 0),
+        other => panic!("{other:?}"),
+    }
+    let value = vec![b'x'; 1000];
+    // Old records (timestamp 1970), one flush each, filling several 1 MiB segments.
+    for i in 0..600 {
+        assert_eq!(
+            produce(&mut client, "short", 0, record_batch(&[(b"k", &value)], 1_000)),
+            (0, i)
+        );
+    }
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
+            as i64;
+    assert_eq!(produce(&mut client, "short", 0, record_batch(&[(b"k", b"new")], now)), (0, 600));
+    let segments = || {
+        std::fs::read_dir(broker.data_dir().join("shard-000"))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "log"))
+            .count()
+    };
+    let mut earliest = 0;
+    common::eventually(
+        std::time::Duration::from_secs(20),
+        "retention to move the log start",
+        || {
+            let request =
+                ListOffsetsRequest::default().with_replica_id((-1).into()).with_topics(vec![
+                    ListOffsetsTopic::default().with_name(name("short")).with_partitions(vec![
+                        ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-2),
+                    ]),
+                ]);
+            if let ResponseKind::ListOffsets(r) =
+                client.call(ApiKey::ListOffsets, 5, RequestKind::ListOffsets(request))
+            {
+                earliest = r.topics[0].partitions[0].offset;
+            }
+            earliest == 600
+        },
+    );
+    assert_eq!(
+        fetch(&mut client, "short", 0, 0, 0).0,
+        1,
+        "OFFSET_OUT_OF_RANGE below the log start"
+    );
+    let (error, _, records) = fetch(&mut client, "short", 0, 600, 0);
+    assert_eq!(error, 0);
+    assert!(!records.is_empty(), "the recent record is kept");
+    common::eventually(std::time::Duration::from_secs(20), "old segments to be deleted", || {
+        segments() <= 2
+    });
+}

@@ -22,6 +22,7 @@ pub mod metadata;
 pub mod ops;
 pub mod producer;
 pub mod producer_log;
+pub mod retention;
 pub mod runtime;
 pub mod service;
 pub mod shard;

@@ -76,7 +76,7 @@ impl Shard {
         producer_id: i64,
         epoch: i16,
     ) -> Result<(i64, i16), String> {
-        if producer_id >= 0 && epoch >= 0 && epoch < i16::MAX {
+        if producer_id >= 0 && (0..i16::MAX).contains(&epoch) {
             return Ok((producer_id, epoch + 1));
         }
         let _permit = self.pid_lock.acquire_permit(1).await;

@@ -64,15 +64,19 @@ impl Broker {
             .append(true)
             .open(self.log_path())
             .expect("broker log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_shardlog"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_shardlog"));
+        command
             .arg("--data-dir")
             .arg(self.data_dir())
             .arg("--kafka-addr")
             .arg(self.bootstrap())
             .arg("--cores")
-            .arg(self.cores.to_string())
-            .arg("--segment-bytes")
-            .arg((8u64 << 20).to_string())
+            .arg(self.cores.to_string());
+        // Small segments keep test data dirs small, unless a test picks its own.
+        if !self.extra_args.iter().any(|a| a == "--segment-bytes") {
+            command.arg("--segment-bytes").arg((8u64 << 20).to_string());
+        }
+        let child = command
             .args(&self.extra_args)
             .env("SHARDLOG_LOG", "info")
             .env("NO_COLOR", "1")

@@ -1,0 +1,47 @@
+//! Retention on each shard: every `retention_check_interval`, each local partition's
+//! `retention.ms` / `retention.bytes` (Kafka's names and semantics, -1 = unlimited) move its
+//! log start offset forward by whole batches; segment files are freed by the log once no
+//! partition needs them and a checkpoint covers them.
+
+use std::rc::Rc;
+
+use shardlog_storage::{PartitionId, RetentionPolicy};
+
+use crate::producer_log::wall_ms;
+use crate::shard::Shard;
+
+impl Shard {
+    /// Applies every local partition's retention once.
+    pub fn apply_retention(&self) {
+        let table = self.table();
+        let now_ms = wall_ms();
+        for meta in table.topics.values() {
+            let limit = |key: &str| meta.config_i64(key).filter(|v| *v >= 0);
+            let policy = RetentionPolicy {
+                retention_ms: limit("retention.ms"),
+                retention_bytes: limit("retention.bytes").map(|v| v as u64),
+            };
+            if policy.retention_ms.is_none() && policy.retention_bytes.is_none() {
+                continue;
+            }
+            for (index, shard) in meta.partition_shards.iter().enumerate() {
+                if *shard as usize == self.id {
+                    let partition = PartitionId::new(meta.topic_number, index as u32);
+                    self.log.apply_retention(partition, policy, now_ms);
+                }
+            }
+        }
+    }
+
+    /// Runs retention every `retention_check_interval`.
+    pub fn spawn_retention(self: &Rc<Self>) {
+        let shard = self.clone();
+        glommio::spawn_local(async move {
+            loop {
+                glommio::timer::sleep(shard.config.retention_check_interval).await;
+                shard.apply_retention();
+            }
+        })
+        .detach();
+    }
+}
