@@ -215,6 +215,12 @@ fn malformed_frames_close_only_their_own_connection() {
     truncated.send_frame(&[0, 3, 0, 9, 0, 0, 0, 1, 0, 0, 0, 0x87, 0x68]);
     assert!(truncated.is_closed_by_broker());
 
+    // A Metadata v1 request whose topic array claims i32::MAX entries: decoding must not
+    // try to reserve memory for them (that would abort the broker), just fail.
+    let mut greedy = RawClient::connect(broker.shard_addr(0));
+    greedy.send_frame(&[0, 3, 0, 1, 0, 0, 0, 2, 0, 0, 0x7f, 0xff, 0xff, 0xff, 0, 1, b'x']);
+    assert!(greedy.is_closed_by_broker());
+
     let mut good = RawClient::connect(broker.shard_addr(0));
     match good.call(ApiKey::ApiVersions, 3, RequestKind::ApiVersions(ApiVersionsRequest::default()))
     {

@@ -102,3 +102,88 @@ pub fn encode_response(
     out[..4].copy_from_slice(&len.to_be_bytes());
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
+    use kafka_protocol::messages::TopicName;
+    use kafka_protocol::protocol::StrBytes;
+
+    /// Every API at every version the crate knows: what a hostile client could send.
+    fn any_version(api_key: ApiKey) -> Option<(i16, i16)> {
+        let range = api_key.valid_versions();
+        Some((range.min, range.max))
+    }
+
+    fn xorshift(state: &mut u64) -> u64 {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        *state
+    }
+
+    fn seed() -> u64 {
+        std::env::var("SHARDLOG_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed_cafe)
+    }
+
+    /// Random and mutated frames only ever decode or fail: no panic, no huge allocation.
+    #[test]
+    fn arbitrary_frames_decode_or_fail_without_panicking() {
+        let seed = seed();
+        println!("seed {seed} (replay with SHARDLOG_SEED={seed})");
+        let mut state = seed | 1;
+        let valid = {
+            let header = RequestHeader::default()
+                .with_request_api_key(ApiKey::Metadata as i16)
+                .with_request_api_version(9)
+                .with_correlation_id(7);
+            let body = MetadataRequest::default()
+                .with_topics(Some(vec![MetadataRequestTopic::default()
+                    .with_name(Some(TopicName(StrBytes::from_static_str("trades"))))]));
+            let mut out = BytesMut::new();
+            header.encode(&mut out, ApiKey::Metadata.request_header_version(9)).unwrap();
+            body.encode(&mut out, 9).unwrap();
+            out.freeze()
+        };
+        for round in 0..20_000 {
+            let frame: Vec<u8> = if round % 2 == 0 {
+                // A valid header prefix for a random API and version, then random bytes.
+                let keys: Vec<i16> = (0..93).collect();
+                let key = keys[(xorshift(&mut state) % keys.len() as u64) as usize];
+                let version = (xorshift(&mut state) % 20) as i16;
+                let mut f = vec![0u8; 8 + (xorshift(&mut state) % 64) as usize];
+                f[0..2].copy_from_slice(&key.to_be_bytes());
+                f[2..4].copy_from_slice(&version.to_be_bytes());
+                for b in &mut f[4..] {
+                    *b = xorshift(&mut state) as u8;
+                }
+                // Bias toward huge lengths, the dangerous case.
+                if round % 4 == 0 && f.len() > 14 {
+                    f[10..14].copy_from_slice(&[0x7f, 0xff, 0xff, 0xff]);
+                }
+                f
+            } else {
+                let mut f = valid.to_vec();
+                for _ in 0..1 + xorshift(&mut state) % 4 {
+                    let at = (xorshift(&mut state) % f.len() as u64) as usize;
+                    f[at] = xorshift(&mut state) as u8;
+                }
+                f.truncate(f.len() - (xorshift(&mut state) % 4) as usize);
+                f
+            };
+            let _ = decode_request(Bytes::from(frame), any_version);
+        }
+    }
+
+    #[test]
+    fn a_forged_array_length_is_an_error_not_an_allocation() {
+        // Metadata v1: header (key 3, version 1, correlation 2, null client id), then a
+        // topic array claiming i32::MAX entries followed by one short string.
+        let frame = Bytes::from_static(&[
+            0, 3, 0, 1, 0, 0, 0, 2, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff, 0, 1, b'x',
+        ]);
+        let result = decode_request(frame, any_version);
+        assert!(matches!(result, Err(DecodeError::Malformed { .. })), "{result:?}");
+    }
+}
