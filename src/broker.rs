@@ -11,6 +11,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use glommio::net::TcpListener;
+use glommio::{Latency, Shares};
 use shardlog_net::{serve_connection, ConnectionLimits};
 use shardlog_shards::group::GroupConfig;
 use shardlog_shards::{Mesh, Shard, ShardConfig, ShardMeshBuilder};
@@ -85,7 +86,19 @@ fn check_ports_free(
 }
 
 async fn shard_main(mesh_builder: ShardMeshBuilder, config: Config, listeners: Listeners) {
-    if let Err(message) = start_shard(mesh_builder, config, listeners).await {
+    // Everything of the shard (connections, the log's flusher, timers) runs in one
+    // latency-sensitive task queue: tasks spawned inherit it. In the default queue
+    // io_uring completions are reaped late under load, and the flusher's next write waits
+    // (measured: docs/benchmarks.md, "Storage engine").
+    let queue = glommio::executor().create_task_queue(
+        Shares::default(),
+        Latency::Matters(Duration::from_millis(1)),
+        "shard",
+    );
+    let started = glommio::spawn_local_into(start_shard(mesh_builder, config, listeners), queue)
+        .expect("the shard task queue exists")
+        .await;
+    if let Err(message) = started {
         error!("{message}");
         eprintln!("shardlog: {message}");
         std::process::exit(1);

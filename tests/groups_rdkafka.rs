@@ -202,3 +202,34 @@ fn group_listing_shows_members_assignments_and_state() {
     let all = consumer.fetch_group_list(None, TIMEOUT).unwrap();
     assert!(all.groups().iter().any(|g| g.name() == "watched"));
 }
+
+#[test]
+fn every_client_side_assignor_splits_the_partitions() {
+    let broker = Broker::start(2, &[]);
+    create_topic(&broker, "assigned", 4);
+    produce(&broker, "assigned", 4, "m", 200);
+    for strategy in ["range", "roundrobin", "cooperative-sticky"] {
+        let group = format!("assignor-{strategy}");
+        let make = || {
+            ClientConfig::new()
+                .set("bootstrap.servers", broker.bootstrap())
+                .set("group.id", &group)
+                .set("partition.assignment.strategy", strategy)
+                .set("enable.auto.commit", "false")
+                .set("auto.offset.reset", "earliest")
+                .set("session.timeout.ms", "6000")
+                .set("heartbeat.interval.ms", "300")
+                .set("fetch.wait.max.ms", "100")
+                .create::<BaseConsumer>()
+                .unwrap()
+        };
+        let (a, b) = (make(), make());
+        a.subscribe(&["assigned"]).unwrap();
+        b.subscribe(&["assigned"]).unwrap();
+        let got = poll_all(&[&a, &b], Duration::from_secs(60), |r| {
+            let distinct: BTreeSet<&String> = r.iter().flatten().map(|(_, _, v)| v).collect();
+            distinct.len() >= 200 && assigned(&a) == 2 && assigned(&b) == 2
+        });
+        assert!(!got[0].is_empty() || !got[1].is_empty(), "{strategy}");
+    }
+}

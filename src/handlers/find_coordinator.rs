@@ -42,7 +42,9 @@ fn coordinator(handler: &KafkaHandler, key: &StrBytes, key_type: i8) -> Coordina
     if key_type != KEY_TYPE_GROUP {
         let message = "transactions are not supported yet: there is no transaction coordinator";
         return base
-            .with_error_code(errors::COORDINATOR_NOT_AVAILABLE)
+            // Not retriable, so a transactional client fails at once with this message
+            // instead of retrying until its timeout.
+            .with_error_code(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
             .with_error_message(Some(str_bytes(message)))
             .with_node_id(BrokerId(-1))
             .with_port(-1);
