@@ -5,9 +5,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use common::Broker;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use common::{create_topic, runtime, Broker};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
@@ -15,19 +13,6 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
-}
-
-fn create_topic(broker: &Broker, name: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", broker.bootstrap()).create().unwrap();
-    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
-    for result in runtime().block_on(admin.create_topics(&[topic], &AdminOptions::new())).unwrap() {
-        result.expect("topic created");
-    }
-}
 
 /// Produces `count` messages "<tag>-<i>" round-robin over `partitions`.
 fn produce(broker: &Broker, topic: &str, partitions: i32, tag: &str, count: usize) {

@@ -102,19 +102,8 @@ fn librdkafka_idempotent_producer_writes_each_message_once_across_broker_kills()
         .set("reconnect.backoff.max.ms", "200")
         .create()
         .unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    // Create the topic with 3 partitions through the admin API.
-    {
-        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-        let admin: AdminClient<rdkafka::client::DefaultClientContext> =
-            ClientConfig::new().set("bootstrap.servers", broker.bootstrap()).create().unwrap();
-        let topic = NewTopic::new("exactly-once", 3, TopicReplication::Fixed(1));
-        let results =
-            runtime.block_on(admin.create_topics(&[topic], &AdminOptions::new())).unwrap();
-        results.into_iter().for_each(|r| {
-            r.unwrap();
-        });
-    }
+    let runtime = common::runtime();
+    common::create_topic(&broker, "exactly-once", 3);
     let mut deliveries = Vec::with_capacity(total);
     for i in 0..total {
         let value = format!("{:03}-{i:07}", i % 3);

@@ -15,9 +15,9 @@
 
 use std::collections::BTreeMap;
 
-use rkyv::rancor;
 use shardlog_storage::PartitionId;
 
+use crate::codec::{decode_versioned, encode_versioned};
 use crate::error::TopicError;
 
 /// Version byte in front of the rkyv archive.
@@ -104,22 +104,11 @@ impl TopicTable {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let archive = rkyv::to_bytes::<rancor::Error>(self).expect("topic table serializes");
-        let mut out = Vec::with_capacity(archive.len() + 1);
-        out.push(TABLE_FORMAT_VERSION);
-        out.extend_from_slice(&archive);
-        out
+        encode_versioned(TABLE_FORMAT_VERSION, self)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<TopicTable, String> {
-        let (&version, archive) = bytes.split_first().ok_or("empty topic table snapshot")?;
-        if version != TABLE_FORMAT_VERSION {
-            return Err(format!("topic table format version {version} is not supported"));
-        }
-        // rkyv needs an aligned buffer; the log hands us arbitrary alignment.
-        let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(archive.len());
-        aligned.extend_from_slice(archive);
-        rkyv::from_bytes::<TopicTable, rancor::Error>(&aligned).map_err(|e| e.to_string())
+        decode_versioned(TABLE_FORMAT_VERSION, "topic table snapshot", bytes)
     }
 
     /// Adds a validated topic; partitions are placed round-robin starting at a shard that

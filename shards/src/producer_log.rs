@@ -15,10 +15,10 @@
 use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rkyv::rancor;
 use shardlog_storage::{InternalEntry, InternalStream, PartitionId, RecordBatchHeader};
 use tracing::{info, warn};
 
+use crate::codec::{decode_versioned, encode_versioned};
 use crate::producer::{BatchSequence, ProducerEntry};
 use crate::shard::Shard;
 
@@ -46,21 +46,11 @@ pub enum ProducerLogEntry {
 
 impl ProducerLogEntry {
     pub fn encode(&self) -> Vec<u8> {
-        let archive = rkyv::to_bytes::<rancor::Error>(self).expect("producer entry serializes");
-        let mut out = Vec::with_capacity(archive.len() + 1);
-        out.push(PRODUCER_FORMAT_VERSION);
-        out.extend_from_slice(&archive);
-        out
+        encode_versioned(PRODUCER_FORMAT_VERSION, self)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<ProducerLogEntry, String> {
-        let (&version, archive) = bytes.split_first().ok_or("empty producer entry")?;
-        if version != PRODUCER_FORMAT_VERSION {
-            return Err(format!("producer entry format version {version} is not supported"));
-        }
-        let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(archive.len());
-        aligned.extend_from_slice(archive);
-        rkyv::from_bytes::<ProducerLogEntry, rancor::Error>(&aligned).map_err(|e| e.to_string())
+        decode_versioned(PRODUCER_FORMAT_VERSION, "producer entry", bytes)
     }
 }
 

@@ -302,3 +302,21 @@ pub fn eventually(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
 pub fn path_exists(p: &Path) -> bool {
     p.exists()
 }
+
+/// A tokio runtime to drive rdkafka's futures.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+/// Creates a topic through librdkafka's admin API (replication factor 1).
+pub fn create_topic(broker: &Broker, name: &str, partitions: i32) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::config::ClientConfig;
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", broker.bootstrap()).create().unwrap();
+    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    for result in runtime().block_on(admin.create_topics(&[topic], &AdminOptions::new())).unwrap() {
+        result.expect("topic created");
+    }
+}

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use rkyv::rancor;
+use crate::codec::{decode_versioned, encode_versioned};
 
 /// Version byte in front of each entry's rkyv archive.
 pub const OFFSETS_FORMAT_VERSION: u8 = 1;
@@ -44,21 +44,11 @@ pub enum OffsetLogEntry {
 
 impl OffsetLogEntry {
     pub fn encode(&self) -> Vec<u8> {
-        let archive = rkyv::to_bytes::<rancor::Error>(self).expect("offset entry serializes");
-        let mut out = Vec::with_capacity(archive.len() + 1);
-        out.push(OFFSETS_FORMAT_VERSION);
-        out.extend_from_slice(&archive);
-        out
+        encode_versioned(OFFSETS_FORMAT_VERSION, self)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<OffsetLogEntry, String> {
-        let (&version, archive) = bytes.split_first().ok_or("empty offset entry")?;
-        if version != OFFSETS_FORMAT_VERSION {
-            return Err(format!("offset entry format version {version} is not supported"));
-        }
-        let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(archive.len());
-        aligned.extend_from_slice(archive);
-        rkyv::from_bytes::<OffsetLogEntry, rancor::Error>(&aligned).map_err(|e| e.to_string())
+        decode_versioned(OFFSETS_FORMAT_VERSION, "offset entry", bytes)
     }
 
     /// Applies this entry to the in-memory offsets of every group.
