@@ -1,0 +1,145 @@
+//! Command-line flags of `shardlog-load` (`--help` prints them with their defaults).
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "shardlog-load",
+    about = "Native Kafka load generator: produce, end-to-end latency, consume/replay, \
+             partition scaling. Prints a table and `RESULT mode=... key=value` lines.",
+    after_help = "Examples:\n  \
+      shardlog-load produce --bootstrap 127.0.0.1:9092 --messages 100000 --size 1024 \
+      --acks all --partitions 3 --keys 1000 --topic tp\n  \
+      shardlog-load consume --bootstrap 127.0.0.1:9092 --topic tp\n  \
+      shardlog-load e2e --rate 200 --secs 20\n  \
+      shardlog-load partitions --counts 8,100,1000,10000"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub mode: Mode,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Mode {
+    /// Send N messages as fast as the in-flight window allows; msg/s, MB/s and
+    /// produce->ack latency percentiles.
+    Produce(ProduceArgs),
+    /// Produce at a fixed rate while consumers long-poll; end-to-end latency from a
+    /// timestamp in each payload, received/sent.
+    E2e(E2eArgs),
+    /// Read a topic from the beginning up to its high watermarks; msg/s and MB/s.
+    Consume(ConsumeArgs),
+    /// Same as consume: a new reader replays everything.
+    Replay(ConsumeArgs),
+    /// The same produce load over several partition counts; throughput and p99 each.
+    /// Whole batches go round-robin over the partitions (--keys is ignored), and
+    /// --messages is raised to at least (largest count x --batch) so every partition
+    /// gets a batch.
+    Partitions(PartitionsArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    /// Any broker of the cluster; Metadata tells where each partition's leader is.
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    pub bootstrap: String,
+    /// Topic name (default: a fresh name per run).
+    #[arg(long)]
+    pub topic: Option<String>,
+    /// Label copied into the RESULT lines (e.g. the broker's name).
+    #[arg(long, default_value = "")]
+    pub label: String,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ProduceArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Messages to send.
+    #[arg(long, default_value_t = 100_000)]
+    pub messages: u64,
+    /// Value size in bytes (at least 16: a send timestamp and a sequence number).
+    #[arg(long, default_value_t = 1024)]
+    pub size: usize,
+    /// acks: 0, 1 or all (-1).
+    #[arg(long, default_value = "all", value_parser = parse_acks)]
+    pub acks: i16,
+    /// Records per record batch (one batch per Produce request).
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Partitions of the topic (created if missing).
+    #[arg(long, default_value_t = 3)]
+    pub partitions: i32,
+    /// Distinct keys, message i has key `i % keys` placed by Kafka's murmur2
+    /// partitioner; 0 = no keys, batches round-robin over partitions.
+    #[arg(long, default_value_t = 1000)]
+    pub keys: u64,
+    /// Producers; each has one connection (one thread) per partition leader.
+    #[arg(long, default_value_t = 1)]
+    pub producers: usize,
+    /// Produce requests in flight per connection.
+    #[arg(long, default_value_t = 5)]
+    pub in_flight: usize,
+    /// Idempotent producer: InitProducerId, then producer id, epoch and per-partition
+    /// sequence numbers in every batch (needs acks=all; Kafka allows at most 5 in flight).
+    #[arg(long)]
+    pub idempotent: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct E2eArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Messages per second, in total.
+    #[arg(long, default_value_t = 200)]
+    pub rate: u64,
+    /// Seconds of producing.
+    #[arg(long, default_value_t = 20)]
+    pub secs: u64,
+    /// Value size in bytes (at least 16).
+    #[arg(long, default_value_t = 1024)]
+    pub size: usize,
+    #[arg(long, default_value = "all", value_parser = parse_acks)]
+    pub acks: i16,
+    #[arg(long, default_value_t = 3)]
+    pub partitions: i32,
+    /// Produce requests in flight per connection (each message is its own request).
+    #[arg(long, default_value_t = 5)]
+    pub in_flight: usize,
+    /// Fetch max_wait_ms (long poll).
+    #[arg(long, default_value_t = 500)]
+    pub max_wait_ms: i32,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ConsumeArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Fetch partition_max_bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub partition_max_bytes: i32,
+    /// Fetch max_bytes.
+    #[arg(long, default_value_t = 64 << 20)]
+    pub max_bytes: i32,
+    /// Check the CRC-32C of every batch read.
+    #[arg(long)]
+    pub verify_crc: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct PartitionsArgs {
+    #[command(flatten)]
+    pub produce: ProduceArgs,
+    /// Partition counts to run, one topic each.
+    #[arg(long, default_value = "8,100,1000,10000", value_delimiter = ',')]
+    pub counts: Vec<i32>,
+}
+
+fn parse_acks(s: &str) -> Result<i16, String> {
+    match s {
+        "all" | "-1" => Ok(-1),
+        "0" => Ok(0),
+        "1" => Ok(1),
+        _ => Err(format!("acks must be 0, 1 or all, not {s}")),
+    }
+}
