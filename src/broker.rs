@@ -146,6 +146,7 @@ async fn start_shard(
     let handler = Rc::new(KafkaHandler { shard: shard.clone(), listeners: listeners.clone() });
     let limits = ConnectionLimits {
         max_frame_bytes: config.max_request_bytes,
+        idle_timeout: Duration::from_millis(config.connection_idle_timeout_ms.max(1)),
         ..ConnectionLimits::default()
     };
     let bootstrap = TcpListener::bind(config.kafka_addr).map_err(|e| format!("shard {id}: {e}"))?;

@@ -45,6 +45,11 @@ pub struct Config {
     #[arg(long, env = "SHARDLOG_MAX_REQUEST_BYTES", default_value_t = 100 << 20)]
     pub max_request_bytes: usize,
 
+    /// A connection with no complete request for this long is closed (Kafka's
+    /// connections.max.idle.ms); it also bounds a client that sends half a frame and stalls.
+    #[arg(long, env = "SHARDLOG_CONNECTION_IDLE_TIMEOUT_MS", default_value_t = 600_000)]
+    pub connection_idle_timeout_ms: u64,
+
     /// How often each shard logs its counters (forwarded requests, bytes), when they changed.
     #[arg(long, env = "SHARDLOG_PROBE_LOG_INTERVAL_MS", default_value_t = 60_000)]
     pub probe_log_interval_ms: u64,

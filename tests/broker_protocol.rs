@@ -368,3 +368,20 @@ fn retention_moves_the_log_start_and_frees_old_segments() {
         segments() <= 2
     });
 }
+
+#[test]
+fn a_client_that_stalls_mid_frame_is_disconnected_after_the_idle_timeout() {
+    let broker = Broker::start(1, &["--connection-idle-timeout-ms", "300"]);
+    let mut stalled = RawClient::connect(broker.shard_addr(0));
+    // A length prefix promising 100 bytes, then only 3 of them.
+    stalled.send_raw(&100i32.to_be_bytes());
+    stalled.send_raw(&[0, 18, 0]);
+    assert!(stalled.is_closed_by_broker(), "the half frame holds the connection forever");
+    // A connection that keeps sending requests stays open past the timeout.
+    let mut busy = RawClient::connect(broker.shard_addr(0));
+    for _ in 0..8 {
+        let request = RequestKind::ApiVersions(ApiVersionsRequest::default());
+        busy.call(ApiKey::ApiVersions, 3, request);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

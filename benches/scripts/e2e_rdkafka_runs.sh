@@ -2,6 +2,7 @@
 # Issue 3's first end-to-end figures: a fresh shardlog (2 shards) per run, then
 # e2e-rdkafka (librdkafka): 100,000 x 1 KiB acks=all produce + consume, and 200 msg/s
 # for 20 s with linger.ms=0. Usage: benches/scripts/e2e_rdkafka_runs.sh [RUNS] > results.txt
+# (SHARDLOG_BIN=path runs another broker build, for A/B comparisons.)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${1:-3}
@@ -9,7 +10,7 @@ cargo build --release -q -p shardlog -p shardlog-benches --bin shardlog --bin e2
 for run in $(seq "$runs"); do
   dir=$(mktemp -d)
   port=$((20000 + RANDOM % 10000))
-  ./target/release/shardlog --data-dir "$dir/data" --kafka-addr 127.0.0.1:$port --cores 2 \
+  "${SHARDLOG_BIN:-./target/release/shardlog}" --data-dir "$dir/data" --kafka-addr 127.0.0.1:$port --cores 2 \
     --probe-log-interval-ms 1000 > "$dir/broker.log" 2>&1 &
   broker=$!
   for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done

@@ -225,10 +225,21 @@ impl RawClient {
         Some(Bytes::from(frame))
     }
 
-    /// True when the broker closed the connection (EOF) within the read timeout.
+    /// True when the broker closed the connection (EOF or reset) within 10 s; false if
+    /// the connection was still open then or data arrived.
     pub fn is_closed_by_broker(&mut self) -> bool {
+        self.stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut byte = [0u8; 1];
-        matches!(self.stream.read(&mut byte), Ok(0) | Err(_))
+        let closed = match self.stream.read(&mut byte) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
+            ),
+        };
+        self.stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        closed
     }
 }
 
