@@ -89,8 +89,8 @@ impl Shard {
                 },
             }
             let log_start_offset = shard
-                .table_partition(&appended.topic, appended.partition)
-                .and_then(|pid| shard.log.partition_info(pid))
+                .log
+                .partition_info(appended.partition_id)
                 .map_or(0, |info| info.log_start_offset);
             Ok(ProduceAck { base_offset: appended.base_offset, log_start_offset })
         })
@@ -102,7 +102,8 @@ impl Shard {
         partition: i32,
         records: Bytes,
     ) -> Result<Queued, PartitionError> {
-        let meta = self.topic(topic).ok_or(PartitionError::UnknownTopicOrPartition)?;
+        let table = self.table();
+        let meta = table.topic(topic).ok_or(PartitionError::UnknownTopicOrPartition)?;
         let partition_id =
             meta.partition_id(partition).ok_or(PartitionError::UnknownTopicOrPartition)?;
         assert_eq!(meta.owner(partition), Some(self.id), "queue_append on a non-owner shard");
@@ -119,8 +120,7 @@ impl Shard {
             Sequencing::Duplicate { base_offset, last_offset } => {
                 // Already written: answer with the original offsets once they are durable.
                 return Ok(Queued {
-                    topic: topic.to_string(),
-                    partition,
+                    partition_id,
                     base_offset,
                     wait: Wait::HighWatermarkPast(partition_id, last_offset),
                 });
@@ -143,8 +143,7 @@ impl Shard {
         self.probes.produce_batches.set(self.probes.produce_batches.get() + batches.len() as u64);
         self.probes.produce_bytes.set(self.probes.produce_bytes.get() + records.len() as u64);
         Ok(Queued {
-            topic: topic.to_string(),
-            partition,
+            partition_id,
             base_offset: appended.base_offset,
             wait: Wait::Durable(appended.durable),
         })
@@ -202,14 +201,6 @@ impl Shard {
                 }
             }
         }
-    }
-
-    fn table_partition(
-        &self,
-        topic: &str,
-        partition: i32,
-    ) -> Option<shardlog_storage::PartitionId> {
-        self.topic(topic)?.partition_id(partition)
     }
 
     /// A failed fdatasync or EIO: the shard cannot keep what it acknowledged. Stop the
@@ -273,8 +264,7 @@ impl Shard {
         remaining: usize,
     ) -> Result<FetchedRecords, PartitionError> {
         let partition_id = self
-            .table_partition(&read.topic, read.partition)
-            .filter(|_| self.owner_of(&read.topic, read.partition) == Some(self.id))
+            .local_partition(&read.topic, read.partition)
             .ok_or(PartitionError::UnknownTopicOrPartition)?;
         let info =
             self.log.partition_info(partition_id).ok_or(PartitionError::UnknownTopicOrPartition)?;
@@ -299,7 +289,7 @@ impl Shard {
         timestamp_ms: i64,
     ) -> Result<(Offset, i64), PartitionError> {
         let partition_id = self
-            .table_partition(topic, partition)
+            .local_partition(topic, partition)
             .ok_or(PartitionError::UnknownTopicOrPartition)?;
         let info =
             self.log.partition_info(partition_id).ok_or(PartitionError::UnknownTopicOrPartition)?;
@@ -347,8 +337,7 @@ impl Shard {
 }
 
 struct Queued {
-    topic: String,
-    partition: i32,
+    partition_id: PartitionId,
     base_offset: Offset,
     wait: Wait,
 }

@@ -54,6 +54,11 @@ impl Shard {
         min_bytes: usize,
         max_bytes: usize,
     ) -> Vec<PartitionData> {
+        // The common case (clients follow metadata): every partition is ours, so no task
+        // per owner and no regrouping.
+        if reads.iter().all(|r| self.owner_of(&r.topic, r.partition) == Some(self.id)) {
+            return self.fetch_local(&reads, max_wait, min_bytes, max_bytes).await;
+        }
         let mut by_owner: BTreeMap<usize, Vec<(usize, PartitionRead)>> = BTreeMap::new();
         let mut results: Vec<Option<PartitionData>> = vec![None; reads.len()];
         for (index, read) in reads.into_iter().enumerate() {

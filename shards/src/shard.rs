@@ -189,6 +189,19 @@ impl Shard {
 
     /// The shard that owns a partition, if the topic and partition exist.
     pub fn owner_of(&self, topic: &str, partition: i32) -> Option<usize> {
-        self.table.borrow().topic(topic).and_then(|m| m.owner(partition))
+        self.locate(topic, partition).map(|(_, owner)| owner)
+    }
+
+    /// A partition's log id and owner shard, looked up in place (the hot paths call this
+    /// per partition: no copy of the topic's metadata).
+    pub fn locate(&self, topic: &str, partition: i32) -> Option<(PartitionId, usize)> {
+        let table = self.table.borrow();
+        let meta = table.topic(topic)?;
+        Some((meta.partition_id(partition)?, meta.owner(partition)?))
+    }
+
+    /// The log id of a partition this shard owns.
+    pub fn local_partition(&self, topic: &str, partition: i32) -> Option<PartitionId> {
+        self.locate(topic, partition).filter(|(_, owner)| *owner == self.id).map(|(id, _)| id)
     }
 }

@@ -365,7 +365,7 @@ impl Shard {
         let mut results = Vec::with_capacity(partitions.len());
         let mut offsets = Vec::new();
         for p in partitions {
-            let known = self.topic(&p.topic).is_some_and(|t| t.owner(p.partition).is_some());
+            let known = self.locate(&p.topic, p.partition).is_some();
             let too_large = p
                 .metadata
                 .as_ref()
@@ -452,7 +452,7 @@ impl Shard {
         for (topic, partition) in partitions {
             if subscribed.contains(&topic) {
                 results.push(Err(GroupError::GroupSubscribedToTopic));
-            } else if self.topic(&topic).is_none_or(|t| t.owner(partition).is_none()) {
+            } else if self.locate(&topic, partition).is_none() {
                 results.push(Err(GroupError::UnknownTopicOrPartition));
             } else {
                 deleted.push((topic, partition));
