@@ -92,49 +92,36 @@ fn by_topic(found: Found) -> ByTopic {
     out
 }
 
-fn single_topics(found: Found) -> Vec<OffsetFetchResponseTopic> {
-    by_topic(found)
-        .into_iter()
-        .map(|(topic, partitions)| {
-            let partitions = partitions
+/// v1-v7 (`...Topic`) and v8+ (`...Topics`) responses use distinct generated types with
+/// the same fields: one body for both.
+macro_rules! response_topics {
+    ($name:ident, $topic:ty, $partition:ty) => {
+        fn $name(found: Found) -> Vec<$topic> {
+            by_topic(found)
                 .into_iter()
-                .map(|(index, c)| {
-                    let (offset, epoch, metadata) = fields(c);
-                    OffsetFetchResponsePartition::default()
-                        .with_partition_index(index)
-                        .with_committed_offset(offset)
-                        .with_committed_leader_epoch(epoch)
-                        .with_metadata(metadata)
+                .map(|(topic, partitions)| {
+                    let partitions = partitions
+                        .into_iter()
+                        .map(|(index, c)| {
+                            let (offset, epoch, metadata) = fields(c);
+                            <$partition>::default()
+                                .with_partition_index(index)
+                                .with_committed_offset(offset)
+                                .with_committed_leader_epoch(epoch)
+                                .with_metadata(metadata)
+                        })
+                        .collect();
+                    <$topic>::default()
+                        .with_name(TopicName(str_bytes(&topic)))
+                        .with_partitions(partitions)
                 })
-                .collect();
-            OffsetFetchResponseTopic::default()
-                .with_name(TopicName(str_bytes(&topic)))
-                .with_partitions(partitions)
-        })
-        .collect()
+                .collect()
+        }
+    };
 }
 
-fn group_topics(found: Found) -> Vec<OffsetFetchResponseTopics> {
-    by_topic(found)
-        .into_iter()
-        .map(|(topic, partitions)| {
-            let partitions = partitions
-                .into_iter()
-                .map(|(index, c)| {
-                    let (offset, epoch, metadata) = fields(c);
-                    OffsetFetchResponsePartitions::default()
-                        .with_partition_index(index)
-                        .with_committed_offset(offset)
-                        .with_committed_leader_epoch(epoch)
-                        .with_metadata(metadata)
-                })
-                .collect();
-            OffsetFetchResponseTopics::default()
-                .with_name(TopicName(str_bytes(&topic)))
-                .with_partitions(partitions)
-        })
-        .collect()
-}
+response_topics!(single_topics, OffsetFetchResponseTopic, OffsetFetchResponsePartition);
+response_topics!(group_topics, OffsetFetchResponseTopics, OffsetFetchResponsePartitions);
 
 fn fields(committed: Option<Committed>) -> (i64, i32, Option<kafka_protocol::protocol::StrBytes>) {
     match committed {

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use shardlog_benches::load::record_batch::{ProducerFields, RecordBatchWriter};
 
 /// A running broker process; killed (SIGKILL) when dropped.
 pub struct Broker {
@@ -248,7 +249,8 @@ pub fn record_batch(values: &[(&[u8], &[u8])], base_timestamp: i64) -> Bytes {
     idempotent_batch(values, base_timestamp, -1, -1, -1)
 }
 
-/// A record batch from an idempotent producer (`producer_id` >= 0) at `base_sequence`.
+/// A record batch from an idempotent producer (`producer_id` >= 0) at `base_sequence`,
+/// built by the load generator's batch writer.
 pub fn idempotent_batch(
     values: &[(&[u8], &[u8])],
     base_timestamp: i64,
@@ -256,49 +258,14 @@ pub fn idempotent_batch(
     producer_epoch: i16,
     base_sequence: i32,
 ) -> Bytes {
-    let mut records = BytesMut::new();
-    for (i, (key, value)) in values.iter().enumerate() {
-        let mut body = BytesMut::new();
-        body.put_i8(0); // attributes
-        put_varint(&mut body, 0); // timestamp delta
-        put_varint(&mut body, i as i64); // offset delta
-        put_varint(&mut body, key.len() as i64);
-        body.put_slice(key);
-        put_varint(&mut body, value.len() as i64);
-        body.put_slice(value);
-        put_varint(&mut body, 0); // headers
-        put_varint(&mut records, body.len() as i64);
-        records.put_slice(&body);
+    let producer = ProducerFields { producer_id, producer_epoch, base_sequence };
+    let mut out = Vec::new();
+    let mut writer = RecordBatchWriter::with_producer(&mut out, base_timestamp, producer);
+    for (key, value) in values {
+        writer.push(Some(key), value);
     }
-    let mut batch = BytesMut::new();
-    batch.put_i64(0); // base offset
-    batch.put_i32(0); // batch length, patched below
-    batch.put_i32(-1); // partition leader epoch
-    batch.put_i8(2); // magic
-    batch.put_u32(0); // crc, patched below
-    batch.put_i16(0); // attributes
-    batch.put_i32(values.len() as i32 - 1); // last offset delta
-    batch.put_i64(base_timestamp);
-    batch.put_i64(base_timestamp);
-    batch.put_i64(producer_id);
-    batch.put_i16(producer_epoch);
-    batch.put_i32(base_sequence);
-    batch.put_i32(values.len() as i32);
-    batch.put_slice(&records);
-    let batch_length = (batch.len() - 12) as i32;
-    batch[8..12].copy_from_slice(&batch_length.to_be_bytes());
-    let crc = crc32c::crc32c(&batch[21..]);
-    batch[17..21].copy_from_slice(&crc.to_be_bytes());
-    batch.freeze()
-}
-
-fn put_varint(buf: &mut BytesMut, value: i64) {
-    let mut v = ((value << 1) ^ (value >> 63)) as u64;
-    while v >= 0x80 {
-        buf.put_u8((v as u8) | 0x80);
-        v >>= 7;
-    }
-    buf.put_u8(v as u8);
+    writer.finish();
+    Bytes::from(out)
 }
 
 /// Waits until `f` returns true (polling), or panics with `what` after `limit`.
