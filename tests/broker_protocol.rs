@@ -385,3 +385,28 @@ fn a_client_that_stalls_mid_frame_is_disconnected_after_the_idle_timeout() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+#[test]
+fn acks_zero_gets_no_response_and_the_record_is_still_written() {
+    let broker = Broker::start(1, &[]);
+    let mut client = RawClient::connect(broker.shard_addr(0));
+    assert_eq!(create(&mut client, "fire", 1, 1), 0);
+    let request =
+        ProduceRequest::default().with_acks(0).with_timeout_ms(10_000).with_topic_data(vec![
+            TopicProduceData::default().with_name(name("fire")).with_partition_data(vec![
+                PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(record_batch(&[(b"k", b"v")], 1))),
+            ]),
+        ]);
+    client.send(ApiKey::Produce, 9, &RequestKind::Produce(request));
+    // The next frame must answer the next request (the receive checks its correlation id).
+    let id = client.send(
+        ApiKey::ApiVersions,
+        3,
+        &RequestKind::ApiVersions(ApiVersionsRequest::default()),
+    );
+    let _ = client.receive(ApiKey::ApiVersions, 3, id);
+    let (error, high_watermark, _) = fetch(&mut client, "fire", 0, 0, 5_000);
+    assert_eq!((error, high_watermark), (0, 1));
+}
