@@ -164,6 +164,21 @@ pub(crate) fn with_base_offset(batch: &[u8], base_offset: Offset) -> Bytes {
     out.freeze()
 }
 
+/// Copies `batch` stamped with the broker's append time (a topic with
+/// `message.timestamp.type=LogAppendTime`, as Kafka's `setMaxTimestamp`): the timestamp
+/// type bit of `attributes` is set, `max_timestamp` becomes `append_time_ms` and the CRC is
+/// recomputed. Consumers then read `max_timestamp` as every record's timestamp.
+pub fn with_log_append_time(batch: &[u8], append_time_ms: i64) -> Bytes {
+    assert!(batch.len() >= RECORD_BATCH_HEADER_BYTES, "a validated batch");
+    let mut out = BytesMut::from(batch);
+    let attributes = be_i16(batch, 21) | LOG_APPEND_TIME;
+    out[21..23].copy_from_slice(&attributes.to_be_bytes());
+    out[35..43].copy_from_slice(&append_time_ms.to_be_bytes());
+    let crc = crc32c::crc32c(&out[CRC_START..]);
+    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    out.freeze()
+}
+
 /// Reads a zig-zag varint (Kafka `varint`/`varlong`) at `*at`, advancing it.
 pub(crate) fn read_varlong(bytes: &[u8], at: &mut usize) -> Option<i64> {
     let mut raw: u64 = 0;
@@ -320,6 +335,17 @@ pub(crate) mod tests {
         assert_eq!(split[1].1, b);
         let truncated = all.slice(..all.len() - 3);
         assert!(matches!(split_batches(&truncated), Err(BatchError::LengthMismatch { .. })));
+    }
+
+    #[test]
+    fn log_append_time_sets_the_type_bit_and_max_timestamp_and_keeps_the_crc_valid() {
+        let batch = record_batch(&[b"a", b"b"], 1_000, 5);
+        let stamped = with_log_append_time(&batch, 99_999);
+        let header = RecordBatchHeader::parse_validated(&stamped).expect("valid CRC");
+        assert!(header.log_append_time());
+        assert_eq!(header.max_timestamp, 99_999);
+        assert_eq!(header.base_timestamp, 1_000);
+        assert_eq!(&stamped[61..], &batch[61..], "records are untouched");
     }
 
     #[test]

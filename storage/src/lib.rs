@@ -164,7 +164,9 @@ mod recovery;
 mod sim;
 mod state;
 
-pub use batch::{split_batches, RecordBatchHeader, RECORD_BATCH_HEADER_BYTES};
+pub use batch::{
+    split_batches, with_log_append_time, RecordBatchHeader, RECORD_BATCH_HEADER_BYTES,
+};
 pub use disk::{Disk, DmaDisk, IoBuffer, SegmentFile, IOPOLL_PROBE_FILE};
 pub use frame::{EntryKind, ENTRY_HEADER_BYTES, FORMAT_VERSION, PAGE_BYTES};
 pub use log::{Appended, Durable, LogProbes, ShardLog};

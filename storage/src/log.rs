@@ -502,6 +502,11 @@ impl<D: Disk> ShardLog<D> {
         self.inner.state.borrow().batcher.gathered_bytes()
     }
 
+    /// Size of each segment file (the broker's `--segment-bytes`).
+    pub fn segment_size_bytes(&self) -> u64 {
+        self.inner.config.segment_size_bytes
+    }
+
     /// The log's counters so far.
     pub fn probes(&self) -> LogProbes {
         self.inner.signal.probes.get()
