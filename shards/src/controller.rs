@@ -17,6 +17,7 @@ use crate::error::TopicError;
 use crate::message::{ShardReply, ShardRequest};
 use crate::metadata::{validate_topic_configs, validate_topic_name, NewTopic, TopicTable};
 use crate::shard::Shard;
+use crate::topic_config::{apply_change, TopicConfigChange};
 
 /// The controller is always shard 0.
 pub const CONTROLLER_SHARD: usize = 0;
@@ -184,4 +185,55 @@ fn random_topic_id() -> [u8; 16] {
         half.copy_from_slice(&hasher.finish().to_le_bytes());
     }
     id
+}
+
+/// Topic config changes (AlterConfigs, IncrementalAlterConfigs): like create and delete,
+/// validated here, persisted (fdatasync'd snapshot) and published to every shard before
+/// the answer, so a change is in force everywhere and survives a crash once answered.
+impl Shard {
+    /// Change topics' configs through the controller, from any shard; one result per change.
+    pub async fn alter_topic_configs(
+        self: &Rc<Self>,
+        changes: Vec<TopicConfigChange>,
+        validate_only: bool,
+    ) -> Vec<Result<(), TopicError>> {
+        if self.id == CONTROLLER_SHARD {
+            return self.controller_alter_topic_configs(changes, validate_only).await;
+        }
+        let request = ShardRequest::AlterTopicConfigs { changes, validate_only };
+        match self.mesh.call(CONTROLLER_SHARD, request).await {
+            ShardReply::AlterTopicConfigs(results) => results,
+            other => panic!("alter topic configs answered with {other:?}"),
+        }
+    }
+
+    pub(crate) async fn controller_alter_topic_configs(
+        self: &Rc<Self>,
+        changes: Vec<TopicConfigChange>,
+        validate_only: bool,
+    ) -> Vec<Result<(), TopicError>> {
+        assert_eq!(self.id, CONTROLLER_SHARD);
+        let _permit = self.controller_lock.acquire_permit(1).await;
+        let mut table = (*self.table()).clone();
+        let mut results = Vec::with_capacity(changes.len());
+        for TopicConfigChange { topic, change } in changes {
+            let Some(meta) = table.topic(&topic) else {
+                let why = format!("topic {topic:?} does not exist");
+                results.push(Err(TopicError::UnknownTopic(why)));
+                continue;
+            };
+            let checked = apply_change(&meta.configs, &change);
+            if let (Ok(configs), false) = (&checked, validate_only) {
+                table.set_topic_configs(&topic, configs.clone());
+                info!(%topic, ?configs, "topic configs changed");
+            }
+            results.push(checked.map(|_| ()));
+        }
+        if table.version != self.table().version {
+            if let Err(e) = self.persist_and_publish(table).await {
+                return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
+            }
+        }
+        results
+    }
 }

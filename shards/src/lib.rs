@@ -27,6 +27,8 @@ pub mod retention;
 pub mod runtime;
 pub mod service;
 pub mod shard;
+pub mod topic_config;
+pub mod write_caching;
 
 pub use error::{GroupError, PartitionError, TopicError};
 pub use mesh::{mesh_builder, Mesh, ShardMeshBuilder};

@@ -9,6 +9,7 @@ use shardlog_storage::Offset;
 
 use crate::error::{PartitionError, TopicError};
 use crate::metadata::{NewTopic, TopicTable};
+use crate::topic_config::TopicConfigChange;
 
 /// A request from one shard to another.
 #[derive(Debug)]
@@ -25,6 +26,8 @@ pub enum ShardRequest {
     DeleteTopics { names: Vec<String> },
     /// The controller's new topic table; every shard replaces its copy.
     ApplyTopicTable(Box<TopicTable>),
+    /// Ask the controller (shard 0) to change topics' configs.
+    AlterTopicConfigs { changes: Vec<TopicConfigChange>, validate_only: bool },
 }
 
 /// The reply to a [`ShardRequest`] of the same name.
@@ -36,6 +39,7 @@ pub enum ShardReply {
     CreateTopics(Vec<Result<(), TopicError>>),
     DeleteTopics(Vec<Result<(), TopicError>>),
     ApplyTopicTable,
+    AlterTopicConfigs(Vec<Result<(), TopicError>>),
 }
 
 /// Where a produce landed.
@@ -43,6 +47,8 @@ pub enum ShardReply {
 pub struct ProduceAck {
     pub base_offset: Offset,
     pub log_start_offset: Offset,
+    /// The broker's append time on a LogAppendTime topic, else -1.
+    pub log_append_time_ms: i64,
 }
 
 /// One partition of a Fetch.

@@ -19,18 +19,11 @@ use shardlog_storage::PartitionId;
 
 use crate::codec::{decode_versioned, encode_versioned};
 use crate::error::TopicError;
+use crate::topic_config::topic_config_def;
+pub use crate::topic_config::validate_topic_configs;
 
 /// Version byte in front of the rkyv archive.
 pub const TABLE_FORMAT_VERSION: u8 = 1;
-
-/// Topic configs this broker understands, with their defaults (Kafka's names).
-pub const TOPIC_CONFIG_DEFAULTS: &[(&str, &str)] = &[
-    ("cleanup.policy", "delete"),
-    ("max.message.bytes", "1048588"),
-    ("retention.bytes", "-1"),
-    ("retention.ms", "604800000"),
-    ("message.timestamp.type", "CreateTime"),
-];
 
 /// The controller's view of every topic.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, Default, PartialEq)]
@@ -50,7 +43,8 @@ pub struct TopicMeta {
     pub topic_id: [u8; 16],
     /// Owner shard of each partition, by partition index.
     pub partition_shards: Vec<u32>,
-    /// Configs set explicitly at creation (others take `TOPIC_CONFIG_DEFAULTS`).
+    /// Configs set explicitly (at creation or by AlterConfigs; others take the defaults of
+    /// `topic_config::TOPIC_CONFIGS`).
     pub configs: Vec<(String, String)>,
 }
 
@@ -86,7 +80,7 @@ impl TopicMeta {
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
-            .or_else(|| TOPIC_CONFIG_DEFAULTS.iter().find(|(k, _)| *k == key).map(|(_, v)| *v))
+            .or_else(|| topic_config_def(key).map(|d| d.default))
     }
 
     pub fn config_i64(&self, key: &str) -> Option<i64> {
@@ -152,32 +146,6 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
     }
     if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-') {
         return invalid("has characters other than ASCII letters, digits, '.', '_' and '-'");
-    }
-    Ok(())
-}
-
-/// Checks a topic's configs against those this broker implements.
-pub fn validate_topic_configs(configs: &[(String, String)]) -> Result<(), TopicError> {
-    for (key, value) in configs {
-        let bad = |why: String| Err(TopicError::InvalidConfig(why));
-        match key.as_str() {
-            "cleanup.policy" if value == "delete" => {}
-            "cleanup.policy" => {
-                return bad(format!("cleanup.policy={value} is not supported (only delete)"))
-            }
-            "max.message.bytes" | "retention.bytes" | "retention.ms" => {
-                let parsed: Result<i64, _> = value.parse();
-                match parsed {
-                    Ok(v) if v >= -1 && !(key == "max.message.bytes" && v < 0) => {}
-                    _ => return bad(format!("{key}={value} is not a valid value")),
-                }
-            }
-            "message.timestamp.type" if value == "CreateTime" => {}
-            "message.timestamp.type" => {
-                return bad(format!("message.timestamp.type={value} is not supported"))
-            }
-            _ => return bad(format!("unknown or unsupported topic config {key:?}")),
-        }
     }
     Ok(())
 }

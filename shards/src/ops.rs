@@ -10,7 +10,8 @@
 //! Hot path: allocates one `Vec` of batch handles per produced partition; batch bytes
 //! are `Bytes` slices of the request frame until the log copies them into its DMA buffer.
 //!
-//! Durability contract: a produce is answered only after the fdatasync that covers it;
+//! Durability contract: a produce is answered only after the fdatasync that covers it,
+//! unless its topic has `write.caching=true` (then within the bounds of `write_caching`);
 //! a fetch never returns data above the high watermark (durable data only).
 
 use std::future::Future;
@@ -19,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use shardlog_storage::{
-    split_batches, AppendError, BatchError, Offset, PartitionId, ReadError, RecordBatchHeader,
-    StorageError,
+    split_batches, with_log_append_time, AppendError, BatchError, Offset, PartitionId, ReadError,
+    RecordBatchHeader, StorageError,
 };
 use tracing::error;
 
@@ -30,6 +31,7 @@ use crate::message::{
 };
 use crate::producer::{BatchSequence, Check, SequenceError};
 use crate::shard::Shard;
+use crate::topic_config::ProducePolicy;
 
 /// What a produce returns after phase one: the wait for durability.
 pub type ProduceWait = std::pin::Pin<Box<dyn Future<Output = Result<ProduceAck, PartitionError>>>>;
@@ -79,6 +81,8 @@ impl Shard {
                         shard.fatal_storage_error(&e);
                     }
                 }
+                // write.caching=true within its bounds: acknowledged before fdatasync.
+                Wait::Nothing => {}
                 Wait::HighWatermarkPast(partition_id, last_offset) => loop {
                     let flushed = shard.log.flushed();
                     let info = shard.log.partition_info(partition_id);
@@ -92,7 +96,11 @@ impl Shard {
                 .log
                 .partition_info(appended.partition_id)
                 .map_or(0, |info| info.log_start_offset);
-            Ok(ProduceAck { base_offset: appended.base_offset, log_start_offset })
+            Ok(ProduceAck {
+                base_offset: appended.base_offset,
+                log_start_offset,
+                log_append_time_ms: appended.log_append_time_ms,
+            })
         })
     }
 
@@ -107,26 +115,32 @@ impl Shard {
         let partition_id =
             meta.partition_id(partition).ok_or(PartitionError::UnknownTopicOrPartition)?;
         assert_eq!(meta.owner(partition), Some(self.id), "queue_append on a non-owner shard");
-        // A topic's own max.message.bytes, else the broker's message.max.bytes.
-        let max = meta
-            .explicit_config("max.message.bytes")
-            .and_then(|v| v.parse::<usize>().ok())
-            .unwrap_or(self.config.max_message_bytes);
-        if records.len() > max {
-            return Err(PartitionError::MessageTooLarge { size: records.len(), max });
+        let policy = ProducePolicy::of(meta, self.config.max_message_bytes);
+        let mut batches = split_batches(&records).map_err(batch_error)?;
+        // max.message.bytes bounds each record batch, as in Kafka.
+        let max = policy.max_batch_bytes;
+        if let Some(size) = batches.iter().map(|(_, b)| b.len()).find(|len| *len > max) {
+            return Err(PartitionError::MessageTooLarge { size, max });
         }
-        let batches = split_batches(&records).map_err(batch_error)?;
         let sequences = match self.check_sequences(partition_id, &batches)? {
             Sequencing::Duplicate { base_offset, last_offset } => {
                 // Already written: answer with the original offsets once they are durable.
                 return Ok(Queued {
                     partition_id,
                     base_offset,
+                    log_append_time_ms: -1,
                     wait: Wait::HighWatermarkPast(partition_id, last_offset),
                 });
             }
             Sequencing::NotIdempotent => Vec::new(),
             Sequencing::Append(sequences) => sequences,
+        };
+        let log_append_time_ms = if policy.log_append_time {
+            let now_ms = crate::producer_log::wall_ms();
+            stamp_log_append_time(&mut batches, now_ms);
+            now_ms
+        } else {
+            -1
         };
         let appended = self.log.append_batches(partition_id, &batches).map_err(append_error)?;
         if !sequences.is_empty() {
@@ -142,11 +156,18 @@ impl Shard {
         }
         self.probes.produce_batches.set(self.probes.produce_batches.get() + batches.len() as u64);
         self.probes.produce_bytes.set(self.probes.produce_bytes.get() + records.len() as u64);
-        Ok(Queued {
-            partition_id,
-            base_offset: appended.base_offset,
-            wait: Wait::Durable(appended.durable),
-        })
+        let wait = match policy.write_caching {
+            None => Wait::Durable(appended.durable),
+            Some(bounds) => {
+                let records = batches.iter().map(|(h, _)| h.records_count as u64).sum();
+                let mut unsynced = self.unsynced_acks.borrow_mut();
+                match unsynced.try_ack(appended.durable, records, bounds, Instant::now()) {
+                    Ok(()) => Wait::Nothing,
+                    Err(durable) => Wait::Durable(durable),
+                }
+            }
+        };
+        Ok(Queued { partition_id, base_offset: appended.base_offset, log_append_time_ms, wait })
     }
 
     /// Idempotence checks of the batches of one produce (all from one producer).
@@ -339,6 +360,8 @@ impl Shard {
 struct Queued {
     partition_id: PartitionId,
     base_offset: Offset,
+    /// The append time stamped on the batches (LogAppendTime topics), else -1.
+    log_append_time_ms: i64,
     wait: Wait,
 }
 
@@ -348,6 +371,17 @@ enum Wait {
     Durable(shardlog_storage::Durable),
     /// A duplicate of a batch already queued: until that batch is durable.
     HighWatermarkPast(PartitionId, Offset),
+    /// Nothing: a relaxed ack (write.caching=true, within flush.ms / flush.messages).
+    Nothing,
+}
+
+/// Stamps each batch with the append time (message.timestamp.type=LogAppendTime); the
+/// copy is the price of that topic setting, CreateTime batches are stored as sent.
+fn stamp_log_append_time(batches: &mut [(RecordBatchHeader, Bytes)], now_ms: i64) {
+    for (header, bytes) in batches.iter_mut() {
+        *bytes = with_log_append_time(bytes, now_ms);
+        *header = RecordBatchHeader::parse_unvalidated(bytes).expect("a validated batch");
+    }
 }
 
 /// The outcome of the idempotence checks.

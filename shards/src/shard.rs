@@ -10,13 +10,14 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
-use shardlog_storage::{PartitionId, ShardLog};
+use shardlog_storage::{Durable, PartitionId, ShardLog};
 use tracing::info;
 
 use crate::group::{GroupConfig, GroupCoordinator};
 use crate::mesh::Mesh;
 use crate::metadata::{TopicMeta, TopicTable};
 use crate::producer::ProducerStates;
+use crate::write_caching::UnsyncedAcks;
 
 /// Broker-wide settings every shard needs.
 #[derive(Clone, Debug)]
@@ -111,6 +112,8 @@ pub struct Shard {
     ready_wait: RefCell<Option<LocalReceiver<()>>>,
     /// Serialises the controller's read-modify-write of the topic table (shard 0 only).
     pub(crate) controller_lock: glommio::sync::Semaphore,
+    /// Relaxed acks (write.caching=true) not yet covered by an fdatasync.
+    pub(crate) unsynced_acks: RefCell<UnsyncedAcks<Durable>>,
 }
 
 impl Shard {
@@ -133,6 +136,7 @@ impl Shard {
             ready_signal,
             ready_wait: RefCell::new(Some(ready_wait)),
             controller_lock: glommio::sync::Semaphore::new(1),
+            unsynced_acks: RefCell::new(UnsyncedAcks::default()),
         })
     }
 

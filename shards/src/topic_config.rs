@@ -1,0 +1,480 @@
+//! Topic configs: the keys this broker implements (Kafka's names and semantics), their
+//! defaults and one-line docs, validation, and the alterations of AlterConfigs and
+//! IncrementalAlterConfigs.
+//!
+//! Pure functions over `(key, value)` strings: no IO, no `.await`, table-tested below. The
+//! controller (shard 0) applies a change to a copy of the topic table, validates the result,
+//! persists and publishes it (`controller.rs`). Produce reads a topic's settings once per
+//! partition through [`ProducePolicy::of`].
+//!
+//! Invariants:
+//! 1. A topic's stored configs only ever hold known keys with valid values: every path that
+//!    stores them (CreateTopics, AlterConfigs, IncrementalAlterConfigs) calls
+//!    [`validate_topic_configs`] on the complete result.
+//! 2. A key absent from a topic's configs takes its default, so DELETE is "remove the key".
+//!
+//! What is not fully honoured (also in docs/topic-configs.md): `segment.bytes` and
+//! `segment.ms` are validated and stored, but the shard's one log rolls at the broker's
+//! `--segment-bytes`; `flush.ms` cannot make an fdatasync happen sooner (the flusher never
+//! waits on a timer), it bounds how long relaxed acks may continue over unsynced data.
+
+use crate::error::TopicError;
+use crate::metadata::{TopicMeta, TopicTable};
+
+/// Kafka's config types (the `config_type` of DescribeConfigs v3+).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigType {
+    Boolean = 1,
+    String = 2,
+    Int = 3,
+    Long = 5,
+    List = 7,
+}
+
+/// One topic config this broker implements.
+#[derive(Debug)]
+pub struct TopicConfigDef {
+    pub name: &'static str,
+    /// The default when the topic does not set it (see `broker_default` for two keys).
+    pub default: &'static str,
+    pub config_type: ConfigType,
+    /// The broker setting whose value is the default, Kafka's synonym (e.g.
+    /// `message.max.bytes` for `max.message.bytes`); the broker fills in its value.
+    pub broker_synonym: Option<&'static str>,
+    pub doc: &'static str,
+}
+
+const fn def(
+    name: &'static str,
+    default: &'static str,
+    config_type: ConfigType,
+    broker_synonym: Option<&'static str>,
+    doc: &'static str,
+) -> TopicConfigDef {
+    TopicConfigDef { name, default, config_type, broker_synonym, doc }
+}
+
+/// Every topic config this broker understands, sorted by name.
+pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
+    def(
+        "cleanup.policy",
+        "delete",
+        ConfigType::List,
+        None,
+        "How old segments are cleaned: only \"delete\" (retention); compaction is not supported.",
+    ),
+    def(
+        "flush.messages",
+        "9223372036854775807",
+        ConfigType::Long,
+        None,
+        "With write.caching=true: at most this many acknowledged records may be unsynced \
+         (counted per shard); beyond it produces wait for fdatasync.",
+    ),
+    def(
+        "flush.ms",
+        "100",
+        ConfigType::Long,
+        None,
+        "With write.caching=true: once the oldest acknowledged-but-unsynced record is older \
+         than this, produces wait for fdatasync until the flusher catches up.",
+    ),
+    def(
+        "max.message.bytes",
+        "1048588",
+        ConfigType::Int,
+        Some("message.max.bytes"),
+        "Largest record batch a produce may carry for this topic (MESSAGE_TOO_LARGE beyond).",
+    ),
+    def(
+        "message.timestamp.type",
+        "CreateTime",
+        ConfigType::String,
+        None,
+        "CreateTime keeps the producer's timestamps; LogAppendTime stamps each batch with the \
+         broker's append time.",
+    ),
+    def(
+        "retention.bytes",
+        "-1",
+        ConfigType::Long,
+        None,
+        "Largest size of a partition before its oldest batches are deleted (-1: unlimited).",
+    ),
+    def(
+        "retention.ms",
+        "604800000",
+        ConfigType::Long,
+        None,
+        "How long a batch is kept after its max timestamp before deletion (-1: forever).",
+    ),
+    def(
+        "segment.bytes",
+        "1073741824",
+        ConfigType::Int,
+        Some("log.segment.bytes"),
+        "Stored only: the shard's shared log rolls segments at the broker's --segment-bytes.",
+    ),
+    def(
+        "segment.ms",
+        "604800000",
+        ConfigType::Long,
+        None,
+        "Stored only: the shard's shared log rolls segments by size, not by time.",
+    ),
+    def(
+        "write.caching",
+        "false",
+        ConfigType::Boolean,
+        None,
+        "false: a produce is acknowledged after fdatasync; true: once handed to the shard's \
+         flusher, before its fdatasync (bounded by flush.ms and flush.messages).",
+    ),
+];
+
+/// The definition of a topic config, if this broker implements it.
+pub fn topic_config_def(name: &str) -> Option<&'static TopicConfigDef> {
+    TOPIC_CONFIGS.iter().find(|d| d.name == name)
+}
+
+/// Checks a topic's complete config set (invariant 1): known keys, each once, valid values.
+pub fn validate_topic_configs(configs: &[(String, String)]) -> Result<(), TopicError> {
+    for (i, (key, value)) in configs.iter().enumerate() {
+        let Some(def) = topic_config_def(key) else {
+            return Err(TopicError::InvalidConfig(format!(
+                "unknown or unsupported topic config {key:?}"
+            )));
+        };
+        if configs[..i].iter().any(|(k, _)| k == key) {
+            return Err(TopicError::InvalidConfig(format!("config {key} is given more than once")));
+        }
+        validate_value(def, value).map_err(|why| {
+            TopicError::InvalidConfig(format!(
+                "Invalid value {value} for configuration {key}: {why}"
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+fn validate_value(def: &TopicConfigDef, value: &str) -> Result<(), String> {
+    let at_least = |min: i64| -> Result<(), String> {
+        let parsed = match def.config_type {
+            ConfigType::Int => value.parse::<i32>().map(i64::from).ok(),
+            _ => value.parse::<i64>().ok(),
+        };
+        match parsed {
+            None if def.config_type == ConfigType::Int => Err("not a 32-bit integer".into()),
+            None => Err("not a 64-bit integer".into()),
+            Some(v) if v < min => Err(format!("must be at least {min}")),
+            Some(_) => Ok(()),
+        }
+    };
+    match def.name {
+        "cleanup.policy" => validate_cleanup_policy(value),
+        "flush.messages" | "segment.ms" => at_least(1),
+        "flush.ms" | "max.message.bytes" => at_least(0),
+        "retention.bytes" | "retention.ms" => at_least(-1),
+        // Kafka 4.0's minimum; smaller segments only multiply files.
+        "segment.bytes" => at_least(1 << 20),
+        "message.timestamp.type" => match value {
+            "CreateTime" | "LogAppendTime" => Ok(()),
+            _ => Err("must be CreateTime or LogAppendTime".into()),
+        },
+        "write.caching" => match value {
+            "true" | "false" => Ok(()),
+            _ => Err("must be true or false".into()),
+        },
+        other => unreachable!("{other} is in TOPIC_CONFIGS but has no validation"),
+    }
+}
+
+fn validate_cleanup_policy(value: &str) -> Result<(), String> {
+    let items = list_items(value);
+    if items.is_empty() {
+        return Err("must not be empty (only delete is supported)".into());
+    }
+    for item in items {
+        match item {
+            "delete" => {}
+            "compact" => return Err("compaction is not supported".into()),
+            other => return Err(format!("{other:?} is not a cleanup policy (delete)")),
+        }
+    }
+    Ok(())
+}
+
+/// The items of a list-typed value (comma-separated, blanks trimmed, empties dropped).
+fn list_items(value: &str) -> Vec<&str> {
+    value.split(',').map(str::trim).filter(|s| !s.is_empty()).collect()
+}
+
+/// IncrementalAlterConfigs' operations (Kafka's codes 0..=3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigOp {
+    Set,
+    Delete,
+    Append,
+    Subtract,
+}
+
+impl ConfigOp {
+    pub fn from_code(code: i8) -> Option<ConfigOp> {
+        match code {
+            0 => Some(ConfigOp::Set),
+            1 => Some(ConfigOp::Delete),
+            2 => Some(ConfigOp::Append),
+            3 => Some(ConfigOp::Subtract),
+            _ => None,
+        }
+    }
+}
+
+/// How a topic's configs change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfigChange {
+    /// AlterConfigs: the topic's whole explicit config set becomes this.
+    Replace(Vec<(String, String)>),
+    /// IncrementalAlterConfigs: operations on single keys, in order.
+    Incremental(Vec<(String, ConfigOp, Option<String>)>),
+}
+
+/// A config change for one topic, sent to the controller.
+#[derive(Clone, Debug)]
+pub struct TopicConfigChange {
+    pub topic: String,
+    pub change: ConfigChange,
+}
+
+/// The explicit configs after `change`, validated (invariant 1).
+pub fn apply_change(
+    current: &[(String, String)],
+    change: &ConfigChange,
+) -> Result<Vec<(String, String)>, TopicError> {
+    let configs = match change {
+        ConfigChange::Replace(configs) => configs.clone(),
+        ConfigChange::Incremental(ops) => {
+            let mut configs = current.to_vec();
+            for (i, (key, op, value)) in ops.iter().enumerate() {
+                if ops[..i].iter().any(|(k, _, _)| k == key) {
+                    return Err(TopicError::InvalidRequest(format!(
+                        "config {key} appears more than once in the request"
+                    )));
+                }
+                apply_op(&mut configs, key, *op, value.as_deref())?;
+            }
+            configs
+        }
+    };
+    validate_topic_configs(&configs)?;
+    Ok(configs)
+}
+
+fn apply_op(
+    configs: &mut Vec<(String, String)>,
+    key: &str,
+    op: ConfigOp,
+    value: Option<&str>,
+) -> Result<(), TopicError> {
+    let def = topic_config_def(key).ok_or_else(|| {
+        TopicError::InvalidConfig(format!("unknown or unsupported topic config {key:?}"))
+    })?;
+    let invalid = |why: &str| Err(TopicError::InvalidConfig(format!("{op:?} {key}: {why}")));
+    if matches!(op, ConfigOp::Append | ConfigOp::Subtract) && def.config_type != ConfigType::List {
+        return invalid("APPEND and SUBTRACT apply only to list-typed configs");
+    }
+    let position = configs.iter().position(|(k, _)| k == key);
+    let current = position.map_or(def.default, |p| configs[p].1.as_str()).to_string();
+    let new_value = match (op, value) {
+        (ConfigOp::Delete, _) => None,
+        (_, None) => return invalid("a value is required"),
+        (ConfigOp::Set, Some(v)) => Some(v.to_string()),
+        (ConfigOp::Append, Some(v)) => {
+            let mut items: Vec<&str> = list_items(&current);
+            for item in list_items(v) {
+                if !items.contains(&item) {
+                    items.push(item);
+                }
+            }
+            Some(items.join(","))
+        }
+        (ConfigOp::Subtract, Some(v)) => {
+            let remove = list_items(v);
+            let items: Vec<&str> =
+                list_items(&current).into_iter().filter(|i| !remove.contains(i)).collect();
+            Some(items.join(","))
+        }
+    };
+    match (position, new_value) {
+        (Some(p), Some(v)) => configs[p].1 = v,
+        (None, Some(v)) => configs.push((key.to_string(), v)),
+        (Some(p), None) => {
+            configs.remove(p);
+        }
+        (None, None) => {}
+    }
+    Ok(())
+}
+
+impl TopicTable {
+    /// Replaces a topic's explicit configs (already validated); false if the topic is gone.
+    pub fn set_topic_configs(&mut self, name: &str, configs: Vec<(String, String)>) -> bool {
+        let Some(meta) = self.topics.get_mut(name) else { return false };
+        if meta.configs != configs {
+            meta.configs = configs;
+            self.version += 1;
+        }
+        true
+    }
+}
+
+/// What produce needs of a topic's configs, read once per partition of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProducePolicy {
+    /// max.message.bytes, else the broker's message.max.bytes.
+    pub max_batch_bytes: usize,
+    /// message.timestamp.type=LogAppendTime.
+    pub log_append_time: bool,
+    /// write.caching=true: the bounds of relaxed acks.
+    pub write_caching: Option<RelaxedAckBounds>,
+}
+
+/// How far relaxed acks (write.caching=true) may run ahead of fdatasync.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RelaxedAckBounds {
+    pub flush_ms: u64,
+    pub flush_messages: u64,
+}
+
+impl ProducePolicy {
+    pub fn of(meta: &TopicMeta, broker_max_message_bytes: usize) -> ProducePolicy {
+        let number = |key: &str| meta.config_i64(key).unwrap_or(0).max(0) as u64;
+        ProducePolicy {
+            max_batch_bytes: meta
+                .explicit_config("max.message.bytes")
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(broker_max_message_bytes),
+            log_append_time: meta.config("message.timestamp.type") == Some("LogAppendTime"),
+            write_caching: (meta.config("write.caching") == Some("true")).then(|| {
+                RelaxedAckBounds {
+                    flush_ms: number("flush.ms"),
+                    flush_messages: number("flush.messages"),
+                }
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn message(result: Result<impl std::fmt::Debug, TopicError>) -> String {
+        result.unwrap_err().to_string()
+    }
+
+    #[test]
+    fn every_default_is_a_valid_value() {
+        for def in TOPIC_CONFIGS {
+            assert!(validate_value(def, def.default).is_ok(), "{} default invalid", def.name);
+        }
+        assert!(TOPIC_CONFIGS.windows(2).all(|w| w[0].name < w[1].name), "keep them sorted");
+    }
+
+    #[test]
+    fn values_are_checked_against_each_keys_rule() {
+        let table: &[(&str, &str, bool)] = &[
+            ("retention.ms", "-1", true),
+            ("retention.ms", "-2", false),
+            ("retention.ms", "abc", false),
+            ("retention.bytes", "1000", true),
+            ("max.message.bytes", "0", true),
+            ("max.message.bytes", "3000000000", false),
+            ("segment.bytes", "1048576", true),
+            ("segment.bytes", "1000", false),
+            ("segment.ms", "0", false),
+            ("flush.messages", "0", false),
+            ("flush.messages", "1", true),
+            ("flush.ms", "0", true),
+            ("message.timestamp.type", "LogAppendTime", true),
+            ("message.timestamp.type", "logappendtime", false),
+            ("write.caching", "true", true),
+            ("write.caching", "yes", false),
+            ("cleanup.policy", "delete", true),
+            ("cleanup.policy", " delete , delete", true),
+            ("cleanup.policy", "compact", false),
+            ("cleanup.policy", "delete,compact", false),
+            ("cleanup.policy", "", false),
+            ("foo.bar", "1", false),
+        ];
+        for (key, value, ok) in table {
+            let result = validate_topic_configs(&kv(&[(key, value)]));
+            assert_eq!(result.is_ok(), *ok, "{key}={value}: {result:?}");
+            if let Err(e) = result {
+                assert!(matches!(e, TopicError::InvalidConfig(_)));
+                assert!(e.to_string().contains(key), "{e} does not name {key}");
+            }
+        }
+    }
+
+    #[test]
+    fn compaction_is_refused_with_its_reason() {
+        let why = message(validate_topic_configs(&kv(&[("cleanup.policy", "compact")])));
+        assert!(why.contains("compaction is not supported"), "{why}");
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused() {
+        let configs = kv(&[("retention.ms", "1"), ("retention.ms", "2")]);
+        assert!(message(validate_topic_configs(&configs)).contains("more than once"));
+    }
+
+    #[test]
+    fn replace_drops_every_key_not_given() {
+        let current = kv(&[("retention.ms", "1000"), ("retention.bytes", "5")]);
+        let change = ConfigChange::Replace(kv(&[("retention.bytes", "7")]));
+        assert_eq!(apply_change(&current, &change).unwrap(), kv(&[("retention.bytes", "7")]));
+    }
+
+    type Op = (String, ConfigOp, Option<String>);
+    type Configs = Vec<(String, String)>;
+
+    #[test]
+    fn incremental_operations_set_delete_append_and_subtract() {
+        use ConfigOp::*;
+        let current = kv(&[("retention.ms", "1000")]);
+        let op = |k: &str, op, v: Option<&str>| (k.to_string(), op, v.map(str::to_string));
+        let table: Vec<(Vec<Op>, Result<Configs, ()>)> = vec![
+            (vec![op("retention.ms", Set, Some("5"))], Ok(kv(&[("retention.ms", "5")]))),
+            (vec![op("retention.ms", Delete, None)], Ok(vec![])),
+            (vec![op("retention.bytes", Delete, None)], Ok(kv(&[("retention.ms", "1000")]))),
+            (
+                vec![op("cleanup.policy", Append, Some("delete"))],
+                Ok(kv(&[("retention.ms", "1000"), ("cleanup.policy", "delete")])),
+            ),
+            (vec![op("cleanup.policy", Append, Some("compact"))], Err(())),
+            (vec![op("cleanup.policy", Subtract, Some("delete"))], Err(())),
+            (vec![op("retention.ms", Append, Some("1"))], Err(())),
+            (vec![op("retention.ms", Subtract, Some("1"))], Err(())),
+            (vec![op("retention.ms", Set, None)], Err(())),
+            (vec![op("retention.ms", Set, Some("x"))], Err(())),
+            (vec![op("nope", Set, Some("1"))], Err(())),
+            (vec![op("retention.ms", Set, Some("1")), op("retention.ms", Delete, None)], Err(())),
+        ];
+        for (ops, expected) in table {
+            let got = apply_change(&current, &ConfigChange::Incremental(ops.clone()));
+            assert_eq!(got.map_err(|_| ()), expected, "{ops:?}");
+        }
+    }
+
+    #[test]
+    fn append_on_a_non_list_key_names_the_rule() {
+        let ops = vec![("retention.ms".to_string(), ConfigOp::Append, Some("1".to_string()))];
+        let why = message(apply_change(&[], &ConfigChange::Incremental(ops)));
+        assert!(why.contains("list-typed"), "{why}");
+    }
+}
