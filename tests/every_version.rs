@@ -176,6 +176,35 @@ fn request_for(api: ApiKey, version: i16) -> RequestKind {
                 .with_producer_id((-1).into())
                 .with_producer_epoch(-1),
         ),
+        ApiKey::AlterConfigs => {
+            use kafka_protocol::messages::alter_configs_request::{
+                AlterConfigsRequest, AlterConfigsResource, AlterableConfig,
+            };
+            RequestKind::AlterConfigs(AlterConfigsRequest::default().with_resources(
+                vec![AlterConfigsResource::default(
+                )
+                .with_resource_type(2)
+                .with_resource_name(s("v"))
+                .with_configs(vec![AlterableConfig::default()
+                    .with_name(s("retention.ms"))
+                    .with_value(Some(s("604800000")))])],
+            ))
+        }
+        ApiKey::IncrementalAlterConfigs => {
+            use kafka_protocol::messages::incremental_alter_configs_request::{
+                AlterConfigsResource, AlterableConfig, IncrementalAlterConfigsRequest,
+            };
+            RequestKind::IncrementalAlterConfigs(
+                IncrementalAlterConfigsRequest::default().with_resources(vec![
+                    AlterConfigsResource::default()
+                        .with_resource_type(2)
+                        .with_resource_name(s("v"))
+                        .with_configs(vec![AlterableConfig::default()
+                            .with_name(s("retention.bytes"))
+                            .with_value(Some(s("-1")))]),
+                ]),
+            )
+        }
         other => panic!("the broker advertises {other:?}: add it to this test"),
     }
 }

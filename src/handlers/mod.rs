@@ -5,6 +5,7 @@
 //! one place where version ranges are stated; `errors` is the one place internal errors
 //! become Kafka error codes.
 
+mod alter_configs;
 mod api_versions;
 mod create_topics;
 mod delete_groups;
@@ -15,6 +16,7 @@ pub mod errors;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
+mod incremental_alter_configs;
 mod init_producer_id;
 mod join_group;
 mod leave_group;
@@ -71,6 +73,8 @@ pub const SUPPORTED_APIS: &[ApiSupport] = &[
     api(ApiKey::DeleteGroups, 0, 0, 2),
     api(ApiKey::OffsetDelete, 0, 0, 0),
     api(ApiKey::InitProducerId, 0, 0, 4),
+    api(ApiKey::AlterConfigs, 0, 0, 2),
+    api(ApiKey::IncrementalAlterConfigs, 0, 0, 1),
 ];
 
 /// Where clients reach each shard.
@@ -138,6 +142,10 @@ impl RequestHandler for KafkaHandler {
             RequestKind::DeleteGroups(body) => delete_groups::handle(self.shard.clone(), body),
             RequestKind::OffsetDelete(body) => offset_delete::handle(self.shard.clone(), body),
             RequestKind::InitProducerId(body) => init_producer_id::handle(self.shard.clone(), body),
+            RequestKind::AlterConfigs(body) => alter_configs::handle(self.shard.clone(), body),
+            RequestKind::IncrementalAlterConfigs(body) => {
+                incremental_alter_configs::handle(self.shard.clone(), body)
+            }
             other => {
                 // The version table and this match disagree: a bug, caught in tests.
                 panic!("request {:?} passed the version table but has no handler", other)

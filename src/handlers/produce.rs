@@ -77,7 +77,8 @@ fn partition_response(
         Ok(ack) => response
             .with_error_code(errors::NONE)
             .with_base_offset(ack.base_offset)
-            .with_log_start_offset(ack.log_start_offset),
+            .with_log_start_offset(ack.log_start_offset)
+            .with_log_append_time_ms(ack.log_append_time_ms),
         Err((code, message)) => response
             .with_error_code(code)
             .with_base_offset(-1)
