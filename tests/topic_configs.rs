@@ -1,0 +1,478 @@
+//! Topic configs through real clients: librdkafka's AdminClient (DescribeConfigs,
+//! AlterConfigs), its producer and consumer, and raw IncrementalAlterConfigs requests.
+
+mod common;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{record_batch, runtime, Broker, RawClient};
+use kafka_protocol::messages::describe_configs_request::{
+    DescribeConfigsRequest, DescribeConfigsResource,
+};
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig, IncrementalAlterConfigsRequest,
+};
+use kafka_protocol::messages::produce_request::{
+    PartitionProduceData, ProduceRequest, TopicProduceData,
+};
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::admin::{
+    AdminClient, AdminOptions, AlterConfig, ConfigEntry, ConfigSource, NewTopic, ResourceSpecifier,
+    TopicReplication,
+};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Message, Timestamp};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn admin(broker: &Broker) -> AdminClient<DefaultClientContext> {
+    ClientConfig::new().set("bootstrap.servers", broker.bootstrap()).create().unwrap()
+}
+
+/// Creates a topic with `configs`; the broker's answer for it.
+fn create(broker: &Broker, name: &str, configs: &[(&str, &str)]) -> Result<(), RDKafkaErrorCode> {
+    let mut topic = NewTopic::new(name, 1, TopicReplication::Fixed(1));
+    for (key, value) in configs {
+        topic = topic.set(key, value);
+    }
+    let results = runtime()
+        .block_on(admin(broker).create_topics(&[topic], &AdminOptions::new()))
+        .expect("create request answered");
+    results[0].clone().map(|_| ()).map_err(|(_, code)| code)
+}
+
+fn describe(broker: &Broker, topic: &str) -> Vec<ConfigEntry> {
+    let resource = ResourceSpecifier::Topic(topic);
+    let mut results = runtime()
+        .block_on(admin(broker).describe_configs(&[resource], &AdminOptions::new()))
+        .expect("describe request answered");
+    results.remove(0).expect("topic described").entries
+}
+
+fn entry<'a>(entries: &'a [ConfigEntry], name: &str) -> &'a ConfigEntry {
+    entries.iter().find(|e| e.name == name).unwrap_or_else(|| panic!("{name} not described"))
+}
+
+/// AlterConfigs (API 33, librdkafka's alter_configs). The rdkafka crate (0.38) drops the
+/// per-resource error of the answer, so error codes are checked with raw requests below.
+fn alter(broker: &Broker, specifier: ResourceSpecifier, configs: &[(&str, &str)]) {
+    let mut change = AlterConfig::new(specifier);
+    for (key, value) in configs {
+        change = change.set(key, value);
+    }
+    let results = runtime()
+        .block_on(admin(broker).alter_configs(&[change], &AdminOptions::new()))
+        .expect("alter request answered");
+    assert_eq!(results.len(), 1);
+}
+
+fn producer(broker: &Broker) -> FutureProducer {
+    ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("acks", "all")
+        .set("linger.ms", "0")
+        .set("message.timeout.ms", "30000")
+        .create()
+        .unwrap()
+}
+
+fn send(
+    producer: &FutureProducer,
+    topic: &str,
+    payload: &[u8],
+    timestamp: Option<i64>,
+) -> Result<i64, KafkaError> {
+    runtime().block_on(async {
+        let mut record = FutureRecord::<(), _>::to(topic).payload(payload);
+        if let Some(t) = timestamp {
+            record = record.timestamp(t);
+        }
+        producer.send(record, TIMEOUT).await.map(|d| d.offset).map_err(|(e, _)| e)
+    })
+}
+
+fn consumer(broker: &Broker, topic: &str) -> BaseConsumer {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("group.id", "unused-assign-only")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "100")
+        .create()
+        .unwrap();
+    let mut assignment = TopicPartitionList::new();
+    assignment.add_partition_offset(topic, 0, Offset::Beginning).unwrap();
+    consumer.assign(&assignment).unwrap();
+    consumer
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+#[test]
+fn describe_shows_every_config_with_its_default_or_explicit_value_and_source() {
+    let broker = Broker::start(2, &["--max-message-bytes", "500000"]);
+    create(&broker, "described", &[("retention.ms", "3600000")]).unwrap();
+    let entries = describe(&broker, "described");
+    let retention = entry(&entries, "retention.ms");
+    assert_eq!(retention.value.as_deref(), Some("3600000"));
+    assert_eq!(retention.source, ConfigSource::DynamicTopic);
+    assert!(!retention.is_default && !retention.is_read_only);
+    let caching = entry(&entries, "write.caching");
+    assert_eq!(caching.value.as_deref(), Some("false"));
+    assert_eq!(caching.source, ConfigSource::Default);
+    assert!(caching.is_default);
+    // This default comes from the broker's --max-message-bytes.
+    assert_eq!(entry(&entries, "max.message.bytes").value.as_deref(), Some("500000"));
+    for key in [
+        "cleanup.policy",
+        "flush.messages",
+        "flush.ms",
+        "message.timestamp.type",
+        "retention.bytes",
+        "segment.bytes",
+        "segment.ms",
+    ] {
+        assert_eq!(entry(&entries, key).source, ConfigSource::Default, "{key}");
+    }
+}
+
+#[test]
+fn an_altered_config_set_replaces_the_old_one_and_survives_a_kill_9_restart() {
+    let mut broker = Broker::start(2, &[]);
+    create(&broker, "altered", &[("retention.bytes", "1000000")]).unwrap();
+    let topic = ResourceSpecifier::Topic("altered");
+    alter(&broker, topic, &[("retention.ms", "5000"), ("write.caching", "true")]);
+    let check = |broker: &Broker| {
+        let entries = describe(broker, "altered");
+        assert_eq!(entry(&entries, "retention.ms").value.as_deref(), Some("5000"));
+        assert_eq!(entry(&entries, "retention.ms").source, ConfigSource::DynamicTopic);
+        assert_eq!(entry(&entries, "write.caching").value.as_deref(), Some("true"));
+        // AlterConfigs replaces the whole set: retention.bytes went back to its default.
+        assert_eq!(entry(&entries, "retention.bytes").value.as_deref(), Some("-1"));
+        assert_eq!(entry(&entries, "retention.bytes").source, ConfigSource::Default);
+    };
+    check(&broker);
+    broker.kill_and_restart();
+    check(&broker);
+}
+
+#[test]
+fn invalid_values_and_compaction_are_refused_and_change_nothing() {
+    let broker = Broker::start(1, &[]);
+    create(&broker, "strict", &[("retention.ms", "60000")]).unwrap();
+    let topic = ResourceSpecifier::Topic("strict");
+    alter(&broker, topic, &[("retention.ms", "soon")]);
+    alter(&broker, topic, &[("cleanup.policy", "compact")]);
+    alter(&broker, topic, &[("no.such.key", "1")]);
+    let entries = describe(&broker, "strict");
+    assert_eq!(entry(&entries, "retention.ms").value.as_deref(), Some("60000"), "unchanged");
+    assert_eq!(entry(&entries, "cleanup.policy").value.as_deref(), Some("delete"));
+    assert_eq!(
+        create(&broker, "compacted", &[("cleanup.policy", "compact")]),
+        Err(RDKafkaErrorCode::InvalidConfig)
+    );
+    assert_eq!(
+        create(&broker, "stamped", &[("message.timestamp.type", "Whenever")]),
+        Err(RDKafkaErrorCode::InvalidConfig)
+    );
+}
+
+#[test]
+fn max_message_bytes_is_enforced_per_topic_and_a_change_applies_at_once() {
+    let broker = Broker::start(1, &[]);
+    create(&broker, "small", &[("max.message.bytes", "1000")]).unwrap();
+    create(&broker, "roomy", &[]).unwrap();
+    let producer = producer(&broker);
+    let payload = vec![b'x'; 2000];
+    let refused = send(&producer, "small", &payload, None).expect_err("over max.message.bytes");
+    assert_eq!(
+        refused.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::MessageSizeTooLarge),
+        "{refused}"
+    );
+    assert_eq!(send(&producer, "roomy", &payload, None).unwrap(), 0);
+    assert_eq!(send(&producer, "small", b"fits", None).unwrap(), 0);
+    alter(&broker, ResourceSpecifier::Topic("small"), &[("max.message.bytes", "10000")]);
+    assert_eq!(send(&producer, "small", &payload, None).unwrap(), 1);
+}
+
+#[test]
+fn a_log_append_time_topic_gives_consumers_the_brokers_append_time() {
+    let broker = Broker::start(1, &[]);
+    create(&broker, "stamped", &[("message.timestamp.type", "LogAppendTime")]).unwrap();
+    create(&broker, "created", &[]).unwrap();
+    let producer = producer(&broker);
+    let before = now_ms();
+    // The producer claims 1970; the LogAppendTime topic replaces it with the append time.
+    send(&producer, "stamped", b"a", Some(1_000)).unwrap();
+    send(&producer, "created", b"b", Some(1_000)).unwrap();
+    let after = now_ms();
+    let first = |topic: &str| {
+        let consumer = consumer(&broker, topic);
+        let message = consumer.poll(TIMEOUT).expect("a message").expect("no error");
+        message.timestamp()
+    };
+    match first("stamped") {
+        Timestamp::LogAppendTime(t) => assert!((before..=after).contains(&t), "{t}"),
+        other => panic!("expected LogAppendTime, got {other:?}"),
+    }
+    assert_eq!(first("created"), Timestamp::CreateTime(1_000));
+}
+
+#[test]
+fn a_write_caching_topic_produces_and_consumes_every_record_in_order() {
+    let broker = Broker::start(2, &[]);
+    let configs = [("write.caching", "true"), ("flush.messages", "10"), ("flush.ms", "50")];
+    create(&broker, "cached", &configs).unwrap();
+    let producer = producer(&broker);
+    let count = 500;
+    let offsets = runtime().block_on(async {
+        let mut deliveries = Vec::with_capacity(count);
+        for i in 0..count {
+            let value = format!("value-{i:04}");
+            let record = FutureRecord::<(), _>::to("cached").payload(&value);
+            deliveries.push(producer.send_result(record).map_err(|(e, _)| e).unwrap());
+        }
+        let mut offsets = Vec::with_capacity(count);
+        for delivery in deliveries {
+            offsets.push(delivery.await.unwrap().map_err(|(e, _)| e).unwrap().offset);
+        }
+        offsets
+    });
+    assert_eq!(offsets, (0..count as i64).collect::<Vec<_>>());
+    let consumer = consumer(&broker, "cached");
+    let mut received = Vec::with_capacity(count);
+    while received.len() < count {
+        let message = consumer.poll(TIMEOUT).expect("more messages").expect("no error");
+        let value = String::from_utf8(message.payload().unwrap().to_vec()).unwrap();
+        assert_eq!(value, format!("value-{:04}", message.offset()));
+        received.push(message.offset());
+    }
+    assert_eq!(received, offsets);
+}
+
+#[test]
+fn altering_retention_ms_takes_effect_without_a_restart() {
+    let broker = Broker::start(1, &["--retention-check-interval-ms", "100"]);
+    create(&broker, "kept", &[]).unwrap();
+    let producer = producer(&broker);
+    for i in 0..5 {
+        send(&producer, "kept", format!("v{i}").as_bytes(), Some(now_ms() - 60_000)).unwrap();
+    }
+    let consumer = consumer(&broker, "kept");
+    let low = || consumer.fetch_watermarks("kept", 0, TIMEOUT).unwrap().0;
+    assert_eq!(low(), 0, "a minute old is well within the default seven days");
+    alter(&broker, ResourceSpecifier::Topic("kept"), &[("retention.ms", "1000")]);
+    common::eventually(Duration::from_secs(20), "retention to move the log start", || low() > 0);
+}
+
+// ---- raw IncrementalAlterConfigs -------------------------------------------------------
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+fn op(name: &str, operation: i8, value: Option<&str>) -> AlterableConfig {
+    AlterableConfig::default()
+        .with_name(s(name))
+        .with_config_operation(operation)
+        .with_value(value.map(s))
+}
+
+const SET: i8 = 0;
+const DELETE: i8 = 1;
+const APPEND: i8 = 2;
+
+/// IncrementalAlterConfigs v1 on one resource: (error code, message).
+fn incremental(
+    client: &mut RawClient,
+    resource_type: i8,
+    name: &str,
+    configs: Vec<AlterableConfig>,
+    validate_only: bool,
+) -> (i16, String) {
+    let request = IncrementalAlterConfigsRequest::default()
+        .with_validate_only(validate_only)
+        .with_resources(vec![AlterConfigsResource::default()
+            .with_resource_type(resource_type)
+            .with_resource_name(s(name))
+            .with_configs(configs)]);
+    match client.call(
+        ApiKey::IncrementalAlterConfigs,
+        1,
+        RequestKind::IncrementalAlterConfigs(request),
+    ) {
+        ResponseKind::IncrementalAlterConfigs(r) => {
+            let response = &r.responses[0];
+            let message = response.error_message.as_ref().map(|m| m.to_string());
+            (response.error_code, message.unwrap_or_default())
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// DescribeConfigs v4 of one topic key: (value, source, documentation).
+fn described(client: &mut RawClient, topic: &str, key: &str) -> (String, i8, Option<String>) {
+    let request = DescribeConfigsRequest::default()
+        .with_include_synonyms(true)
+        .with_include_documentation(true)
+        .with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(s(topic))
+            .with_configuration_keys(Some(vec![s(key)]))]);
+    match client.call(ApiKey::DescribeConfigs, 4, RequestKind::DescribeConfigs(request)) {
+        ResponseKind::DescribeConfigs(r) => {
+            let config = &r.results[0].configs[0];
+            (
+                config.value.as_ref().unwrap().to_string(),
+                config.config_source,
+                config.documentation.as_ref().map(|d| d.to_string()),
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+const TOPIC: i8 = 2;
+const BROKER: i8 = 4;
+const DYNAMIC_TOPIC_CONFIG: i8 = 1;
+const DEFAULT_CONFIG: i8 = 5;
+const INVALID_CONFIG: i16 = 40;
+const INVALID_REQUEST: i16 = 42;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+
+#[test]
+fn incremental_alter_configs_sets_deletes_appends_and_validates_through_shard_1() {
+    let broker = Broker::start(2, &[]);
+    create(&broker, "inc", &[]).unwrap();
+    // Shard 1 is not the controller: every change crosses the mesh to shard 0.
+    let mut client = RawClient::connect(broker.shard_addr(1));
+
+    let set = || vec![op("retention.ms", SET, Some("120000"))];
+    assert_eq!(incremental(&mut client, TOPIC, "inc", set(), true), (0, String::new()));
+    assert_eq!(described(&mut client, "inc", "retention.ms").1, DEFAULT_CONFIG, "validate_only");
+    assert_eq!(incremental(&mut client, TOPIC, "inc", set(), false).0, 0);
+    let (value, source, doc) = described(&mut client, "inc", "retention.ms");
+    assert_eq!((value.as_str(), source), ("120000", DYNAMIC_TOPIC_CONFIG));
+    assert!(doc.is_some_and(|d| !d.is_empty()), "include_documentation gives a doc line");
+
+    let (code, message) =
+        incremental(&mut client, TOPIC, "inc", vec![op("retention.ms", APPEND, Some("1"))], false);
+    assert_eq!(code, INVALID_CONFIG);
+    assert!(message.contains("retention.ms") && message.contains("list"), "{message}");
+    let appended = vec![op("cleanup.policy", APPEND, Some("delete"))];
+    assert_eq!(incremental(&mut client, TOPIC, "inc", appended, false).0, 0);
+    let (code, message) = incremental(
+        &mut client,
+        TOPIC,
+        "inc",
+        vec![op("cleanup.policy", APPEND, Some("compact"))],
+        false,
+    );
+    assert_eq!(code, INVALID_CONFIG);
+    assert!(message.contains("compaction is not supported"), "{message}");
+
+    let deleted = vec![op("retention.ms", DELETE, None)];
+    assert_eq!(incremental(&mut client, TOPIC, "inc", deleted, false).0, 0);
+    let (value, source, _) = described(&mut client, "inc", "retention.ms");
+    assert_eq!((value.as_str(), source), ("604800000", DEFAULT_CONFIG));
+
+    let unknown_op = vec![op("retention.ms", 9, Some("1"))];
+    assert_eq!(incremental(&mut client, TOPIC, "inc", unknown_op, false).0, INVALID_REQUEST);
+    let (code, message) = incremental(&mut client, BROKER, "0", set(), false);
+    assert_eq!(code, INVALID_REQUEST);
+    assert!(message.contains("dynamic broker configs are not supported"), "{message}");
+    assert_eq!(incremental(&mut client, TOPIC, "nope", set(), false).0, UNKNOWN_TOPIC_OR_PARTITION);
+}
+
+/// AlterConfigs v2 on one resource: (error code, message).
+fn alter_raw(
+    client: &mut RawClient,
+    resource_type: i8,
+    name: &str,
+    configs: &[(&str, &str)],
+    validate_only: bool,
+) -> (i16, String) {
+    use kafka_protocol::messages::alter_configs_request as request;
+    let configs = configs
+        .iter()
+        .map(|(k, v)| request::AlterableConfig::default().with_name(s(k)).with_value(Some(s(v))))
+        .collect();
+    let body = request::AlterConfigsRequest::default()
+        .with_validate_only(validate_only)
+        .with_resources(vec![request::AlterConfigsResource::default()
+            .with_resource_type(resource_type)
+            .with_resource_name(s(name))
+            .with_configs(configs)]);
+    match client.call(ApiKey::AlterConfigs, 2, RequestKind::AlterConfigs(body)) {
+        ResponseKind::AlterConfigs(r) => {
+            let response = &r.responses[0];
+            let message = response.error_message.as_ref().map(|m| m.to_string());
+            (response.error_code, message.unwrap_or_default())
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn alter_configs_answers_invalid_config_unknown_topic_and_invalid_request() {
+    let broker = Broker::start(1, &[]);
+    create(&broker, "raw", &[]).unwrap();
+    let mut client = RawClient::connect(broker.shard_addr(0));
+    let (code, message) = alter_raw(&mut client, TOPIC, "raw", &[("retention.ms", "soon")], false);
+    assert_eq!(code, INVALID_CONFIG);
+    assert!(message.contains("retention.ms"), "{message}");
+    let (code, message) =
+        alter_raw(&mut client, TOPIC, "raw", &[("cleanup.policy", "compact")], false);
+    assert_eq!(code, INVALID_CONFIG);
+    assert!(message.contains("compaction is not supported"), "{message}");
+    let (code, message) = alter_raw(&mut client, TOPIC, "raw", &[("no.such.key", "1")], false);
+    assert_eq!(code, INVALID_CONFIG);
+    assert!(message.contains("no.such.key"), "{message}");
+    let missing = alter_raw(&mut client, TOPIC, "missing", &[("retention.ms", "1")], false);
+    assert_eq!(missing.0, UNKNOWN_TOPIC_OR_PARTITION);
+    let (code, message) = alter_raw(&mut client, BROKER, "0", &[("num.partitions", "3")], false);
+    assert_eq!(code, INVALID_REQUEST);
+    assert!(message.contains("dynamic broker configs are not supported"), "{message}");
+    assert_eq!(alter_raw(&mut client, TOPIC, "raw", &[("retention.ms", "1")], true).0, 0);
+    assert_eq!(described(&mut client, "raw", "retention.ms").1, DEFAULT_CONFIG, "validate_only");
+    assert_eq!(alter_raw(&mut client, TOPIC, "raw", &[("retention.ms", "1")], false).0, 0);
+    assert_eq!(described(&mut client, "raw", "retention.ms").0, "1");
+}
+
+#[test]
+fn produce_to_a_log_append_time_topic_answers_with_the_append_time() {
+    let broker = Broker::start(1, &[]);
+    create(&broker, "appended", &[("message.timestamp.type", "LogAppendTime")]).unwrap();
+    create(&broker, "plain", &[]).unwrap();
+    let mut client = RawClient::connect(broker.shard_addr(0));
+    let mut log_append_time = |topic: &str| {
+        let request = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(10_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(s(topic)))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(record_batch(&[(b"k", b"v")], 1_000)))])]);
+        match client.call(ApiKey::Produce, 9, RequestKind::Produce(request)) {
+            ResponseKind::Produce(r) => {
+                let partition = &r.responses[0].partition_responses[0];
+                assert_eq!(partition.error_code, 0);
+                partition.log_append_time_ms
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    let before = now_ms();
+    let stamped = log_append_time("appended");
+    assert!((before..=now_ms()).contains(&stamped), "{stamped}");
+    assert_eq!(log_append_time("plain"), -1);
+}
