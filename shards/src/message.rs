@@ -9,6 +9,7 @@ use shardlog_storage::Offset;
 
 use crate::error::{PartitionError, TopicError};
 use crate::metadata::{NewTopic, TopicTable};
+use crate::metrics::ShardMetrics;
 
 /// A request from one shard to another.
 #[derive(Debug)]
@@ -25,6 +26,10 @@ pub enum ShardRequest {
     DeleteTopics { names: Vec<String> },
     /// The controller's new topic table; every shard replaces its copy.
     ApplyTopicTable(Box<TopicTable>),
+    /// A snapshot of the receiver's counters (shard 0 asks, per metrics scrape).
+    Metrics,
+    /// Whether the receiver is well: it answers, with why its log stopped if it did.
+    Health,
 }
 
 /// The reply to a [`ShardRequest`] of the same name.
@@ -36,6 +41,8 @@ pub enum ShardReply {
     CreateTopics(Vec<Result<(), TopicError>>),
     DeleteTopics(Vec<Result<(), TopicError>>),
     ApplyTopicTable,
+    Metrics(Box<ShardMetrics>),
+    Health(Option<String>),
 }
 
 /// Where a produce landed.

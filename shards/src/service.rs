@@ -40,6 +40,14 @@ impl MeshService for Shard {
                 self.apply_table(*table);
                 Box::pin(async { ShardReply::ApplyTopicTable })
             }
+            ShardRequest::Metrics => {
+                let snapshot = Box::new(self.metrics_snapshot());
+                Box::pin(async { ShardReply::Metrics(snapshot) })
+            }
+            ShardRequest::Health => {
+                let stopped = self.log.stopped_reason();
+                Box::pin(async { ShardReply::Health(stopped) })
+            }
         }
     }
 }
