@@ -44,6 +44,7 @@ pub fn run(config: Config) -> Result<(), String> {
         bootstrap_port: config.kafka_addr.port(),
     };
     check_ports_free(&config.kafka_addr, &listeners, nr_shards)?;
+    check_admin_addr(&config, &listeners, nr_shards)?;
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| format!("cannot create data dir {}: {e}", config.data_dir.display()))?;
     let shard_ports: Vec<u16> = (0..nr_shards).map(|s| listeners.shard_port(s)).collect();
@@ -53,6 +54,7 @@ pub fn run(config: Config) -> Result<(), String> {
         shard_ports = ?shard_ports,
         advertised_host = %listeners.advertised_host,
         data_dir = %config.data_dir.display(),
+        admin = %config.admin_addr,
         durability = "ack after fdatasync (group commit)",
         "starting shardlog"
     );
@@ -82,6 +84,20 @@ fn check_ports_free(
         }
     }
     Ok(())
+}
+
+/// The admin port must be free (as the Kafka ports) and must not be one of them.
+fn check_admin_addr(
+    config: &Config,
+    listeners: &Listeners,
+    nr_shards: usize,
+) -> Result<(), String> {
+    let admin = config.admin_addr;
+    let kafka_ports = config.kafka_addr.port()..=listeners.shard_port(nr_shards - 1);
+    if admin.ip() == config.kafka_addr.ip() && kafka_ports.contains(&admin.port()) {
+        return Err(format!("--admin-addr {admin} collides with the Kafka ports {kafka_ports:?}"));
+    }
+    check_ports_free(&admin, listeners, 0)
 }
 
 async fn shard_main(mesh_builder: ShardMeshBuilder, config: Config, listeners: Listeners) {
@@ -149,6 +165,11 @@ async fn start_shard(
         idle_timeout: Duration::from_millis(config.connection_idle_timeout_ms.max(1)),
         ..ConnectionLimits::default()
     };
+    if id == 0 {
+        let admin = TcpListener::bind(config.admin_addr)
+            .map_err(|e| format!("admin endpoint {}: {e}", config.admin_addr))?;
+        crate::admin::spawn(admin, shard.clone());
+    }
     let bootstrap = TcpListener::bind(config.kafka_addr).map_err(|e| format!("shard {id}: {e}"))?;
     let own_addr = SocketAddr::new(config.kafka_addr.ip(), listeners.shard_port(id));
     let own = TcpListener::bind(own_addr).map_err(|e| format!("shard {id}: {own_addr}: {e}"))?;
@@ -164,8 +185,13 @@ async fn accept_loop(listener: TcpListener, handler: Rc<KafkaHandler>, limits: C
         match listener.accept().await {
             Ok(stream) => {
                 let handler = handler.clone();
+                let probes = &handler.shard.probes;
+                probes.connections_accepted.set(probes.connections_accepted.get() + 1);
+                probes.connections.set(probes.connections.get() + 1);
                 glommio::spawn_local(async move {
-                    let _ = serve_connection(stream, handler, limits).await;
+                    let _ = serve_connection(stream, handler.clone(), limits).await;
+                    let probes = &handler.shard.probes;
+                    probes.connections.set(probes.connections.get() - 1);
                 })
                 .detach();
             }

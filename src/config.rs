@@ -73,4 +73,9 @@ pub struct Config {
     /// Size of each log segment file (preallocated).
     #[arg(long, env = "SHARDLOG_SEGMENT_BYTES", default_value_t = 128 << 20)]
     pub segment_bytes: u64,
+
+    /// The admin HTTP endpoint (GET /metrics in Prometheus text format, GET /health),
+    /// served by shard 0. No authentication: keep it on loopback or a management network.
+    #[arg(long, env = "SHARDLOG_ADMIN_ADDR", default_value = "127.0.0.1:9644")]
+    pub admin_addr: SocketAddr,
 }

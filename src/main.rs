@@ -3,6 +3,7 @@
 //! The binary parses the configuration, checks that its ports are free, and starts one
 //! shard per core (`broker`). Kafka API handlers live in `handlers/`, one file per API.
 
+mod admin;
 mod broker;
 mod config;
 mod handlers;

@@ -11,7 +11,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
@@ -35,6 +35,9 @@ pub trait RequestHandler: 'static {
     fn unsupported_api_versions(&self) -> ResponseKind;
     /// Phase one of a request; see the module docs.
     fn handle(self: Rc<Self>, request: Request) -> impl Future<Output = Reply>;
+    /// A request is done: its response was written (or, with no response, its reply
+    /// resolved) `elapsed` after it was decoded. For latency probes; must be cheap.
+    fn request_done(&self, _api_key: ApiKey, _elapsed: Duration) {}
 }
 
 /// Bounds that keep one connection from holding unbounded resources.
@@ -59,6 +62,8 @@ impl Default for ConnectionLimits {
 }
 
 struct InFlight {
+    /// When the request was decoded (its latency is measured from here).
+    started: Instant,
     api_key: ApiKey,
     api_version: i16,
     correlation_id: i32,
@@ -76,7 +81,7 @@ pub async fn serve_connection<H: RequestHandler>(
     let peer = stream.peer_addr()?;
     let (reader, writer) = futures_lite::io::split(stream);
     let (queue, pending) = local_channel::new_bounded::<InFlight>(limits.max_in_flight.max(1));
-    let writer_task = glommio::spawn_local(write_responses(writer, pending));
+    let writer_task = glommio::spawn_local(write_responses(writer, pending, handler.clone()));
     let read_result = read_requests(reader, handler, limits, queue, peer).await;
     if let Err(e) = &read_result {
         warn!(%peer, error = %e, "closing connection");
@@ -112,6 +117,7 @@ async fn read_requests<H: RequestHandler>(
         }
         let mut frame = BytesMut::zeroed(len as usize);
         reader.read_exact(&mut frame).await?;
+        let started = Instant::now();
         let in_flight = match decode_request(frame.freeze(), |k| handler.supported_versions(k)) {
             Ok(mut request) => {
                 request.peer = Some(peer);
@@ -120,7 +126,7 @@ async fn read_requests<H: RequestHandler>(
                 let correlation_id = request.header.correlation_id;
                 let reply = handler.clone().handle(request).await;
                 let reply = glommio::spawn_local(reply);
-                InFlight { api_key, api_version, correlation_id, reply }
+                InFlight { started, api_key, api_version, correlation_id, reply }
             }
             Err(DecodeError::UnsupportedVersion {
                 api_key: ApiKey::ApiVersions,
@@ -129,7 +135,8 @@ async fn read_requests<H: RequestHandler>(
             }) => {
                 let body = handler.unsupported_api_versions();
                 let reply = glommio::spawn_local(async move { Some(body) });
-                InFlight { api_key: ApiKey::ApiVersions, api_version: 0, correlation_id, reply }
+                let api_key = ApiKey::ApiVersions;
+                InFlight { started, api_key, api_version: 0, correlation_id, reply }
             }
             Err(e) => return Err(invalid(e.to_string())),
         };
@@ -139,13 +146,17 @@ async fn read_requests<H: RequestHandler>(
     }
 }
 
-async fn write_responses(
+async fn write_responses<H: RequestHandler>(
     mut writer: impl futures_lite::AsyncWrite + Unpin,
     pending: local_channel::LocalReceiver<InFlight>,
+    handler: Rc<H>,
 ) -> io::Result<()> {
     // Invariant 2: one queue, awaited in order.
     while let Some(in_flight) = pending.recv().await {
-        let Some(body) = in_flight.reply.await else { continue };
+        let Some(body) = in_flight.reply.await else {
+            handler.request_done(in_flight.api_key, in_flight.started.elapsed());
+            continue;
+        };
         let frame = encode_response(
             in_flight.api_key,
             in_flight.api_version,
@@ -158,6 +169,7 @@ async fn write_responses(
             invalid(e)
         })?;
         writer.write_all(&frame).await?;
+        handler.request_done(in_flight.api_key, in_flight.started.elapsed());
     }
     writer.flush().await
 }

@@ -20,6 +20,7 @@ pub mod group;
 pub mod mesh;
 pub mod message;
 pub mod metadata;
+pub mod metrics;
 pub mod ops;
 pub mod producer;
 pub mod producer_log;

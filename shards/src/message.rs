@@ -10,6 +10,7 @@ use shardlog_storage::Offset;
 use crate::error::{PartitionError, TopicError};
 use crate::metadata::{NewTopic, TopicTable};
 use crate::topic_config::TopicConfigChange;
+use crate::metrics::ShardMetrics;
 
 /// A request from one shard to another.
 #[derive(Debug)]
@@ -28,6 +29,10 @@ pub enum ShardRequest {
     ApplyTopicTable(Box<TopicTable>),
     /// Ask the controller (shard 0) to change topics' configs.
     AlterTopicConfigs { changes: Vec<TopicConfigChange>, validate_only: bool },
+    /// A snapshot of the receiver's counters (shard 0 asks, per metrics scrape).
+    Metrics,
+    /// Whether the receiver is well: it answers, with why its log stopped if it did.
+    Health,
 }
 
 /// The reply to a [`ShardRequest`] of the same name.
@@ -40,6 +45,8 @@ pub enum ShardReply {
     DeleteTopics(Vec<Result<(), TopicError>>),
     ApplyTopicTable,
     AlterTopicConfigs(Vec<Result<(), TopicError>>),
+    Metrics(Box<ShardMetrics>),
+    Health(Option<String>),
 }
 
 /// Where a produce landed.

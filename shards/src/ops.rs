@@ -156,6 +156,7 @@ impl Shard {
         }
         self.probes.produce_batches.set(self.probes.produce_batches.get() + batches.len() as u64);
         self.probes.produce_bytes.set(self.probes.produce_bytes.get() + records.len() as u64);
+        self.count_produce(meta.topic_number, batches.len(), records.len());
         let wait = match policy.write_caching {
             None => Wait::Durable(appended.durable),
             Some(bounds) => {
@@ -251,6 +252,7 @@ impl Shard {
             let now = Instant::now();
             if total >= min_bytes.max(1) || any_error || now >= deadline {
                 self.probes.fetch_bytes.set(self.probes.fetch_bytes.get() + total as u64);
+                self.count_fetches(&results);
                 return results;
             }
             let timeout = glommio::timer::sleep(deadline - now);

@@ -44,6 +44,14 @@ impl MeshService for Shard {
                 let results = self.controller_alter_topic_configs(changes, validate_only).await;
                 ShardReply::AlterTopicConfigs(results)
             }),
+            ShardRequest::Metrics => {
+                let snapshot = Box::new(self.metrics_snapshot());
+                Box::pin(async { ShardReply::Metrics(snapshot) })
+            }
+            ShardRequest::Health => {
+                let stopped = self.log.stopped_reason();
+                Box::pin(async { ShardReply::Health(stopped) })
+            }
         }
     }
 }

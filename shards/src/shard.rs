@@ -64,6 +64,13 @@ pub struct ShardProbes {
     pub produce_batches: Cell<u64>,
     pub produce_bytes: Cell<u64>,
     pub fetch_bytes: Cell<u64>,
+    /// Kafka connections open on this shard, and accepted so far.
+    pub connections: Cell<u64>,
+    pub connections_accepted: Cell<u64>,
+    /// Latency per Kafka API of the requests this shard's connections carried.
+    pub request_durations: crate::metrics::RequestDurations,
+    /// Traffic per topic (keyed by topic number) on the partitions this shard owns.
+    pub topics: crate::metrics::TopicCounterMap,
 }
 
 impl ShardProbes {

@@ -106,6 +106,10 @@ impl RequestHandler for KafkaHandler {
         ResponseKind::ApiVersions(api_versions::response(errors::UNSUPPORTED_VERSION))
     }
 
+    fn request_done(&self, api_key: ApiKey, elapsed: std::time::Duration) {
+        self.shard.probes.request_durations.record(api_key as i16, elapsed);
+    }
+
     async fn handle(self: Rc<Self>, request: Request) -> Reply {
         let version = request.api_version;
         match request.body {

@@ -44,6 +44,8 @@ pub(crate) struct Flush<B> {
     pub end: u64,
     /// High watermarks that become true once this flush is durable.
     pub high_watermarks: Vec<(PartitionId, Offset)>,
+    /// Entries placed since the previous flush (what this fdatasync makes durable).
+    pub entries: u64,
 }
 
 pub(crate) struct Batcher<B> {
@@ -61,6 +63,8 @@ pub(crate) struct Batcher<B> {
     high_watermarks: Vec<(PartitionId, Offset)>,
     in_flight: Option<u64>,
     durable: u64,
+    /// Entries placed since the last `take_flush`.
+    entries: u64,
 }
 
 impl<B: IoBuffer> Batcher<B> {
@@ -92,6 +96,7 @@ impl<B: IoBuffer> Batcher<B> {
             high_watermarks: Vec::new(),
             in_flight: None,
             durable: position,
+            entries: 0,
         };
         if !prefix.is_empty() {
             batcher.open_chunk(prefix.len() + PAGE_BYTES as usize);
@@ -170,6 +175,7 @@ impl<B: IoBuffer> Batcher<B> {
         self.fill(at, &header.encode(payload));
         self.fill(at + ENTRY_HEADER_BYTES as u64, payload);
         self.position = end;
+        self.entries += 1;
         at
     }
 
@@ -201,6 +207,7 @@ impl<B: IoBuffer> Batcher<B> {
             chunks: std::mem::take(&mut self.sealed),
             end,
             high_watermarks: std::mem::take(&mut self.high_watermarks),
+            entries: std::mem::take(&mut self.entries),
         })
     }
 

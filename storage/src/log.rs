@@ -49,7 +49,7 @@ const MAX_READ_BYTES: u64 = 8 << 20;
 const CHECKPOINTS_KEPT: usize = 2;
 
 /// Counters of one log (plain cells; read them with `ShardLog::probes`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LogProbes {
     pub flushes: u64,
     pub flushed_bytes: u64,
@@ -60,6 +60,33 @@ pub struct LogProbes {
     /// Time flushes waited for their segment to be prepared (the writer outran the spare).
     pub segment_wait_us: u64,
     pub zero_filled_bytes: u64,
+    /// Time in the fdatasync(s) of each flush, in microseconds.
+    pub fsync_duration_us: Histogram,
+    /// Bytes each flush wrote and made durable (the group-commit batch, page-padded).
+    pub fsync_bytes: Histogram,
+    /// Entries each flush made durable.
+    pub appends_per_fsync: Histogram,
+    /// Segment files deleted after retention freed them, and their bytes.
+    pub retention_deleted_segments: u64,
+    pub retention_deleted_bytes: u64,
+}
+
+impl Default for LogProbes {
+    fn default() -> Self {
+        LogProbes {
+            flushes: 0,
+            flushed_bytes: 0,
+            flush_write_us: 0,
+            flush_sync_us: 0,
+            segment_wait_us: 0,
+            zero_filled_bytes: 0,
+            fsync_duration_us: Histogram::new(LATENCY_BOUNDS_US),
+            fsync_bytes: Histogram::new(SIZE_BOUNDS_BYTES),
+            appends_per_fsync: Histogram::new(COUNT_BOUNDS),
+            retention_deleted_segments: 0,
+            retention_deleted_bytes: 0,
+        }
+    }
 }
 
 /// Flush progress shared with `Durable` handles (which outlive nothing else).
@@ -512,6 +539,11 @@ impl<D: Disk> ShardLog<D> {
         self.inner.signal.probes.get()
     }
 
+    /// Why the log stopped (a failed write or fdatasync; see invariant 3), if it did.
+    pub fn stopped_reason(&self) -> Option<String> {
+        self.inner.signal.fatal()
+    }
+
     /// Durable log position (everything before it survived an fdatasync).
     pub fn durable_position(&self) -> u64 {
         self.inner.signal.durable.get()
@@ -687,11 +719,15 @@ impl<D: Disk> Inner<D> {
         for base in touched {
             self.disk.sync(base).await?;
         }
+        let sync_us = written.elapsed().as_micros() as u64;
         let mut probes = self.signal.probes.get();
         probes.flushes += 1;
         probes.flushed_bytes += flush.end - first;
         probes.flush_write_us += (written - started).as_micros() as u64;
-        probes.flush_sync_us += written.elapsed().as_micros() as u64;
+        probes.flush_sync_us += sync_us;
+        probes.fsync_duration_us.record(sync_us);
+        probes.fsync_bytes.record(flush.end - first);
+        probes.appends_per_fsync.record(flush.entries);
         self.signal.probes.set(probes);
         Ok(())
     }
@@ -889,9 +925,17 @@ async fn run_maintenance<D: Disk>(weak: Weak<Inner<D>>) {
 /// One step of maintenance: remove a retired segment, prepare a wanted one, or zero-fill.
 async fn maintain<D: Disk>(inner: &Inner<D>) {
     let removal = inner.state.borrow_mut().removals.pop();
-    if let Some(base) = removal {
-        if let Err(error) = inner.disk.remove_segment(base).await {
-            tracing::warn!(segment = base, %error, "could not remove a retired segment");
+    if let Some((base, len)) = removal {
+        match inner.disk.remove_segment(base).await {
+            Ok(()) => {
+                let mut probes = inner.signal.probes.get();
+                probes.retention_deleted_segments += 1;
+                probes.retention_deleted_bytes += len;
+                inner.signal.probes.set(probes);
+            }
+            Err(error) => {
+                tracing::warn!(segment = base, %error, "could not remove a retired segment")
+            }
         }
         return;
     }

@@ -62,7 +62,8 @@ pub(crate) struct State<B> {
     pub segments: BTreeMap<u64, Segment>,
     /// Position covered by the latest durable checkpoint (0 = none).
     pub checkpoint_position: u64,
-    pub removals: Vec<u64>,
+    /// Segments to delete: (base, length).
+    pub removals: Vec<(u64, u64)>,
     pub closing: bool,
     pub stopped: bool,
     /// Whether the disk's new segments need background zero-filling.
@@ -309,15 +310,15 @@ impl<B: crate::disk::IoBuffer> State<B> {
         let oldest_live = self.core.partitions.values().filter_map(|p| p.oldest_position()).min();
         let keep_from = oldest_live.unwrap_or(u64::MAX).min(self.checkpoint_position);
         let current = self.batcher.segment_base();
-        let deletable: Vec<u64> = self
+        let deletable: Vec<(u64, u64)> = self
             .segments
             .iter()
             .filter(|(&base, s)| base < current && base + s.len <= keep_from)
-            .map(|(&base, _)| base)
+            .map(|(&base, s)| (base, s.len))
             .collect();
-        for base in &deletable {
-            self.segments.remove(base);
-            self.removals.push(*base);
+        for &(base, len) in &deletable {
+            self.segments.remove(&base);
+            self.removals.push((base, len));
         }
         !deletable.is_empty()
     }

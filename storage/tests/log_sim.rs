@@ -419,6 +419,20 @@ fn retention_moves_log_start_by_whole_batches_and_frees_unpinned_segments() {
         assert!(after.len() < before.len(), "segments freed: {before:?} -> {after:?}");
         let p0_pin = log.pinned_segments().iter().find(|(p, _)| *p == P0).unwrap().1;
         assert_eq!(after[0], p0_pin, "the oldest remaining segment is the one P0 pins");
+        // The probes count the deleted files and every flush (one histogram record each).
+        let removed = before.iter().filter(|b| !after.contains(b)).count() as u64;
+        for _ in 0..1000 {
+            if log.probes().retention_deleted_segments == removed {
+                break;
+            }
+            futures_lite::future::yield_now().await;
+        }
+        let probes = log.probes();
+        assert_eq!(probes.retention_deleted_segments, removed);
+        assert_eq!(probes.retention_deleted_bytes, removed * config.segment_size_bytes);
+        assert_eq!(probes.fsync_duration_us.count(), probes.flushes);
+        assert_eq!(probes.fsync_bytes.sum(), probes.flushed_bytes);
+        assert!(probes.appends_per_fsync.sum() >= 121, "every batch was in a flush");
         // Size retention keeps the newest batches within the limit.
         log.apply_retention(
             P0,

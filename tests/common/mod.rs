@@ -20,19 +20,22 @@ pub struct Broker {
     pub cores: usize,
     pub extra_args: Vec<String>,
     child: Option<Child>,
+    /// The admin HTTP port (/metrics, /health): the port after the shard ports.
+    pub admin_port: u16,
 }
 
 impl Broker {
     /// Starts a broker with `cores` shards and extra flags.
     pub fn start(cores: usize, extra_args: &[&str]) -> Broker {
         let dir = tempfile::tempdir().expect("temp dir");
-        let port = free_port_range(cores + 1);
+        let port = free_port_range(cores + 2);
         let mut broker = Broker {
             dir,
             port,
             cores,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
             child: None,
+            admin_port: port + 1 + cores as u16,
         };
         broker.spawn();
         broker
@@ -76,6 +79,10 @@ impl Broker {
         // Small segments keep test data dirs small, unless a test picks its own.
         if !self.extra_args.iter().any(|a| a == "--segment-bytes") {
             command.arg("--segment-bytes").arg((8u64 << 20).to_string());
+        }
+        // Every broker gets its own admin port (the default one would be shared).
+        if !self.extra_args.iter().any(|a| a == "--admin-addr") {
+            command.arg("--admin-addr").arg(format!("127.0.0.1:{}", self.admin_port));
         }
         let child = command
             .args(&self.extra_args)
@@ -297,4 +304,14 @@ pub fn create_topic(broker: &Broker, name: &str, partitions: i32) {
     for result in runtime().block_on(admin.create_topics(&[topic], &AdminOptions::new())).unwrap() {
         result.expect("topic created");
     }
+}
+
+/// A librdkafka producer with acks=all and linger.ms=1 (what most tests want).
+pub fn acks_all_producer(broker: &Broker) -> rdkafka::producer::FutureProducer {
+    rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("acks", "all")
+        .set("linger.ms", "1")
+        .create()
+        .expect("a librdkafka producer")
 }

@@ -166,6 +166,16 @@ impl GroupCoordinator {
         self.groups.borrow().get(group_id).map(summary)
     }
 
+    /// Every committed offset of every group on this shard: (group, (topic, partition),
+    /// offset), for metrics.
+    pub fn all_committed(&self) -> Vec<(String, (String, i32), i64)> {
+        let offsets = self.offsets.borrow();
+        let all = offsets.iter().flat_map(|(group, partitions)| {
+            partitions.iter().map(move |(key, c)| (group.clone(), key.clone(), c.offset))
+        });
+        all.collect()
+    }
+
     /// Committed offsets of a group (all, or the asked partitions; -1 where none).
     pub fn committed(
         &self,

@@ -1,0 +1,117 @@
+//! Just enough HTTP/1.1 for the admin endpoint: find the end of a request head, parse
+//! its request line, and format a response. A plain function over bytes (no socket), so
+//! every refusal is table-tested.
+
+/// Largest request head accepted; a longer one is refused (431) and the connection closed.
+pub const MAX_HEAD_BYTES: usize = 8 << 10;
+
+/// What the admin endpoint was asked.
+#[derive(Debug, PartialEq, Eq)]
+pub struct RequestLine<'a> {
+    pub method: &'a str,
+    /// The path without its query string.
+    pub path: &'a str,
+}
+
+/// Why a request head was refused: HTTP status and a one-line reason.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Refused {
+    pub status: u16,
+    pub reason: String,
+}
+
+/// Length of the head (through the blank line) if `buffer` holds a complete one.
+pub fn head_len(buffer: &[u8]) -> Option<usize> {
+    buffer.windows(4).position(|w| w == b"\r\n\r\n").map(|at| at + 4)
+}
+
+/// Parses the request line of a complete head: `METHOD SP TARGET SP HTTP/1.x`.
+pub fn parse_request_line(head: &[u8]) -> Result<RequestLine<'_>, Refused> {
+    let bad = |why: &str| Refused { status: 400, reason: why.to_string() };
+    let line_end = head.windows(2).position(|w| w == b"\r\n").unwrap_or(head.len());
+    let line =
+        std::str::from_utf8(&head[..line_end]).map_err(|_| bad("the request line is not UTF-8"))?;
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad("the request line is not `METHOD TARGET HTTP/1.x`"));
+    };
+    if !matches!(version, "HTTP/1.0" | "HTTP/1.1") {
+        return Err(bad("only HTTP/1.0 and HTTP/1.1 are served"));
+    }
+    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(bad("the method is not an HTTP method"));
+    }
+    if !target.starts_with('/') {
+        return Err(bad("the request target must be a path starting with /"));
+    }
+    let path = target.split('?').next().unwrap_or(target);
+    Ok(RequestLine { method, path })
+}
+
+/// A complete response with `Connection: close` (one request per connection).
+pub fn response(status: u16, content_type: &str, body: &str) -> Vec<u8> {
+    let head = format!(
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        status_text(status),
+        body.len()
+    );
+    let mut out = Vec::with_capacity(head.len() + body.len());
+    out.extend_from_slice(head.as_bytes());
+    out.extend_from_slice(body.as_bytes());
+    out
+}
+
+fn status_text(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
+        _ => "Unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_head_ends_at_the_first_blank_line() {
+        assert_eq!(head_len(b"GET / HTTP/1.1\r\nHost: x\r\n\r\nbody"), Some(27));
+        assert_eq!(head_len(b"GET / HTTP/1.1\r\nHost: x\r\n"), None);
+    }
+
+    #[test]
+    fn request_lines_are_parsed_or_refused_with_400() {
+        let ok = |method, path| Ok(RequestLine { method, path });
+        let table: &[(&[u8], Result<RequestLine, u16>)] = &[
+            (b"GET /metrics HTTP/1.1\r\n\r\n", ok("GET", "/metrics")),
+            (b"GET /health?verbose=1 HTTP/1.0\r\n\r\n", ok("GET", "/health")),
+            (b"POST /metrics HTTP/1.1\r\n\r\n", ok("POST", "/metrics")),
+            (b"GET /metrics\r\n\r\n", Err(400)),
+            (b"GET /metrics HTTP/2\r\n\r\n", Err(400)),
+            (b"GET  /metrics HTTP/1.1\r\n\r\n", Err(400)),
+            (b"get /metrics HTTP/1.1\r\n\r\n", Err(400)),
+            (b"GET metrics HTTP/1.1\r\n\r\n", Err(400)),
+            (b"\xff\xfe garbage\r\n\r\n", Err(400)),
+            (b"\r\n\r\n", Err(400)),
+        ];
+        for (head, expected) in table {
+            let parsed = parse_request_line(head).map_err(|r| r.status);
+            assert_eq!(&parsed, expected, "{:?}", String::from_utf8_lossy(head));
+        }
+    }
+
+    #[test]
+    fn responses_carry_length_and_close() {
+        let text = String::from_utf8(response(404, "text/plain", "no\n")).unwrap();
+        assert!(text.starts_with("HTTP/1.1 404 Not Found\r\n"));
+        assert!(text.contains("Content-Length: 3\r\n"));
+        assert!(text.ends_with("Connection: close\r\n\r\nno\n"));
+    }
+}

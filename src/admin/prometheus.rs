@@ -1,0 +1,275 @@
+//! Renders every shard's snapshot as Prometheus text exposition format 0.0.4: one
+//! `# HELP` and `# TYPE` per family, then its samples for every shard. docs/metrics.md
+//! lists each family (tests/metrics.rs fails if one rendered here is missing there).
+//!
+//! Runs on shard 0 per scrape (not a hot path). Units: durations in seconds (probes
+//! keep microseconds), sizes in bytes.
+
+use std::collections::HashMap;
+use std::fmt::{Display, Write};
+
+use kafka_protocol::messages::ApiKey;
+use shardlog_shards::metrics::{ShardMetrics, TopicCounters};
+use shardlog_storage::Histogram;
+
+const MICROS_PER_SECOND: f64 = 1e6;
+
+/// One per-topic counter, read from a topic's counters.
+type TopicValue = fn(&TopicCounters) -> u64;
+/// One of the log's histograms, read from a shard's snapshot.
+type LogHistogram = fn(&ShardMetrics) -> &Histogram;
+
+/// The text of one scrape.
+pub fn render(shards: &[ShardMetrics]) -> String {
+    let mut text = Text::default();
+    render_traffic(&mut text, shards);
+    render_requests(&mut text, shards);
+    render_log(&mut text, shards);
+    render_flushes(&mut text, shards);
+    render_consumer_lag(&mut text, shards);
+    text.out
+}
+
+fn render_traffic(text: &mut Text, shards: &[ShardMetrics]) {
+    // Requests count partitions: one per partition per request, on the owner shard.
+    let per_topic: [(&str, &str, TopicValue); 5] = [
+        ("shardlog_produce_requests_total", "Partitions produced to.", |c| c.produce_requests),
+        ("shardlog_produce_batches_total", "Record batches appended.", |c| c.produce_batches),
+        ("shardlog_produce_bytes_total", "Record batch bytes appended.", |c| c.produce_bytes),
+        ("shardlog_fetch_requests_total", "Partitions read by Fetch.", |c| c.fetch_requests),
+        ("shardlog_fetch_bytes_total", "Record batch bytes returned by Fetch.", |c| c.fetch_bytes),
+    ];
+    for (name, help, value) in per_topic {
+        text.family(name, "counter", help);
+        for s in shards {
+            for t in &s.topics {
+                text.sample(name, &[("shard", &s.shard), ("topic", &t.topic)], value(&t.counters));
+            }
+        }
+    }
+    let forwarded = "Requests (or parts) for partitions of another shard, forwarded over the mesh.";
+    text.per_shard("shardlog_forwarded_requests_total", "counter", forwarded, shards, |s| {
+        s.forwarded_requests
+    });
+    let connections = "Kafka connections open.";
+    text.per_shard("shardlog_connections", "gauge", connections, shards, |s| s.connections);
+    let accepted = "Kafka connections accepted.";
+    text.per_shard("shardlog_connections_accepted_total", "counter", accepted, shards, |s| {
+        s.connections_accepted
+    });
+    let producers = "Idempotent producers with state on the shard's partitions.";
+    text.per_shard("shardlog_idempotent_producers", "gauge", producers, shards, |s| {
+        s.idempotent_producers
+    });
+}
+
+fn render_requests(text: &mut Text, shards: &[ShardMetrics]) {
+    let name = "shardlog_request_duration_seconds";
+    let help = "Kafka request latency per API, from decoded request to written response.";
+    text.family(name, "histogram", help);
+    for s in shards {
+        for (api_key, histogram) in &s.request_durations_us {
+            let api = ApiKey::try_from(*api_key)
+                .map_or_else(|_| format!("ApiKey{api_key}"), |k| format!("{k:?}"));
+            let labels: [(&str, &dyn Display); 2] = [("shard", &s.shard), ("api", &api)];
+            text.histogram(name, &labels, histogram, MICROS_PER_SECOND);
+        }
+    }
+}
+
+fn render_log(text: &mut Text, shards: &[ShardMetrics]) {
+    let partitions = "Partitions owned by the shard.";
+    text.per_shard("shardlog_partitions", "gauge", partitions, shards, |s| {
+        s.partitions.len() as u64
+    });
+    let name = "shardlog_log_size_bytes";
+    text.family(name, "gauge", "Bytes of record batches kept, per topic, on the owner shard.");
+    for s in shards {
+        for t in &s.topics {
+            text.sample(name, &[("shard", &s.shard), ("topic", &t.topic)], t.size_bytes);
+        }
+    }
+    let segments = "Segment files the shard's log holds.";
+    text.per_shard("shardlog_log_segments", "gauge", segments, shards, |s| s.log_segments);
+    let stopped = "1 if the shard's log stopped after a failed write or fdatasync, else 0.";
+    text.per_shard("shardlog_log_stopped", "gauge", stopped, shards, |s| {
+        s.log_stopped.is_some() as u64
+    });
+    let deleted = "Segment files deleted after retention freed them.";
+    text.per_shard("shardlog_retention_deleted_segments_total", "counter", deleted, shards, |s| {
+        s.log.retention_deleted_segments
+    });
+    let deleted_bytes = "Bytes of segment files deleted after retention freed them.";
+    text.per_shard(
+        "shardlog_retention_deleted_bytes_total",
+        "counter",
+        deleted_bytes,
+        shards,
+        |s| s.log.retention_deleted_bytes,
+    );
+    let zeros = "Bytes of prepared segments zero-filled while the log was idle.";
+    text.per_shard("shardlog_zero_filled_bytes_total", "counter", zeros, shards, |s| {
+        s.log.zero_filled_bytes
+    });
+}
+
+fn render_flushes(text: &mut Text, shards: &[ShardMetrics]) {
+    let histograms: [(&str, &str, f64, LogHistogram); 3] = [
+        (
+            "shardlog_fsync_duration_seconds",
+            "Time in the fdatasync(s) of one flush (group commit).",
+            MICROS_PER_SECOND,
+            |s| &s.log.fsync_duration_us,
+        ),
+        (
+            "shardlog_fsync_bytes",
+            "Bytes written by one flush (group-commit batch size, page-padded).",
+            1.0,
+            |s| &s.log.fsync_bytes,
+        ),
+        ("shardlog_appends_per_fsync", "Log entries made durable by one flush.", 1.0, |s| {
+            &s.log.appends_per_fsync
+        }),
+    ];
+    for (name, help, scale, histogram) in histograms {
+        text.family(name, "histogram", help);
+        for s in shards {
+            text.histogram(name, &[("shard", &s.shard)], histogram(s), scale);
+        }
+    }
+    let name = "shardlog_flush_write_seconds_total";
+    text.family(name, "counter", "Time in the DMA writes of flushes.");
+    for s in shards {
+        let seconds = s.log.flush_write_us as f64 / MICROS_PER_SECOND;
+        text.sample(name, &[("shard", &s.shard)], seconds);
+    }
+    let name = "shardlog_segment_wait_seconds_total";
+    text.family(name, "counter", "Time flushes waited for their next segment to be prepared.");
+    for s in shards {
+        let seconds = s.log.segment_wait_us as f64 / MICROS_PER_SECOND;
+        text.sample(name, &[("shard", &s.shard)], seconds);
+    }
+}
+
+/// Lag = high watermark (on the partition's owner) - committed offset (on the group's
+/// coordinator), joined here; never negative (a commit past the watermark reads as 0).
+fn render_consumer_lag(text: &mut Text, shards: &[ShardMetrics]) {
+    let high_watermarks: HashMap<(&str, i32), i64> = shards
+        .iter()
+        .flat_map(|s| &s.partitions)
+        .map(|p| ((p.topic.as_str(), p.partition), p.high_watermark))
+        .collect();
+    let name = "shardlog_consumer_group_lag";
+    let help = "Records between a group's committed offset and the partition's high watermark.";
+    text.family(name, "gauge", help);
+    for c in shards.iter().flat_map(|s| &s.committed) {
+        let Some(&high_watermark) = high_watermarks.get(&(c.topic.as_str(), c.partition)) else {
+            continue; // the topic is gone
+        };
+        let lag = (high_watermark - c.offset).max(0);
+        let labels: [(&str, &dyn Display); 3] =
+            [("group", &c.group), ("topic", &c.topic), ("partition", &c.partition)];
+        text.sample(name, &labels, lag);
+    }
+}
+
+/// The text being built.
+#[derive(Default)]
+struct Text {
+    out: String,
+}
+
+impl Text {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &dyn Display)], value: impl Display) {
+        self.out.push_str(name);
+        self.labels(labels, None);
+        let _ = writeln!(self.out, " {value}");
+    }
+
+    fn per_shard(
+        &mut self,
+        name: &str,
+        kind: &str,
+        help: &str,
+        shards: &[ShardMetrics],
+        value: impl Fn(&ShardMetrics) -> u64,
+    ) {
+        self.family(name, kind, help);
+        for s in shards {
+            self.sample(name, &[("shard", &s.shard)], value(s));
+        }
+    }
+
+    /// `_bucket` samples (cumulative, ending with `le="+Inf"` = count), `_sum`, `_count`;
+    /// values are divided by `scale` (microseconds to seconds).
+    fn histogram(
+        &mut self,
+        name: &str,
+        labels: &[(&str, &dyn Display)],
+        histogram: &Histogram,
+        scale: f64,
+    ) {
+        for (bound, cumulative) in histogram.cumulative() {
+            let _ = write!(self.out, "{name}_bucket");
+            self.labels(labels, Some(&(bound as f64 / scale)));
+            let _ = writeln!(self.out, " {cumulative}");
+        }
+        let _ = write!(self.out, "{name}_bucket");
+        self.labels(labels, Some(&"+Inf"));
+        let _ = writeln!(self.out, " {}", histogram.count());
+        let _ = write!(self.out, "{name}_sum");
+        self.labels(labels, None);
+        let _ = writeln!(self.out, " {}", histogram.sum() as f64 / scale);
+        let _ = write!(self.out, "{name}_count");
+        self.labels(labels, None);
+        let _ = writeln!(self.out, " {}", histogram.count());
+    }
+
+    fn labels(&mut self, labels: &[(&str, &dyn Display)], le: Option<&dyn Display>) {
+        let le = le.map(|value| ("le", value));
+        let mut all = labels.iter().copied().chain(le).peekable();
+        if all.peek().is_none() {
+            return;
+        }
+        self.out.push('{');
+        for (i, (key, value)) in all.enumerate() {
+            if i > 0 {
+                self.out.push(',');
+            }
+            let _ = write!(self.out, "{key}=\"{}\"", escape(&value.to_string()));
+        }
+        self.out.push('}');
+    }
+}
+
+/// Label values escape backslash, double quote and newline (group ids are free text).
+fn escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn histograms_end_with_inf_equal_to_count() {
+        let mut histogram = Histogram::new(&[10, 100]);
+        histogram.record(5);
+        histogram.record(500);
+        let mut text = Text::default();
+        text.histogram("h", &[("shard", &0)], &histogram, 1.0);
+        let expected = "h_bucket{shard=\"0\",le=\"10\"} 1\nh_bucket{shard=\"0\",le=\"100\"} 1\n\
+                        h_bucket{shard=\"0\",le=\"+Inf\"} 2\nh_sum{shard=\"0\"} 505\n\
+                        h_count{shard=\"0\"} 2\n";
+        assert_eq!(text.out, expected);
+    }
+}

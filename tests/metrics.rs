@@ -1,0 +1,343 @@
+//! The admin endpoint: /metrics in Prometheus text format (parsed here by a tiny parser
+//! that refuses anything malformed), /health, and the HTTP refusals. Traffic comes from
+//! rdkafka and raw requests whose counts are known.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use common::{create_topic, record_batch, Broker, RawClient};
+use kafka_protocol::messages::produce_request::{
+    PartitionProduceData, ProduceRequest, TopicProduceData,
+};
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::producer::FutureRecord;
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+/// Sends `request` as is and returns the status code and body of the response.
+fn http(broker: &Broker, request: &[u8]) -> (u16, String) {
+    let addr = SocketAddr::from(([127, 0, 0, 1], broker.admin_port));
+    let mut stream = TcpStream::connect(addr).expect("connect to the admin port");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    stream.write_all(request).unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).expect("the response, then close");
+    let response = String::from_utf8(response).expect("a UTF-8 response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a complete response head");
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("a status code");
+    (status, body.to_string())
+}
+
+fn get(broker: &Broker, path: &str) -> (u16, String) {
+    http(broker, format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes())
+}
+
+/// One sample line: `name{labels} value`.
+#[derive(Debug)]
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+/// A parsed scrape: family types (from `# TYPE`) and samples in order.
+struct Scrape {
+    types: HashMap<String, String>,
+    samples: Vec<Sample>,
+}
+
+impl Scrape {
+    /// Parses the text format; panics naming the first line that does not parse.
+    fn parse(text: &str) -> Scrape {
+        let mut types = HashMap::new();
+        let mut samples = Vec::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').expect("`# TYPE name kind`");
+                assert!(types.insert(name.to_string(), kind.to_string()).is_none(), "{line}");
+            } else if line.starts_with("# HELP ") {
+                continue;
+            } else {
+                samples.push(parse_sample(line).unwrap_or_else(|| panic!("bad line: {line:?}")));
+            }
+        }
+        Scrape { types, samples }
+    }
+
+    /// The family a sample belongs to (histogram samples carry a suffix).
+    fn family<'a>(&self, sample_name: &'a str) -> &'a str {
+        for suffix in ["_bucket", "_sum", "_count"] {
+            if let Some(base) = sample_name.strip_suffix(suffix) {
+                if self.types.get(base).is_some_and(|t| t == "histogram") {
+                    return base;
+                }
+            }
+        }
+        sample_name
+    }
+
+    /// Sum of the samples named `name` whose labels include all of `labels`.
+    fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let matching = self.samples.iter().filter(|s| {
+            s.name == name
+                && labels.iter().all(|(k, v)| s.labels.get(*k).map(|x| x.as_str()) == Some(v))
+        });
+        matching.map(|s| s.value).sum()
+    }
+
+    fn count(&self, name: &str) -> usize {
+        self.samples.iter().filter(|s| s.name == name).count()
+    }
+}
+
+fn parse_sample(line: &str) -> Option<Sample> {
+    let name_end = line.find(['{', ' '])?;
+    let name = &line[..name_end];
+    let name_ok = name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+    if name.is_empty() || !name_ok {
+        return None;
+    }
+    let mut rest = &line[name_end..];
+    let mut labels = BTreeMap::new();
+    if let Some(inner) = rest.strip_prefix('{') {
+        rest = inner;
+        loop {
+            let (key, after) = rest.split_once("=\"")?;
+            let mut value = String::new();
+            let mut chars = after.char_indices();
+            let end = loop {
+                match chars.next()? {
+                    (_, '\\') => match chars.next()?.1 {
+                        'n' => value.push('\n'),
+                        c @ ('\\' | '"') => value.push(c),
+                        _ => return None,
+                    },
+                    (i, '"') => break i,
+                    (_, c) => value.push(c),
+                }
+            };
+            labels.insert(key.to_string(), value);
+            rest = &after[end + 1..];
+            if let Some(next) = rest.strip_prefix(',') {
+                rest = next;
+            } else {
+                rest = rest.strip_prefix('}')?;
+                break;
+            }
+        }
+    }
+    let value = rest.strip_prefix(' ')?;
+    let value = if value == "+Inf" { f64::INFINITY } else { value.parse().ok()? };
+    Some(Sample { name: name.to_string(), labels, value })
+}
+
+/// Every sample has a `# TYPE`; every histogram's buckets are cumulative and end with
+/// `le="+Inf"` equal to its `_count`.
+fn assert_well_formed(scrape: &Scrape) {
+    for sample in &scrape.samples {
+        let family = scrape.family(&sample.name);
+        assert!(scrape.types.contains_key(family), "{} has no # TYPE", sample.name);
+    }
+    let mut buckets: BTreeMap<String, Vec<(String, f64)>> = BTreeMap::new();
+    for sample in scrape.samples.iter().filter(|s| s.name.ends_with("_bucket")) {
+        let mut series = sample.labels.clone();
+        let le = series.remove("le").expect("a bucket has an le label");
+        buckets.entry(format!("{}{series:?}", sample.name)).or_default().push((le, sample.value));
+    }
+    assert!(!buckets.is_empty(), "the scrape has histograms");
+    for (series, bounds) in &buckets {
+        assert!(bounds.windows(2).all(|w| w[0].1 <= w[1].1), "{series} is not cumulative");
+        let (last_le, last) = bounds.last().unwrap();
+        assert_eq!(last_le, "+Inf", "{series} does not end with +Inf");
+        let les: Vec<f64> = bounds.iter().map(|(le, _)| le.parse::<f64>().unwrap()).collect();
+        assert!(les.windows(2).all(|w| w[0] < w[1]), "{series}: le not increasing");
+        let count_series = series.replacen("_bucket", "_count", 1);
+        let count =
+            scrape.samples.iter().find(|s| format!("{}{:?}", s.name, s.labels) == count_series);
+        assert_eq!(count.map(|s| s.value), Some(*last), "{series}: +Inf bucket != _count");
+    }
+}
+
+fn produce_raw(client: &mut RawClient, topic: &str, partition: i32, value: &[u8]) {
+    let records = record_batch(&[(b"k", value)], 1_700_000_000_000);
+    let request =
+        ProduceRequest::default().with_acks(-1).with_timeout_ms(10_000).with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(partition)
+                    .with_records(Some(records))]),
+        ]);
+    match client.call(ApiKey::Produce, 9, RequestKind::Produce(request)) {
+        ResponseKind::Produce(r) => assert_eq!(r.responses[0].partition_responses[0].error_code, 0),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Produces `count` values of `size` bytes to `partition` with librdkafka; returns the
+/// value bytes sent.
+fn produce_rdkafka(broker: &Broker, topic: &str, partition: i32, count: usize, size: usize) -> u64 {
+    let producer = common::acks_all_producer(broker);
+    let value = vec![b'm'; size];
+    common::runtime().block_on(async {
+        for i in 0..count {
+            let key = i.to_string();
+            let record = FutureRecord::to(topic).partition(partition).key(&key).payload(&value);
+            producer.send(record, Duration::from_secs(30)).await.expect("delivered");
+        }
+    });
+    (count * size) as u64
+}
+
+/// Consumes `count` records of `partition` with librdkafka in `group`, then commits the
+/// offset after the last one.
+fn consume_and_commit(broker: &Broker, group: &str, topic: &str, partition: i32, count: usize) {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "100")
+        .create()
+        .unwrap();
+    let mut assignment = TopicPartitionList::new();
+    assignment.add_partition_offset(topic, partition, Offset::Beginning).unwrap();
+    consumer.assign(&assignment).unwrap();
+    let mut next = 0;
+    common::eventually(Duration::from_secs(30), "records consumed", || {
+        if let Some(message) = consumer.poll(Duration::from_millis(100)) {
+            let message = message.expect("a record");
+            assert_eq!(message.offset(), next);
+            next += 1;
+        }
+        next == count as i64
+    });
+    let mut commit = TopicPartitionList::new();
+    commit.add_partition_offset(topic, partition, Offset::Offset(next)).unwrap();
+    consumer.commit(&commit, CommitMode::Sync).unwrap();
+}
+
+#[test]
+fn metrics_count_traffic_fsyncs_connections_partitions_and_lag() {
+    let broker = Broker::start(2, &[]);
+    create_topic(&broker, "observed", 3);
+    let sent = produce_rdkafka(&broker, "observed", 0, 10, 300);
+    let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
+    let raw_produces = 5;
+    for _ in 0..raw_produces {
+        produce_raw(&mut client, "observed", 1, b"raw value");
+    }
+    consume_and_commit(&broker, "watchers", "observed", 0, 4);
+
+    let (status, text) = get(&broker, "/metrics");
+    assert_eq!(status, 200, "{text}");
+    let scrape = Scrape::parse(&text);
+    assert_well_formed(&scrape);
+    let topic = [("topic", "observed")];
+    let produced = scrape.sum("shardlog_produce_bytes_total", &topic);
+    assert!(produced >= (sent + raw_produces * 9) as f64, "{produced} bytes < sent {sent}");
+    assert!(scrape.sum("shardlog_produce_requests_total", &topic) >= 15.0);
+    assert!(scrape.sum("shardlog_fetch_bytes_total", &topic) >= 4.0 * 300.0);
+    assert!(scrape.sum("shardlog_fsync_duration_seconds_count", &[]) > 0.0);
+    assert!(scrape.sum("shardlog_fsync_bytes_count", &[]) > 0.0);
+    assert!(scrape.sum("shardlog_appends_per_fsync_sum", &[]) >= 15.0);
+    let produce_requests =
+        scrape.sum("shardlog_request_duration_seconds_count", &[("api", "Produce")]);
+    assert!(produce_requests >= raw_produces as f64 + 10.0, "{produce_requests} Produce requests");
+    assert!(scrape.sum("shardlog_connections", &[]) >= 1.0, "the raw client is connected");
+    assert!(scrape.sum("shardlog_connections_accepted_total", &[]) >= 1.0);
+    assert_eq!(scrape.sum("shardlog_partitions", &[]), 3.0);
+    assert_eq!(scrape.count("shardlog_partitions"), 2, "one sample per shard");
+    assert!(scrape.sum("shardlog_log_size_bytes", &topic) >= produced);
+    let lag = [("group", "watchers"), ("topic", "observed"), ("partition", "0")];
+    assert_eq!(scrape.count("shardlog_consumer_group_lag"), 1);
+    assert_eq!(scrape.sum("shardlog_consumer_group_lag", &lag), 6.0, "10 produced, 4 committed");
+    drop(client);
+}
+
+#[test]
+fn every_metric_emitted_is_documented() {
+    let broker = Broker::start(2, &[]);
+    create_topic(&broker, "documented", 2);
+    let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
+    produce_raw(&mut client, "documented", 0, b"v");
+    let (status, text) = get(&broker, "/metrics");
+    assert_eq!(status, 200);
+    let scrape = Scrape::parse(&text);
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"))
+        .expect("docs/metrics.md");
+    let mut missing: Vec<&String> =
+        scrape.types.keys().filter(|name| !docs.contains(&format!("`{name}`"))).collect();
+    missing.sort();
+    assert!(missing.is_empty(), "metrics missing from docs/metrics.md: {missing:?}");
+    assert!(scrape.types.len() >= 20, "the scrape has every family ({})", scrape.types.len());
+}
+
+#[test]
+fn health_is_ok_when_every_shard_answers() {
+    let broker = Broker::start(2, &[]);
+    let (status, body) = get(&broker, "/health");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, "ok\nshard 0: ok\nshard 1: ok\n");
+}
+
+#[test]
+fn unknown_paths_bad_requests_and_oversized_or_stalled_heads_are_refused() {
+    let broker = Broker::start(1, &[]);
+    assert_eq!(get(&broker, "/nothing-here").0, 404);
+    assert_eq!(get(&broker, "/").0, 404);
+    assert_eq!(http(&broker, b"POST /metrics HTTP/1.1\r\n\r\n").0, 405);
+    let (status, body) = http(&broker, b"hello there\r\n\r\n");
+    assert_eq!(status, 400);
+    assert!(body.contains("METHOD TARGET"), "{body}");
+    assert_eq!(http(&broker, b"\x16\x03\x01\x02\x00\x01\x00\r\n\r\n").0, 400);
+    // One byte over the 8 KiB limit and no end of head: refused with 431. (Exactly that
+    // many, so the broker has read everything sent and closes without a reset.)
+    let mut huge = b"GET /metrics HTTP/1.1\r\nX-Pad: ".to_vec();
+    huge.resize(8 * 1024 + 1, b'a');
+    assert_eq!(http(&broker, &huge).0, 431);
+
+    // Half a head, then silence: the broker closes the connection (no response).
+    let addr = SocketAddr::from(([127, 0, 0, 1], broker.admin_port));
+    let mut stalled = TcpStream::connect(addr).unwrap();
+    stalled.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    stalled.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
+    let mut rest = Vec::new();
+    assert_eq!(stalled.read_to_end(&mut rest).expect("closed by the broker"), 0);
+
+    // The endpoint still serves after all that.
+    assert_eq!(get(&broker, "/health").0, 200);
+}
+
+#[test]
+fn the_broker_refuses_to_start_when_the_admin_port_is_taken_or_collides() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let admin = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let kafka_port =
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let start = |admin_addr: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_shardlog"))
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["--kafka-addr", &format!("127.0.0.1:{kafka_port}"), "--cores", "1"])
+            .args(["--admin-addr", admin_addr])
+            .output()
+            .expect("running shardlog")
+    };
+    let output = start(&admin);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains(&format!("cannot listen on {admin}")), "{stderr}");
+
+    let output = start(&format!("127.0.0.1:{}", kafka_port + 1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("collides with the Kafka ports"), "{stderr}");
+    drop(taken);
+}
