@@ -8,7 +8,7 @@ use bytes::Bytes;
 use shardlog_storage::Offset;
 
 use crate::error::{PartitionError, TopicError};
-use crate::metadata::{NewTopic, TopicTable};
+use crate::metadata::{NewPartitions, NewTopic, TopicTable};
 
 /// A request from one shard to another.
 #[derive(Debug)]
@@ -25,6 +25,10 @@ pub enum ShardRequest {
     DeleteTopics { names: Vec<String> },
     /// The controller's new topic table; every shard replaces its copy.
     ApplyTopicTable(Box<TopicTable>),
+    /// Ask the controller (shard 0) to add partitions to existing topics.
+    CreatePartitions { topics: Vec<NewPartitions>, validate_only: bool },
+    /// Move a partition's log start forward on its owner (a forwarded DeleteRecords).
+    DeleteRecords { topic: String, partition: i32, offset: Offset },
 }
 
 /// The reply to a [`ShardRequest`] of the same name.
@@ -36,6 +40,9 @@ pub enum ShardReply {
     CreateTopics(Vec<Result<(), TopicError>>),
     DeleteTopics(Vec<Result<(), TopicError>>),
     ApplyTopicTable,
+    CreatePartitions(Vec<Result<(), TopicError>>),
+    /// The new log start offset (Kafka's low watermark), durable.
+    DeleteRecords(Result<Offset, PartitionError>),
 }
 
 /// Where a produce landed.
