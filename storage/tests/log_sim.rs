@@ -647,3 +647,33 @@ fn advance_log_start_inside_a_batch_is_durable_and_survives_crashes_and_checkpoi
         assert_eq!(log.partition_info(P0).unwrap().log_start_offset, 12);
     });
 }
+
+#[test]
+fn advancing_the_log_start_frees_the_segments_nobody_needs_any_more() {
+    run(|| async {
+        let disk = SimDisk::new(22);
+        let (log, _, _) = open(&disk, small_config()).await;
+        let mut last = None;
+        for i in 0..120u64 {
+            let batch = batch_of(4, 500, i, 1000);
+            last = Some(log.append_batches(P0, &validated(&batch)).unwrap().durable);
+        }
+        last.unwrap().wait().await.unwrap();
+        log.checkpoint().await.unwrap();
+        let before = log.segments();
+        assert!(before.len() >= 4, "{before:?}");
+        let high_watermark = log.partition_info(P0).unwrap().high_watermark;
+        let (start, durable) = log.advance_log_start(P0, high_watermark - 4).unwrap();
+        durable.wait().await.unwrap();
+        assert_eq!(start, high_watermark - 4);
+        let last_batch = batch_of(4, 500, 119, 1000).len() as u64;
+        let size = log.partition_info(P0).unwrap().size_bytes;
+        assert_eq!(size, last_batch, "only the batch starting at the log start is left");
+        log.checkpoint().await.unwrap();
+        for _ in 0..50 {
+            futures_lite::future::yield_now().await;
+        }
+        let after = log.segments();
+        assert!(after.len() < before.len(), "segments freed: {before:?} -> {after:?}");
+    });
+}
