@@ -159,7 +159,11 @@ async fn start_shard(
     spawn_probe_log(shard.clone());
     shard.spawn_group_ticker();
     shard.spawn_retention();
-    let handler = Rc::new(KafkaHandler { shard: shard.clone(), listeners: listeners.clone() });
+    let handler = Rc::new(KafkaHandler {
+        shard: shard.clone(),
+        listeners: listeners.clone(),
+        log_dir: dir.clone(),
+    });
     let limits = ConnectionLimits {
         max_frame_bytes: config.max_request_bytes,
         idle_timeout: Duration::from_millis(config.connection_idle_timeout_ms.max(1)),

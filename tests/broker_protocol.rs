@@ -4,7 +4,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::{record_batch, Broker, RawClient};
+use common::{leaders, raw_produce as produce, record_batch, Broker, RawClient};
 use kafka_protocol::messages::api_versions_request::ApiVersionsRequest;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
@@ -33,22 +33,6 @@ fn create(client: &mut RawClient, topic: &str, partitions: i32, replication: i16
     }
 }
 
-fn produce(client: &mut RawClient, topic: &str, partition: i32, records: Bytes) -> (i16, i64) {
-    let request =
-        ProduceRequest::default().with_acks(-1).with_timeout_ms(10_000).with_topic_data(vec![
-            TopicProduceData::default().with_name(name(topic)).with_partition_data(vec![
-                PartitionProduceData::default().with_index(partition).with_records(Some(records)),
-            ]),
-        ]);
-    match client.call(ApiKey::Produce, 9, RequestKind::Produce(request)) {
-        ResponseKind::Produce(r) => {
-            let p = &r.responses[0].partition_responses[0];
-            (p.error_code, p.base_offset)
-        }
-        other => panic!("{other:?}"),
-    }
-}
-
 fn fetch(
     client: &mut RawClient,
     topic: &str,
@@ -72,15 +56,6 @@ fn fetch(
             let p = &r.responses[0].partitions[0];
             (p.error_code, p.high_watermark, p.records.clone().unwrap_or_default())
         }
-        other => panic!("{other:?}"),
-    }
-}
-
-fn leaders(client: &mut RawClient, topic: &str) -> Vec<i32> {
-    let request = MetadataRequest::default()
-        .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(name(topic)))]));
-    match client.call(ApiKey::Metadata, 9, RequestKind::Metadata(request)) {
-        ResponseKind::Metadata(r) => r.topics[0].partitions.iter().map(|p| p.leader_id.0).collect(),
         other => panic!("{other:?}"),
     }
 }

@@ -5,7 +5,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{create_topic, runtime, Broker};
+use common::{assign_only_consumer as consumer, create_topic, runtime, Broker};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -52,16 +52,6 @@ fn produce_keyed(broker: &Broker, topic: &str, count: usize) -> BTreeMap<i32, Ve
         values.sort();
     }
     by_partition
-}
-
-fn consumer(broker: &Broker) -> BaseConsumer {
-    ClientConfig::new()
-        .set("bootstrap.servers", broker.bootstrap())
-        .set("group.id", "unused-assign-only")
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "100")
-        .create()
-        .unwrap()
 }
 
 /// Reads `expected` messages from every partition from the beginning.

@@ -7,13 +7,21 @@ mod common;
 use bytes::Bytes;
 use common::{record_batch, Broker, RawClient};
 use kafka_protocol::messages::api_versions_request::ApiVersionsRequest;
+use kafka_protocol::messages::create_partitions_request::{
+    CreatePartitionsRequest, CreatePartitionsTopic,
+};
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
 use kafka_protocol::messages::delete_groups_request::DeleteGroupsRequest;
+use kafka_protocol::messages::delete_records_request::{
+    DeleteRecordsPartition, DeleteRecordsRequest, DeleteRecordsTopic,
+};
 use kafka_protocol::messages::delete_topics_request::{DeleteTopicState, DeleteTopicsRequest};
+use kafka_protocol::messages::describe_cluster_request::DescribeClusterRequest;
 use kafka_protocol::messages::describe_configs_request::{
     DescribeConfigsRequest, DescribeConfigsResource,
 };
 use kafka_protocol::messages::describe_groups_request::DescribeGroupsRequest;
+use kafka_protocol::messages::describe_log_dirs_request::DescribeLogDirsRequest;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
 use kafka_protocol::messages::find_coordinator_request::FindCoordinatorRequest;
 use kafka_protocol::messages::heartbeat_request::HeartbeatRequest;
@@ -204,6 +212,23 @@ fn request_for(api: ApiKey, version: i16) -> RequestKind {
                             .with_value(Some(s("-1")))]),
                 ]),
             )
+        }
+        ApiKey::CreatePartitions => RequestKind::CreatePartitions(
+            CreatePartitionsRequest::default().with_topics(vec![CreatePartitionsTopic::default()
+                .with_name(topic("v"))
+                .with_count(2 + version as i32)
+                .with_assignments(None)]),
+        ),
+        ApiKey::DeleteRecords => RequestKind::DeleteRecords(
+            DeleteRecordsRequest::default().with_timeout_ms(5000).with_topics(vec![
+                DeleteRecordsTopic::default().with_name(topic("v")).with_partitions(vec![
+                    DeleteRecordsPartition::default().with_partition_index(0).with_offset(-1),
+                ]),
+            ]),
+        ),
+        ApiKey::DescribeCluster => RequestKind::DescribeCluster(DescribeClusterRequest::default()),
+        ApiKey::DescribeLogDirs => {
+            RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default().with_topics(None))
         }
         other => panic!("the broker advertises {other:?}: add it to this test"),
     }

@@ -124,7 +124,10 @@ impl Shard {
         results
     }
 
-    async fn persist_and_publish(self: &Rc<Self>, table: TopicTable) -> Result<(), TopicError> {
+    pub(crate) async fn persist_and_publish(
+        self: &Rc<Self>,
+        table: TopicTable,
+    ) -> Result<(), TopicError> {
         let payload = table.encode();
         let durable = self
             .log

@@ -44,6 +44,8 @@ pub enum TopicError {
     InvalidRequest(String),
     UnknownTopic(String),
     Storage(String),
+    /// CreatePartitions with assignments that name no shard or more than one replica.
+    InvalidReplicaAssignment(String),
 }
 
 impl fmt::Display for TopicError {
@@ -56,7 +58,8 @@ impl fmt::Display for TopicError {
             | TopicError::InvalidConfig(m)
             | TopicError::InvalidRequest(m)
             | TopicError::UnknownTopic(m)
-            | TopicError::Storage(m) => f.write_str(m),
+            | TopicError::Storage(m)
+            | TopicError::InvalidReplicaAssignment(m) => f.write_str(m),
         }
     }
 }

@@ -13,6 +13,7 @@
 //! 2. A partition is served only by its owner shard; others forward (and count it).
 //! 3. Shard 0 is the controller: the only writer of the topic table.
 
+pub mod admin;
 pub mod codec;
 pub mod controller;
 pub mod error;
@@ -34,5 +35,5 @@ pub mod write_caching;
 pub use error::{GroupError, PartitionError, TopicError};
 pub use mesh::{mesh_builder, Mesh, ShardMeshBuilder};
 pub use message::{FetchedRecords, PartitionData, PartitionRead, ProduceAck};
-pub use metadata::{NewTopic, TopicMeta, TopicTable};
+pub use metadata::{NewPartitions, NewTopic, TopicMeta, TopicTable};
 pub use shard::{Shard, ShardConfig, ShardProbes};

@@ -8,9 +8,9 @@ use bytes::Bytes;
 use shardlog_storage::Offset;
 
 use crate::error::{PartitionError, TopicError};
-use crate::metadata::{NewTopic, TopicTable};
-use crate::topic_config::TopicConfigChange;
+use crate::metadata::{NewPartitions, NewTopic, TopicTable};
 use crate::metrics::ShardMetrics;
+use crate::topic_config::TopicConfigChange;
 
 /// A request from one shard to another.
 #[derive(Debug)]
@@ -33,6 +33,10 @@ pub enum ShardRequest {
     Metrics,
     /// Whether the receiver is well: it answers, with why its log stopped if it did.
     Health,
+    /// Ask the controller (shard 0) to add partitions to existing topics.
+    CreatePartitions { topics: Vec<NewPartitions>, validate_only: bool },
+    /// Move a partition's log start forward on its owner (a forwarded DeleteRecords).
+    DeleteRecords { topic: String, partition: i32, offset: Offset },
 }
 
 /// The reply to a [`ShardRequest`] of the same name.
@@ -47,6 +51,9 @@ pub enum ShardReply {
     AlterTopicConfigs(Vec<Result<(), TopicError>>),
     Metrics(Box<ShardMetrics>),
     Health(Option<String>),
+    CreatePartitions(Vec<Result<(), TopicError>>),
+    /// The new log start offset (Kafka's low watermark), durable.
+    DeleteRecords(Result<Offset, PartitionError>),
 }
 
 /// Where a produce landed.

@@ -57,6 +57,16 @@ pub struct NewTopic {
     pub configs: Vec<(String, String)>,
 }
 
+/// More partitions for an existing topic, as asked by a client (CreatePartitions).
+#[derive(Clone, Debug)]
+pub struct NewPartitions {
+    pub topic: String,
+    /// The new total number of partitions.
+    pub count: i32,
+    /// Broker ids (= shard ids) per new partition, or None to place them as CreateTopics does.
+    pub assignments: Option<Vec<Vec<i32>>>,
+}
+
 impl TopicMeta {
     pub fn partition_id(&self, partition: i32) -> Option<PartitionId> {
         let index = u32::try_from(partition).ok()?;
@@ -111,7 +121,7 @@ impl TopicTable {
         let topic_number = self.next_topic_number;
         self.next_topic_number += 1;
         let partition_shards =
-            (0..topic.num_partitions as u32).map(|p| (topic_number + p) % self.nr_shards).collect();
+            (0..topic.num_partitions as u32).map(|p| self.placement(topic_number, p)).collect();
         let meta = TopicMeta {
             name: topic.name.clone(),
             topic_number,
@@ -121,6 +131,19 @@ impl TopicTable {
         };
         self.version += 1;
         self.topics.entry(topic.name.clone()).or_insert(meta)
+    }
+
+    /// The shard of a partition placed by default: round-robin from a shard that depends
+    /// on the topic number (CreateTopics and CreatePartitions alike).
+    pub fn placement(&self, topic_number: u32, partition: u32) -> u32 {
+        (topic_number + partition) % self.nr_shards
+    }
+
+    /// Appends partitions to an existing topic, owned by `shards` (validated before).
+    pub fn add_partitions(&mut self, name: &str, shards: &[u32]) {
+        let meta = self.topics.get_mut(name).expect("add_partitions to an existing topic");
+        meta.partition_shards.extend_from_slice(shards);
+        self.version += 1;
     }
 
     pub fn remove_topic(&mut self, name: &str) -> Option<TopicMeta> {

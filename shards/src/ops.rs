@@ -411,7 +411,7 @@ fn batch_error(error: BatchError) -> PartitionError {
     }
 }
 
-fn append_error(error: AppendError) -> PartitionError {
+pub(crate) fn append_error(error: AppendError) -> PartitionError {
     match error {
         AppendError::InvalidBatch(e) => batch_error(e),
         AppendError::TooLarge { size, max } => PartitionError::MessageTooLarge { size, max },

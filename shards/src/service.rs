@@ -52,6 +52,15 @@ impl MeshService for Shard {
                 let stopped = self.log.stopped_reason();
                 Box::pin(async { ShardReply::Health(stopped) })
             }
+            ShardRequest::CreatePartitions { topics, validate_only } => Box::pin(async move {
+                let results = self.controller_create_partitions(topics, validate_only).await;
+                ShardReply::CreatePartitions(results)
+            }),
+            ShardRequest::DeleteRecords { topic, partition, offset } => Box::pin(async move {
+                ShardReply::DeleteRecords(
+                    self.delete_records_local(&topic, partition, offset).await,
+                )
+            }),
         }
     }
 }

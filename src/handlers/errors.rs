@@ -21,6 +21,7 @@ pub const UNSUPPORTED_VERSION: i16 = 35;
 pub const TOPIC_ALREADY_EXISTS: i16 = 36;
 pub const INVALID_PARTITIONS: i16 = 37;
 pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
 pub const INVALID_CONFIG: i16 = 40;
 pub const INVALID_REQUEST: i16 = 42;
 pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
@@ -36,6 +37,7 @@ pub const MEMBER_ID_REQUIRED: i16 = 79;
 pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 pub const INVALID_RECORD: i16 = 87;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
+pub const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
 
 /// The Kafka error code for a partition-level failure.
 pub fn partition_error_code(error: &PartitionError) -> i16 {
@@ -65,6 +67,7 @@ pub fn topic_error_code(error: &TopicError) -> i16 {
         TopicError::InvalidRequest(_) => INVALID_REQUEST,
         TopicError::UnknownTopic(_) => UNKNOWN_TOPIC_OR_PARTITION,
         TopicError::Storage(_) => KAFKA_STORAGE_ERROR,
+        TopicError::InvalidReplicaAssignment(_) => INVALID_REPLICA_ASSIGNMENT,
     }
 }
 

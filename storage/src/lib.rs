@@ -147,6 +147,16 @@ pub enum ReadError {
     Storage(StorageError),
 }
 
+/// Why a partition's log start could not be moved (`ShardLog::advance_log_start`); nothing
+/// was written.
+#[derive(Debug)]
+pub enum LogStartError {
+    /// Past the high watermark: only durable data can be deleted (index invariant 2).
+    AboveHighWatermark { requested: Offset, high_watermark: Offset },
+    /// Unknown partition, or the log cannot take the entry (closed, stopped, no segment).
+    Append(AppendError),
+}
+
 impl fmt::Display for StorageError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{self:?}")

@@ -512,6 +512,47 @@ impl<D: Disk> ShardLog<D> {
         }
     }
 
+    /// Moves a partition's log_start_offset forward to `offset` (Kafka's DeleteRecords),
+    /// which may lie inside a batch: batches wholly below it leave the index, a batch that
+    /// holds it stays (a fetch from the log start returns it whole, as Kafka does). Writes
+    /// a LogStart entry even when nothing moves, so the returned `Durable` also covers a
+    /// retention move still waiting for its flush: once it resolves, no crash can bring
+    /// records below the returned log start back. Never moves the log start backward.
+    pub fn advance_log_start(
+        &self,
+        partition: PartitionId,
+        offset: Offset,
+    ) -> Result<(Offset, Durable), LogStartError> {
+        let inner = &*self.inner;
+        let mut state = inner.state.borrow_mut();
+        let state = &mut *state;
+        inner.check_writable(state).map_err(LogStartError::Append)?;
+        let log = state
+            .core
+            .partitions
+            .get(&partition)
+            .ok_or(LogStartError::Append(AppendError::UnknownPartition(partition)))?;
+        if offset > log.high_watermark {
+            return Err(LogStartError::AboveHighWatermark {
+                requested: offset,
+                high_watermark: log.high_watermark,
+            });
+        }
+        let log_start_offset = offset.max(log.log_start_offset);
+        let payload = log_start_offset.to_le_bytes();
+        let header = control_header(EntryKind::LogStart, partition);
+        let position =
+            inner.place_entries(state, &[(header, &payload)]).map_err(LogStartError::Append)?[0];
+        // The same code replay runs, so the live state and a recovered one agree.
+        state.core.apply(&header, position, &payload, None).expect("a valid LogStart entry");
+        inner.wake_flusher(state);
+        if state.schedule_deletions() {
+            inner.wake_maintenance(state);
+        }
+        let durable = Durable { signal: inner.signal.clone(), position: state.batcher.position() };
+        Ok((log_start_offset, durable))
+    }
+
     /// The oldest segment (base log position) each partition keeps alive: a partition
     /// with long retention shows here as pinning an old segment.
     pub fn pinned_segments(&self) -> Vec<(PartitionId, u64)> {

@@ -102,7 +102,11 @@ impl Replayed {
         for p in &checkpoint.partitions {
             let mut log = PartitionLog::starting_at(p.log_start_offset);
             for b in &p.batches {
-                log.next_offset = b.base_offset.max(log.next_offset);
+                // The first batch may start below the log start (DeleteRecords can move it
+                // into a batch); later ones follow densely.
+                if log.batches.is_empty() {
+                    log.next_offset = b.base_offset;
+                }
                 log.push(b.base_offset, b.last_offset, b.position, b.len, b.max_timestamp);
             }
             log.next_offset = log.next_offset.max(p.next_offset);

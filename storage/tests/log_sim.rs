@@ -593,3 +593,101 @@ fn a_clean_close_keeps_the_spare_segment_and_a_crash_after_reopen_is_still_check
         assert_eq!(read_all(&log, P0).await.len() as i64 * 2, info.high_watermark);
     });
 }
+
+/// DeleteRecords' storage half: the log start moves inside a batch, durably, through a
+/// crash with and without a checkpoint, and retention never moves it back.
+#[test]
+fn advance_log_start_inside_a_batch_is_durable_and_survives_crashes_and_checkpoints() {
+    run(|| async {
+        let disk = SimDisk::new(21);
+        let config = small_config();
+        let (log, _, _) = open(&disk, config.clone()).await;
+        // Offsets [0..=3] [4..=7] [8..=11].
+        let mut last = None;
+        for i in 0..3u64 {
+            last = Some(log.append_batches(P0, &validated(&batch_of(4, 50, i, 1000))).unwrap());
+        }
+        last.unwrap().durable.wait().await.unwrap();
+        let above = log.advance_log_start(P0, 13);
+        let refused = matches!(
+            above,
+            Err(LogStartError::AboveHighWatermark { requested: 13, high_watermark: 12 })
+        );
+        assert!(refused, "past the high watermark is refused");
+        let (start, durable) = log.advance_log_start(P0, 6).unwrap();
+        assert_eq!(start, 6);
+        assert!(!durable.is_durable(), "the LogStart entry waits for its flush");
+        durable.wait().await.unwrap();
+        let info = log.partition_info(P0).unwrap();
+        assert_eq!((info.log_start_offset, info.high_watermark), (6, 12));
+        assert!(matches!(log.read(P0, 5, 1 << 20).await, Err(ReadError::OffsetOutOfRange { .. })));
+        let from_start = batches_in(&log.read(P0, 6, 1 << 20).await.unwrap());
+        assert_eq!(from_start[0].0, 4, "the batch holding the log start comes back whole");
+        let (lower, _) = log.advance_log_start(P0, 2).unwrap();
+        assert_eq!(lower, 6, "never moves backward");
+        // Crash without a checkpoint: the LogStart entry replays.
+        drop(log);
+        let disk = disk.crash();
+        let (log, _, _) = open(&disk, config.clone()).await;
+        assert_eq!(log.partition_info(P0).unwrap().log_start_offset, 6);
+        // A checkpoint taken with the log start inside a batch restores it.
+        log.checkpoint().await.unwrap();
+        drop(log);
+        let disk = disk.crash();
+        let (log, _, _) = open(&disk, config.clone()).await;
+        let info = log.partition_info(P0).unwrap();
+        assert_eq!((info.log_start_offset, info.high_watermark), (6, 12));
+        assert_eq!(batches_in(&log.read(P0, 6, 1 << 20).await.unwrap())[0].0, 4);
+        // Retention that keeps everything leaves it; retention that drops the batch moves on.
+        log.apply_retention(
+            P0,
+            RetentionPolicy { retention_ms: Some(i64::MAX), ..Default::default() },
+            0,
+        );
+        assert_eq!(log.partition_info(P0).unwrap().log_start_offset, 6);
+        let half = log.partition_info(P0).unwrap().size_bytes / 2 + 1;
+        log.apply_retention(
+            P0,
+            RetentionPolicy { retention_bytes: Some(half), ..Default::default() },
+            0,
+        );
+        assert_eq!(log.partition_info(P0).unwrap().log_start_offset, 8);
+        let (end, durable) = log.advance_log_start(P0, 12).unwrap();
+        durable.wait().await.unwrap();
+        assert_eq!(end, 12);
+        assert_eq!(log.read(P0, 12, 1 << 20).await.unwrap(), Bytes::new());
+        drop(log);
+        let (log, _, _) = open(&disk.crash(), config).await;
+        assert_eq!(log.partition_info(P0).unwrap().log_start_offset, 12);
+    });
+}
+
+#[test]
+fn advancing_the_log_start_frees_the_segments_nobody_needs_any_more() {
+    run(|| async {
+        let disk = SimDisk::new(22);
+        let (log, _, _) = open(&disk, small_config()).await;
+        let mut last = None;
+        for i in 0..120u64 {
+            let batch = batch_of(4, 500, i, 1000);
+            last = Some(log.append_batches(P0, &validated(&batch)).unwrap().durable);
+        }
+        last.unwrap().wait().await.unwrap();
+        log.checkpoint().await.unwrap();
+        let before = log.segments();
+        assert!(before.len() >= 4, "{before:?}");
+        let high_watermark = log.partition_info(P0).unwrap().high_watermark;
+        let (start, durable) = log.advance_log_start(P0, high_watermark - 4).unwrap();
+        durable.wait().await.unwrap();
+        assert_eq!(start, high_watermark - 4);
+        let last_batch = batch_of(4, 500, 119, 1000).len() as u64;
+        let size = log.partition_info(P0).unwrap().size_bytes;
+        assert_eq!(size, last_batch, "only the batch starting at the log start is left");
+        log.checkpoint().await.unwrap();
+        for _ in 0..50 {
+            futures_lite::future::yield_now().await;
+        }
+        let after = log.segments();
+        assert!(after.len() < before.len(), "segments freed: {before:?} -> {after:?}");
+    });
+}

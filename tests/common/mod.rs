@@ -315,3 +315,56 @@ pub fn acks_all_producer(broker: &Broker) -> rdkafka::producer::FutureProducer {
         .create()
         .expect("a librdkafka producer")
 }
+
+/// A topic name for raw requests.
+pub fn topic_name(name: &str) -> kafka_protocol::messages::TopicName {
+    kafka_protocol::messages::TopicName(StrBytes::from_string(name.to_string()))
+}
+
+/// Produce v9 with acks=all of `records` to one partition: (error code, base offset).
+pub fn raw_produce(
+    client: &mut RawClient,
+    topic: &str,
+    partition: i32,
+    records: Bytes,
+) -> (i16, i64) {
+    use kafka_protocol::messages::produce_request::{
+        PartitionProduceData, ProduceRequest, TopicProduceData,
+    };
+    let request =
+        ProduceRequest::default().with_acks(-1).with_timeout_ms(10_000).with_topic_data(vec![
+            TopicProduceData::default().with_name(topic_name(topic)).with_partition_data(vec![
+                PartitionProduceData::default().with_index(partition).with_records(Some(records)),
+            ]),
+        ]);
+    match client.call(ApiKey::Produce, 9, RequestKind::Produce(request)) {
+        ResponseKind::Produce(r) => {
+            let p = &r.responses[0].partition_responses[0];
+            (p.error_code, p.base_offset)
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The leader (owner shard) of each partition of `topic`, from Metadata v9.
+pub fn leaders(client: &mut RawClient, topic: &str) -> Vec<i32> {
+    use kafka_protocol::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
+    let request = MetadataRequest::default().with_topics(Some(vec![
+        MetadataRequestTopic::default().with_name(Some(topic_name(topic))),
+    ]));
+    match client.call(ApiKey::Metadata, 9, RequestKind::Metadata(request)) {
+        ResponseKind::Metadata(r) => r.topics[0].partitions.iter().map(|p| p.leader_id.0).collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A librdkafka consumer for reads by assignment (no group membership, no commits).
+pub fn assign_only_consumer(broker: &Broker) -> rdkafka::consumer::BaseConsumer {
+    rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("group.id", "unused-assign-only")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "100")
+        .create()
+        .unwrap()
+}
