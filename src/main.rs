@@ -6,6 +6,7 @@
 mod broker;
 mod config;
 mod handlers;
+mod shutdown;
 
 use clap::Parser;
 

@@ -35,6 +35,11 @@ pub trait RequestHandler: 'static {
     fn unsupported_api_versions(&self) -> ResponseKind;
     /// Phase one of a request; see the module docs.
     fn handle(self: Rc<Self>, request: Request) -> impl Future<Output = Reply>;
+    /// Resolves when the broker is shutting down: the connection then reads no new
+    /// frame, sends the responses of the requests it has read, and closes.
+    fn stopping(&self) -> impl Future<Output = ()> {
+        std::future::pending()
+    }
 }
 
 /// Bounds that keep one connection from holding unbounded resources.
@@ -97,7 +102,17 @@ async fn read_requests<H: RequestHandler>(
 ) -> io::Result<()> {
     loop {
         let mut len_bytes = [0u8; 4];
-        match reader.read_exact(&mut len_bytes).await {
+        let next = futures_lite::future::or(
+            async { Some(reader.read_exact(&mut len_bytes).await) },
+            async {
+                handler.stopping().await;
+                None
+            },
+        )
+        .await;
+        // Shutting down: no new request; the writer drains those in flight.
+        let Some(next) = next else { return Ok(()) };
+        match next {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => return Err(e),

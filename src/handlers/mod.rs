@@ -91,6 +91,8 @@ impl Listeners {
 pub struct KafkaHandler {
     pub shard: Rc<Shard>,
     pub listeners: Listeners,
+    /// This shard's shutdown state: connections stop reading frames when it fires.
+    pub stop: Rc<crate::shutdown::ShardStop>,
 }
 
 impl RequestHandler for KafkaHandler {
@@ -100,6 +102,10 @@ impl RequestHandler for KafkaHandler {
 
     fn unsupported_api_versions(&self) -> ResponseKind {
         ResponseKind::ApiVersions(api_versions::response(errors::UNSUPPORTED_VERSION))
+    }
+
+    async fn stopping(&self) {
+        self.stop.stopping().await
     }
 
     async fn handle(self: Rc<Self>, request: Request) -> Reply {
