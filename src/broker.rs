@@ -8,17 +8,19 @@
 
 use std::net::{SocketAddr, TcpStream};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use glommio::net::TcpListener;
 use shardlog_net::{serve_connection, ConnectionLimits};
 use shardlog_shards::group::GroupConfig;
 use shardlog_shards::{Mesh, Shard, ShardConfig, ShardMeshBuilder};
-use shardlog_storage::{DmaDisk, LogConfig, ShardLog};
+use shardlog_storage::{DmaDisk, LogConfig, ShardLog, StorageError};
 use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::handlers::{KafkaHandler, Listeners};
+use crate::shutdown::{ShardStop, Shutdown};
 
 /// Runs the broker until the process is stopped.
 pub fn run(config: Config) -> Result<(), String> {
@@ -58,7 +60,10 @@ pub fn run(config: Config) -> Result<(), String> {
         durability = "ack after fdatasync (group commit)",
         "starting shardlog"
     );
-    shardlog_shards::runtime::run_shards(nr_shards, move |mesh| shard_main(mesh, config, listeners))
+    let shutdown = crate::shutdown::install(nr_shards)?;
+    shardlog_shards::runtime::run_shards(nr_shards, move |mesh| {
+        shard_main(mesh, config, listeners, shutdown)
+    })
 }
 
 /// The shards bind with SO_REUSEPORT, which would let two brokers of the same user share
@@ -100,13 +105,18 @@ fn check_admin_addr(
     check_ports_free(&admin, listeners, 0)
 }
 
-async fn shard_main(mesh_builder: ShardMeshBuilder, config: Config, listeners: Listeners) {
+async fn shard_main(
+    mesh_builder: ShardMeshBuilder,
+    config: Config,
+    listeners: Listeners,
+    shutdown: Arc<Shutdown>,
+) {
     // The shard's tasks run in glommio's default task queue. Running them in a
     // `Latency::Matters` queue (which the storage bench favours under saturation) made 2-3
     // of 40 start-ups stall in the log's open on glommio 0.9, and measured no difference
     // end to end (docs/benchmarks.md): correctness first.
     // Test: tests/broker_rdkafka.rs, `the_broker_starts_every_time`.
-    let started = start_shard(mesh_builder, config, listeners).await;
+    let started = start_shard(mesh_builder, config, listeners, shutdown).await;
     if let Err(message) = started {
         error!("{message}");
         eprintln!("shardlog: {message}");
@@ -118,7 +128,9 @@ async fn start_shard(
     mesh_builder: ShardMeshBuilder,
     config: Config,
     listeners: Listeners,
+    shutdown: Arc<Shutdown>,
 ) -> Result<(), String> {
+    let stop = ShardStop::spawn(shutdown);
     let (mesh, receivers) = Mesh::join(mesh_builder).await;
     let id = mesh.shard_id();
     let dir = config.data_dir.join(format!("shard-{id:03}"));
@@ -133,7 +145,14 @@ async fn start_shard(
     let (log, internal, report) = ShardLog::open(disk, log_config)
         .await
         .map_err(|e| format!("shard {id}: recovering {}: {e}", dir.display()))?;
-    info!(shard = id, ?report, "log recovered");
+    info!(
+        shard = id,
+        replayed_entries = report.replayed_entries,
+        replayed_bytes = report.replayed_bytes,
+        checkpoint_position = ?report.checkpoint_position,
+        ?report,
+        "log recovered"
+    );
     let shard_config = ShardConfig {
         auto_create_topics: config.auto_create_topics,
         default_partitions: config.default_partitions,
@@ -155,14 +174,16 @@ async fn start_shard(
     }
     shard.wait_for_table().await;
     shard.rebuild_producer_state(&internal).await.map_err(|e| format!("shard {id}: {e}"))?;
-    spawn_checkpoints(shard.clone());
+    let checkpoints = spawn_checkpoints(shard.clone(), stop.clone());
     spawn_probe_log(shard.clone());
+    spawn_failure_watch(shard.clone());
     shard.spawn_group_ticker();
     shard.spawn_retention();
     let handler = Rc::new(KafkaHandler {
         shard: shard.clone(),
         listeners: listeners.clone(),
         log_dir: dir.clone(),
+        stop: stop.clone(),
     });
     let limits = ConnectionLimits {
         max_frame_bytes: config.max_request_bytes,
@@ -181,14 +202,24 @@ async fn start_shard(
     let first = glommio::spawn_local(accept_loop(bootstrap, handler.clone(), limits));
     accept_loop(own, handler, limits).await;
     first.await;
+    // Shutdown was requested: the listeners are closed; drain, checkpoint, close.
+    stop.finish(&shard, checkpoints).await;
     Ok(())
 }
 
+/// Accepts connections until shutdown is requested.
 async fn accept_loop(listener: TcpListener, handler: Rc<KafkaHandler>, limits: ConnectionLimits) {
     loop {
-        match listener.accept().await {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            handler.stop.stopping().await;
+            None
+        })
+        .await;
+        let Some(accepted) = accepted else { return };
+        match accepted {
             Ok(stream) => {
                 let handler = handler.clone();
+                let open = handler.stop.connection_opened();
                 let probes = &handler.shard.probes;
                 probes.connections_accepted.set(probes.connections_accepted.get() + 1);
                 probes.connections.set(probes.connections.get() + 1);
@@ -196,6 +227,7 @@ async fn accept_loop(listener: TcpListener, handler: Rc<KafkaHandler>, limits: C
                     let _ = serve_connection(stream, handler.clone(), limits).await;
                     let probes = &handler.shard.probes;
                     probes.connections.set(probes.connections.get() - 1);
+                    drop(open);
                 })
                 .detach();
             }
@@ -209,15 +241,36 @@ async fn accept_loop(listener: TcpListener, handler: Rc<KafkaHandler>, limits: C
 }
 
 /// Periodic index checkpoints (with a producer-state snapshot first) keep recovery short.
-fn spawn_checkpoints(shard: Rc<Shard>) {
+/// The task ends when shutdown starts (the shutdown writes the last checkpoint).
+fn spawn_checkpoints(shard: Rc<Shard>, stop: Rc<ShardStop>) -> glommio::Task<()> {
     glommio::spawn_local(async move {
         loop {
-            glommio::timer::sleep(shard.config.checkpoint_interval).await;
+            let sleep = async {
+                glommio::timer::sleep(shard.config.checkpoint_interval).await;
+                true
+            };
+            let stopping = async {
+                stop.stopping().await;
+                false
+            };
+            if !futures_lite::future::or(sleep, stopping).await {
+                return;
+            }
             shard.snapshot_producer_state();
             if let Err(e) = shard.log.checkpoint().await {
                 warn!(shard = shard.id, error = %e, "checkpoint failed");
             }
         }
+    })
+}
+
+/// A log that stopped for good (EIO, failed fdatasync: see `ShardLog::failure`) stops the
+/// broker, whichever request or task hit it first, with a clear message and exit 70.
+fn spawn_failure_watch(shard: Rc<Shard>) {
+    glommio::spawn_local(async move {
+        let reason = shard.log.failure().await;
+        eprintln!("shardlog: shard {}: {reason}", shard.id);
+        shard.fatal_storage_error(&StorageError::Fatal(reason));
     })
     .detach();
 }

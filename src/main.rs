@@ -7,6 +7,7 @@ mod admin;
 mod broker;
 mod config;
 mod handlers;
+mod shutdown;
 
 use clap::Parser;
 

@@ -5,36 +5,13 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use common::{create_topic, runtime, Broker};
+use common::{create_topic, produce_tagged as produce, Broker};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Produces `count` messages "<tag>-<i>" round-robin over `partitions`.
-fn produce(broker: &Broker, topic: &str, partitions: i32, tag: &str, count: usize) {
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", broker.bootstrap())
-        .set("acks", "all")
-        .set("linger.ms", "1")
-        .create()
-        .unwrap();
-    runtime().block_on(async {
-        let mut pending = Vec::new();
-        for i in 0..count {
-            let value = format!("{tag}-{i}");
-            let record =
-                FutureRecord::<(), _>::to(topic).payload(&value).partition(i as i32 % partitions);
-            pending.push(producer.send_result(record).map_err(|(e, _)| e).unwrap());
-        }
-        for p in pending {
-            p.await.unwrap().map_err(|(e, _)| e).unwrap();
-        }
-    });
-}
 
 fn group_consumer(broker: &Broker, group: &str) -> BaseConsumer {
     ClientConfig::new()

@@ -38,6 +38,12 @@ pub trait RequestHandler: 'static {
     /// A request is done: its response was written (or, with no response, its reply
     /// resolved) `elapsed` after it was decoded. For latency probes; must be cheap.
     fn request_done(&self, _api_key: ApiKey, _elapsed: Duration) {}
+
+    /// Resolves when the broker is shutting down: the connection then reads no new
+    /// frame, sends the responses of the requests it has read, and closes.
+    fn stopping(&self) -> impl Future<Output = ()> {
+        std::future::pending()
+    }
 }
 
 /// Bounds that keep one connection from holding unbounded resources.
@@ -102,7 +108,17 @@ async fn read_requests<H: RequestHandler>(
 ) -> io::Result<()> {
     loop {
         let mut len_bytes = [0u8; 4];
-        match reader.read_exact(&mut len_bytes).await {
+        let next = futures_lite::future::or(
+            async { Some(reader.read_exact(&mut len_bytes).await) },
+            async {
+                handler.stopping().await;
+                None
+            },
+        )
+        .await;
+        // Shutting down: no new request; the writer drains those in flight.
+        let Some(next) = next else { return Ok(()) };
+        match next {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => return Err(e),

@@ -129,4 +129,13 @@ mod tests {
         codes.dedup();
         assert_eq!(codes.len(), errors.len());
     }
+
+    #[test]
+    fn a_full_disk_is_a_kafka_storage_error_for_produce_topics_and_commits() {
+        // What `Shard::produce` returns when the log refuses an append for ENOSPC.
+        let full = PartitionError::Storage("prepare segment: No space left on device".into());
+        assert_eq!(partition_error_code(&full), KAFKA_STORAGE_ERROR);
+        assert_eq!(topic_error_code(&TopicError::Storage(String::new())), KAFKA_STORAGE_ERROR);
+        assert_eq!(group_error_code(&GroupError::Storage), KAFKA_STORAGE_ERROR);
+    }
 }

@@ -107,6 +107,8 @@ pub struct KafkaHandler {
     pub listeners: Listeners,
     /// This shard's log directory (`<data-dir>/shard-NNN`), for DescribeLogDirs.
     pub log_dir: PathBuf,
+    /// This shard's shutdown state: connections stop reading frames when it fires.
+    pub stop: Rc<crate::shutdown::ShardStop>,
 }
 
 impl RequestHandler for KafkaHandler {
@@ -120,6 +122,10 @@ impl RequestHandler for KafkaHandler {
 
     fn request_done(&self, api_key: ApiKey, elapsed: std::time::Duration) {
         self.shard.probes.request_durations.record(api_key as i16, elapsed);
+    }
+
+    async fn stopping(&self) {
+        self.stop.stopping().await
     }
 
     async fn handle(self: Rc<Self>, request: Request) -> Reply {

@@ -585,6 +585,15 @@ impl<D: Disk> ShardLog<D> {
         self.inner.signal.fatal()
     }
 
+    /// Resolves, with the reason, once the log has stopped for good (a failed write or
+    /// fdatasync, contract 3): the broker then exits rather than run a shard whose
+    /// writes can no longer be made durable.
+    pub async fn failure(&self) -> String {
+        let signal = &self.inner.signal;
+        signal.wait_until(|s| s.fatal.borrow().is_some()).await;
+        signal.fatal().unwrap_or_default()
+    }
+
     /// Durable log position (everything before it survived an fdatasync).
     pub fn durable_position(&self) -> u64 {
         self.inner.signal.durable.get()
@@ -682,17 +691,19 @@ impl<D: Disk> Inner<D> {
     ) -> Result<Vec<u64>, AppendError> {
         let sizes = entries.iter().map(|(_, p)| (ENTRY_HEADER_BYTES + p.len()) as u64);
         for base in state.batcher.plan_rolls(sizes) {
-            if let Some(Segment { state: SegmentState::Failed(kind, message), .. }) =
-                state.segments.get(&base)
-            {
-                let source = io::Error::new(*kind, message.clone());
-                state.segments.remove(&base);
-                self.wake_maintenance(state);
-                return Err(AppendError::Storage(StorageError::Io {
-                    op: "prepare segment",
-                    source,
-                }));
-            }
+            let Some(segment) = state.segments.get_mut(&base) else { continue };
+            let (kind, message) = match &segment.state {
+                SegmentState::Failed(kind, message) | SegmentState::Retrying(kind, message) => {
+                    (*kind, message.clone())
+                }
+                _ => continue,
+            };
+            // Refused, and the segment is prepared again (the next append that needs it
+            // finds it Ready once space is back).
+            segment.state = SegmentState::Retrying(kind, message.clone());
+            self.wake_maintenance(state);
+            let source = io::Error::new(kind, message);
+            return Err(AppendError::Storage(StorageError::Io { op: "prepare segment", source }));
         }
         let mut positions = Vec::with_capacity(entries.len());
         for (header, payload) in entries {
@@ -948,7 +959,7 @@ async fn run_flusher<D: Disk>(weak: Weak<Inner<D>>) {
 fn maintenance_due<B: IoBuffer>(state: &State<B>) -> bool {
     state.zero_work().is_some()
         || !state.removals.is_empty()
-        || state.segments.values().any(|s| matches!(s.state, SegmentState::Wanted))
+        || state.segments.values().any(|s| s.state.needs_preparing())
         || state.segments.range(state.batcher.segment_base() + 1..).next().is_none()
 }
 
@@ -988,10 +999,12 @@ async fn maintain<D: Disk>(inner: &Inner<D>) {
             let len = inner.config.segment_size_bytes;
             state.segments.insert(next, Segment::new(len, SegmentState::Wanted, 0));
         }
-        let found =
-            state.segments.iter_mut().find(|(_, s)| matches!(s.state, SegmentState::Wanted));
+        let found = state.segments.iter_mut().find(|(_, s)| s.state.needs_preparing());
         found.map(|(&base, segment)| {
-            segment.state = SegmentState::Preparing;
+            // A retried segment stays `Retrying` (refusing rolls) until it is Ready.
+            if matches!(segment.state, SegmentState::Wanted) {
+                segment.state = SegmentState::Preparing;
+            }
             (base, segment.len)
         })
     };

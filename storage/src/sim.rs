@@ -65,6 +65,8 @@ struct Faults {
     fail_next_sync: bool,
     fail_next_write: bool,
     fail_next_create: bool,
+    /// Every `create_segment` and `write_checkpoint` fails with ENOSPC while set.
+    full: bool,
     flip_bits_on_crash: u32,
     tear_on_crash: bool,
 }
@@ -123,6 +125,12 @@ impl SimDisk {
     /// The next `create_segment` fails with ENOSPC.
     pub fn fail_next_create(&self) {
         self.state.borrow_mut().faults.fail_next_create = true;
+    }
+    /// The file system is full (true) or has space again (false): while full, creating a
+    /// segment or writing a checkpoint fails with ENOSPC. Writes into existing segments
+    /// still succeed (their blocks were reserved when they were created, as fallocate does).
+    pub fn set_full(&self, full: bool) {
+        self.state.borrow_mut().faults.full = full;
     }
     /// On the next crash, flip this many random bits in unsynced bytes that survive.
     pub fn flip_bits_on_crash(&self, bits: u32) {
@@ -270,7 +278,7 @@ impl Disk for SimDisk {
     async fn create_segment(&self, base: u64, len: u64) -> Result<(), StorageError> {
         self.op().await?;
         let mut state = self.state.borrow_mut();
-        if std::mem::take(&mut state.faults.fail_next_create) {
+        if std::mem::take(&mut state.faults.fail_next_create) || state.faults.full {
             return Err(io_error("create segment", io::Error::from_raw_os_error(28)));
         }
         let zeros = vec![0u8; len as usize];
@@ -332,7 +340,11 @@ impl Disk for SimDisk {
 
     async fn write_checkpoint(&self, position: u64, bytes: Vec<u8>) -> Result<(), StorageError> {
         self.op().await?;
-        self.state.borrow_mut().checkpoints.insert(position, bytes);
+        let mut state = self.state.borrow_mut();
+        if state.faults.full {
+            return Err(io_error("write checkpoint", io::Error::from_raw_os_error(28)));
+        }
+        state.checkpoints.insert(position, bytes);
         Ok(())
     }
 

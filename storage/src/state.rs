@@ -29,6 +29,10 @@ pub(crate) enum SegmentState {
     Ready,
     /// Creation failed (e.g. ENOSPC): appends that need it are refused until retried.
     Failed(io::ErrorKind, String),
+    /// Creation failed and is being tried again (an append needed it). Appends that need
+    /// it are still refused, with the last failure: rolling into it would tie queued
+    /// appends to a creation that may fail again (which would have to be fatal).
+    Retrying(io::ErrorKind, String),
 }
 
 #[derive(Debug)]
@@ -38,6 +42,13 @@ pub(crate) struct Segment {
     /// Bytes from the segment start known to have been written (with zeros or data) since
     /// creation; the rest may be fallocate'd unwritten extents (see `Disk::lazy_zero_fill`).
     pub zeroed_to: u64,
+}
+
+impl SegmentState {
+    /// Whether the maintenance task has to create this segment.
+    pub fn needs_preparing(&self) -> bool {
+        matches!(self, SegmentState::Wanted | SegmentState::Retrying(..))
+    }
 }
 
 impl Segment {

@@ -255,6 +255,67 @@ fn enospc_preparing_a_segment_refuses_that_append_and_reads_keep_working() {
     });
 }
 
+/// Appends one batch and waits for it; `Some(stored bytes)` if acknowledged, `None` if
+/// refused with ENOSPC (anything else fails the test).
+async fn append_or_enospc(log: &ShardLog<SimDisk>, batch: &Bytes) -> Option<Bytes> {
+    match log.append_batches(P0, &validated(batch)) {
+        Ok(appended) => {
+            appended.durable.wait().await.expect("a full disk never makes the log fatal");
+            Some(with_offset(batch, appended.base_offset))
+        }
+        Err(AppendError::Storage(StorageError::Io { source, .. })) => {
+            assert_eq!(source.kind(), std::io::ErrorKind::StorageFull, "{source}");
+            None
+        }
+        Err(other) => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn a_disk_that_stays_full_refuses_every_roll_keeps_serving_reads_and_resumes_when_space_returns() {
+    run(|| async {
+        let disk = SimDisk::new(18);
+        let (log, _, _) = open(&disk, small_config()).await;
+        for _ in 0..20 {
+            futures_lite::future::yield_now().await;
+        }
+        disk.set_full(true);
+        let mut acked = Vec::new();
+        let mut refused = 0;
+        for i in 0..120 {
+            // Refused appends are retried at once, as concurrent produce requests would
+            // be: none may roll into a segment whose creation then fails (fatal).
+            match append_or_enospc(&log, &batch_of(1, 4000, i, 0)).await {
+                Some(stored) => acked.push(stored),
+                None => refused += 1,
+            }
+        }
+        assert!(!acked.is_empty(), "the prepared segments were used first");
+        assert!(refused > 50, "every append needing a new segment is refused: {refused}");
+        let read: Vec<Bytes> = read_all(&log, P0).await.into_iter().map(|(_, b)| b).collect();
+        assert!(read == acked, "acknowledged data intact and readable while full");
+        assert!(log.checkpoint().await.is_err(), "a checkpoint cannot be written while full");
+
+        disk.set_full(false);
+        let mut resumed = 0;
+        for i in 0..200 {
+            if let Some(stored) = append_or_enospc(&log, &batch_of(1, 4000, 1000 + i, 0)).await {
+                acked.push(stored);
+                resumed += 1;
+            }
+            futures_lite::future::yield_now().await;
+        }
+        assert!(resumed > 150, "appends resume once segments can be created: {resumed}");
+        log.checkpoint().await.expect("checkpoints resume too");
+
+        let disk = disk.crash();
+        drop(log);
+        let (log, _, report) = open(&disk, small_config()).await;
+        let read: Vec<Bytes> = read_all(&log, P0).await.into_iter().map(|(_, b)| b).collect();
+        assert!(read == acked, "every acknowledged batch survives a crash: {report:?}");
+    });
+}
+
 #[test]
 fn reads_from_disk_after_cache_eviction_are_byte_identical_and_coalesced() {
     run(|| async {

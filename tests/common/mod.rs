@@ -27,18 +27,18 @@ pub struct Broker {
 impl Broker {
     /// Starts a broker with `cores` shards and extra flags.
     pub fn start(cores: usize, extra_args: &[&str]) -> Broker {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let port = free_port_range(cores + 2);
-        let mut broker = Broker {
-            dir,
-            port,
-            cores,
-            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
-            child: None,
-            admin_port: port + 1 + cores as u16,
-        };
+        let mut broker = Broker::unstarted(cores, extra_args);
         broker.spawn();
         broker
+    }
+
+    /// A temp dir and free ports, no process yet.
+    fn unstarted(cores: usize, extra_args: &[&str]) -> Broker {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = free_port_range(cores + 2);
+        let extra_args = extra_args.iter().map(|s| s.to_string()).collect();
+        let admin_port = port + 1 + cores as u16;
+        Broker { dir, port, cores, extra_args, child: None, admin_port }
     }
 
     pub fn bootstrap(&self) -> String {
@@ -304,6 +304,137 @@ pub fn create_topic(broker: &Broker, name: &str, partitions: i32) {
     for result in runtime().block_on(admin.create_topics(&[topic], &AdminOptions::new())).unwrap() {
         result.expect("topic created");
     }
+}
+
+impl Broker {
+    /// Starts a broker whose data dir is `data_dir` (e.g. on a small file system) instead
+    /// of one inside its temp dir.
+    pub fn start_with_data_dir(data_dir: PathBuf, cores: usize, extra_args: &[&str]) -> Broker {
+        let mut broker = Broker::unstarted(cores, extra_args);
+        std::os::unix::fs::symlink(&data_dir, broker.data_dir()).expect("data dir link");
+        broker.spawn();
+        broker
+    }
+
+    /// The broker's process id (to send it signals).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("broker running").id()
+    }
+
+    /// Waits up to `limit` for the process to exit on its own; its exit status, if it did.
+    pub fn wait_for_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.as_mut()?.try_wait().unwrap() {
+                self.child = None;
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Starts the broker again on the same data dir and ports after it exited.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "restart: the broker is still running");
+        self.spawn();
+    }
+}
+
+/// A Produce request (v9, acks=all) of `records` to one partition.
+pub fn produce_request(topic: &str, partition: i32, records: Bytes) -> RequestKind {
+    use kafka_protocol::messages::produce_request::{
+        PartitionProduceData, ProduceRequest, TopicProduceData,
+    };
+    let name = kafka_protocol::messages::TopicName(StrBytes::from_string(topic.to_string()));
+    let data = PartitionProduceData::default().with_index(partition).with_records(Some(records));
+    let topic_data = TopicProduceData::default().with_name(name).with_partition_data(vec![data]);
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![topic_data]);
+    RequestKind::Produce(request)
+}
+
+/// A Fetch request (v11) of one partition from `offset`, parking up to `max_wait_ms`.
+pub fn fetch_request(topic: &str, partition: i32, offset: i64, max_wait_ms: i32) -> RequestKind {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
+    let name = kafka_protocol::messages::TopicName(StrBytes::from_string(topic.to_string()));
+    let partition = FetchPartition::default()
+        .with_partition(partition)
+        .with_fetch_offset(offset)
+        .with_partition_max_bytes(1 << 20);
+    let request = FetchRequest::default()
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default().with_topic(name).with_partitions(vec![partition])]);
+    RequestKind::Fetch(request)
+}
+
+/// Produces `count` acknowledged records "<tag>-<i>" round-robin over `partitions`.
+pub fn produce_tagged(broker: &Broker, topic: &str, partitions: i32, tag: &str, count: usize) {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("acks", "all")
+        .set("linger.ms", "1")
+        .create()
+        .unwrap();
+    runtime().block_on(async {
+        let mut pending = Vec::new();
+        for i in 0..count {
+            let value = format!("{tag}-{i}");
+            let record =
+                FutureRecord::<(), _>::to(topic).payload(&value).partition(i as i32 % partitions);
+            pending.push(producer.send_result(record).map_err(|(e, _)| e).unwrap());
+        }
+        for p in pending {
+            p.await.unwrap().map_err(|(e, _)| e).unwrap();
+        }
+    });
+}
+
+/// Per partition, in offset order: (offset, payload).
+pub type Stored = std::collections::BTreeMap<i32, Vec<(i64, Vec<u8>)>>;
+
+/// Everything stored in `topic` up to its high watermarks, read with librdkafka.
+pub fn read_topic(broker: &Broker, topic: &str, partitions: i32) -> Stored {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+    use rdkafka::{Offset, TopicPartitionList};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("group.id", "read-topic-checker")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut assignment = TopicPartitionList::new();
+    let mut ends = std::collections::BTreeMap::new();
+    for p in 0..partitions {
+        assignment.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+        let (_, high) =
+            consumer.fetch_watermarks(topic, p, Duration::from_secs(60)).expect("watermarks");
+        ends.insert(p, high);
+    }
+    consumer.assign(&assignment).unwrap();
+    let mut stored = Stored::new();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let done = |stored: &Stored| {
+        ends.iter().all(|(p, end)| stored.get(p).map_or(0, Vec::len) as i64 >= *end)
+    };
+    while !done(&stored) {
+        assert!(Instant::now() < deadline, "read back incomplete: ends {ends:?}");
+        if let Some(message) = consumer.poll(Duration::from_millis(200)) {
+            let m = message.expect("read back");
+            let value = m.payload().unwrap_or_default().to_vec();
+            stored.entry(m.partition()).or_default().push((m.offset(), value));
+        }
+    }
+    stored
 }
 
 /// A librdkafka producer with acks=all and linger.ms=1 (what most tests want).

@@ -1,0 +1,185 @@
+//! Graceful shutdown on SIGTERM or SIGINT.
+//!
+//! Signals arrive on a thread of our own (signal-hook's iterator, a self-pipe), never on
+//! a shard. That thread only sets an `AtomicBool`; each shard polls it on a short timer
+//! (`POLL_INTERVAL`) and then, on its own executor:
+//! 1. stops accepting connections (the accept loops return, the listeners close);
+//! 2. stops reading new frames on every connection (`RequestHandler::stopping`) and lets
+//!    the responses of requests already read go out, for at most `DRAIN_BOUND`;
+//! 3. waits until every shard has drained (a forwarded produce may still be coming from
+//!    another shard's connection), for at most `DRAIN_BOUND`;
+//! 4. snapshots producer state and closes its log: flush, fdatasync, clean checkpoint.
+//!
+//! When every shard has closed its log, shard 0 logs "shutdown complete" and the process
+//! exits 0 (1 if a log could not be closed cleanly). A second signal exits at once
+//! (128 + signal number); so does `HARD_BOUND` passing without completion (exit 1).
+//!
+//! Why polling: glommio executors cannot be woken from a foreign thread without a
+//! cross-thread channel per shard, and a 50 ms poll of one atomic costs nothing and keeps
+//! the signal thread free of glommio.
+
+use std::cell::{Cell, RefCell};
+use std::future::poll_fn;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
+
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+use tracing::{error, info, warn};
+
+/// How often each shard looks at the shutdown flag.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// Longest wait for in-flight requests (and for the other shards) before closing anyway.
+const DRAIN_BOUND: Duration = Duration::from_secs(10);
+/// After the first signal, the process exits after this even if shutdown hangs.
+const HARD_BOUND: Duration = Duration::from_secs(60);
+
+/// Shutdown state shared by the signal thread and every shard.
+#[derive(Debug)]
+pub struct Shutdown {
+    requested: AtomicBool,
+    nr_shards: usize,
+    drained: AtomicUsize,
+    closed: AtomicUsize,
+    close_failed: AtomicBool,
+}
+
+/// Installs the SIGTERM/SIGINT handler thread.
+pub fn install(nr_shards: usize) -> Result<Arc<Shutdown>, String> {
+    let shutdown = Arc::new(Shutdown {
+        requested: AtomicBool::new(false),
+        nr_shards,
+        drained: AtomicUsize::new(0),
+        closed: AtomicUsize::new(0),
+        close_failed: AtomicBool::new(false),
+    });
+    let mut signals =
+        Signals::new([SIGTERM, SIGINT]).map_err(|e| format!("installing signal handlers: {e}"))?;
+    let flag = shutdown.clone();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                if flag.requested.swap(true, Ordering::SeqCst) {
+                    eprintln!("shardlog: second signal {signal} during shutdown: exiting now");
+                    std::process::exit(128 + signal);
+                }
+                info!(signal, "shutting down: no new connections or requests");
+                std::thread::spawn(|| {
+                    std::thread::sleep(HARD_BOUND);
+                    eprintln!("shardlog: shutdown did not finish in {HARD_BOUND:?}: exiting");
+                    std::process::exit(1);
+                });
+            }
+        })
+        .map_err(|e| format!("starting the signal thread: {e}"))?;
+    Ok(shutdown)
+}
+
+/// One shard's view of the shutdown: a local flag and wakers, and its open connections.
+pub struct ShardStop {
+    shared: Arc<Shutdown>,
+    stopping: Cell<bool>,
+    waiters: RefCell<Vec<Waker>>,
+    connections: Cell<usize>,
+}
+
+impl ShardStop {
+    /// Creates the shard's view and spawns the task that polls the shared flag.
+    pub fn spawn(shared: Arc<Shutdown>) -> Rc<ShardStop> {
+        let stop = Rc::new(ShardStop {
+            shared,
+            stopping: Cell::new(false),
+            waiters: RefCell::new(Vec::new()),
+            connections: Cell::new(0),
+        });
+        let watcher = stop.clone();
+        glommio::spawn_local(async move {
+            while !watcher.shared.requested.load(Ordering::SeqCst) {
+                glommio::timer::sleep(POLL_INTERVAL).await;
+            }
+            watcher.stopping.set(true);
+            for waker in watcher.waiters.take() {
+                waker.wake();
+            }
+        })
+        .detach();
+        stop
+    }
+
+    /// Resolves once shutdown has been requested.
+    pub async fn stopping(&self) {
+        poll_fn(|cx| {
+            if self.stopping.get() {
+                Poll::Ready(())
+            } else {
+                self.waiters.borrow_mut().push(cx.waker().clone());
+                Poll::Pending
+            }
+        })
+        .await
+    }
+
+    /// Counts a connection as open until the returned guard is dropped.
+    pub fn connection_opened(self: &Rc<Self>) -> ConnectionGuard {
+        self.connections.set(self.connections.get() + 1);
+        ConnectionGuard(self.clone())
+    }
+
+    /// Steps 2-4 of the module docs, after the accept loops have returned. `checkpoints`
+    /// is the periodic checkpoint task, which ends when shutdown starts: awaited so that
+    /// its checkpoint never races the clean one written by `close`.
+    pub async fn finish(&self, shard: &shardlog_shards::Shard, checkpoints: glommio::Task<()>) {
+        let id = shard.id;
+        let open = wait_until(DRAIN_BOUND, || self.connections.get() == 0).await;
+        if !open {
+            warn!(shard = id, connections = self.connections.get(), "connections still open");
+        }
+        self.shared.drained.fetch_add(1, Ordering::SeqCst);
+        let all = self.shared.nr_shards;
+        wait_until(DRAIN_BOUND, || self.shared.drained.load(Ordering::SeqCst) >= all).await;
+        checkpoints.await;
+        shard.snapshot_producer_state();
+        if let Err(e) = shard.log.close().await {
+            error!(shard = id, error = %e, "closing the log failed");
+            self.shared.close_failed.store(true, Ordering::SeqCst);
+        }
+        info!(shard = id, durable_position = shard.log.durable_position(), "log closed");
+        self.shared.closed.fetch_add(1, Ordering::SeqCst);
+        if id != 0 {
+            // Shard 0 ends the process; this executor just stays idle until then.
+            std::future::pending::<()>().await;
+        }
+        wait_until(HARD_BOUND, || self.shared.closed.load(Ordering::SeqCst) >= all).await;
+        if self.shared.close_failed.load(Ordering::SeqCst) {
+            error!("shutdown complete, but a log could not be closed cleanly");
+            std::process::exit(1);
+        }
+        info!("shutdown complete");
+        std::process::exit(0);
+    }
+}
+
+/// Decrements the shard's open-connection count when the connection ends.
+pub struct ConnectionGuard(Rc<ShardStop>);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0.connections.set(self.0.connections.get() - 1);
+    }
+}
+
+/// Polls `done` every few milliseconds until it holds (true) or `bound` passes (false).
+async fn wait_until(bound: Duration, done: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + bound;
+    while !done() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
+    true
+}
