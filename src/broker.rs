@@ -53,6 +53,7 @@ pub fn run(config: Config) -> Result<(), String> {
         shard_ports = ?shard_ports,
         advertised_host = %listeners.advertised_host,
         data_dir = %config.data_dir.display(),
+        version = env!("CARGO_PKG_VERSION"),
         durability = "ack after fdatasync (group commit)",
         "starting shardlog"
     );
