@@ -56,6 +56,7 @@ pub fn run(config: Config) -> Result<(), String> {
         shard_ports = ?shard_ports,
         advertised_host = %listeners.advertised_host,
         data_dir = %config.data_dir.display(),
+        version = env!("CARGO_PKG_VERSION"),
         admin = %config.admin_addr,
         durability = "ack after fdatasync (group commit)",
         "starting shardlog"

@@ -1,13 +1,59 @@
-//! Command-line flags (each also an environment variable).
+//! Configuration: every broker setting is a flag, an environment variable
+//! (`SHARDLOG_<KEY>`) and a key of the TOML file given by `--config`.
+//!
+//! Precedence: flag > environment > file > default. clap parses flags and environment and
+//! says (`value_source`) which settings neither set; the file fills only those. The file's
+//! keys are the clap argument ids (the field names below), so adding a setting is adding
+//! one field to [`Config`]: its flag, variable, file key and `--print-config` line follow.
+//! Every setting is documented in docs/configuration.md (a test checks it).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser};
+use serde::{Deserialize, Serialize};
+
+use crate::cli::{AdminArgs, Command};
 
 /// shardlog: a Kafka-API-compatible, thread-per-core, durable message broker.
-#[derive(Parser, Clone, Debug)]
+///
+/// With no command it runs the broker; the commands are admin tools that talk the Kafka
+/// protocol to a running broker.
+#[derive(Parser, Debug)]
 #[command(version, about)]
+pub struct Cli {
+    /// The broker's settings.
+    #[command(flatten)]
+    pub config: Config,
+
+    /// A TOML file of settings (keys as in --print-config); flags and environment win.
+    #[arg(long = "config", env = "SHARDLOG_CONFIG", value_name = "PATH")]
+    pub config_file: Option<PathBuf>,
+
+    /// Print the effective configuration as TOML (file, environment and flags merged) and exit.
+    #[arg(long)]
+    pub print_config: bool,
+
+    #[command(flatten)]
+    pub admin: AdminArgs,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// How log lines are written to stderr.
+#[derive(clap::ValueEnum, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One readable line per event.
+    Human,
+    /// One JSON object per line (tracing-subscriber's JSON format).
+    Json,
+}
+
+/// The broker's settings. Field name = TOML key = flag without `--` (with `-` for `_`).
+#[derive(Args, Serialize, Deserialize, Clone, Debug)]
 pub struct Config {
     /// Where the shards keep their logs (one sub-directory per shard).
     #[arg(long, env = "SHARDLOG_DATA_DIR", default_value = "./data")]
@@ -26,8 +72,12 @@ pub struct Config {
     pub cores: Option<usize>,
 
     /// Log level (or a tracing filter); the SHARDLOG_LOG environment variable overrides it.
-    #[arg(long, default_value = "info")]
+    #[arg(long, env = "SHARDLOG_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
+
+    /// Log line format: human (readable) or json (one object per line).
+    #[arg(long, env = "SHARDLOG_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
 
     /// Create unknown topics when a client asks for their metadata.
     #[arg(long, env = "SHARDLOG_AUTO_CREATE_TOPICS", default_value_t = true, action = clap::ArgAction::Set)]
@@ -78,4 +128,121 @@ pub struct Config {
     /// served by shard 0. No authentication: keep it on loopback or a management network.
     #[arg(long, env = "SHARDLOG_ADMIN_ADDR", default_value = "127.0.0.1:9644")]
     pub admin_addr: SocketAddr,
+}
+
+/// Parses flags and environment and, when the broker is to run (no command), fills the
+/// settings neither of them set from the `--config` file.
+pub fn load() -> Result<Cli, String> {
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).map_err(|e| e.to_string())?;
+    if let (None, Some(path)) = (&cli.command, &cli.config_file) {
+        cli.config = apply_file(path, &cli.config, &matches)?;
+    }
+    Ok(cli)
+}
+
+/// The settings' clap arguments, in declaration order; their ids are the file's keys.
+fn setting_args() -> Vec<clap::Arg> {
+    Config::augment_args(clap::Command::new("settings")).get_arguments().cloned().collect()
+}
+
+/// The file's keys.
+pub fn setting_keys() -> Vec<String> {
+    setting_args().iter().map(|a| a.get_id().to_string()).collect()
+}
+
+/// Layers the file under what flags and environment set: a file value replaces only a
+/// default. Each value is checked as it is merged, so a type error names its key.
+fn apply_file(path: &Path, config: &Config, matches: &ArgMatches) -> Result<Config, String> {
+    let file = path.display();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read config file {file}: {e}"))?;
+    let table: toml::Table =
+        text.parse().map_err(|e| format!("config file {file} is not valid TOML: {e}"))?;
+    let keys = setting_keys();
+    let mut merged = toml::Table::try_from(config).map_err(|e| e.to_string())?;
+    for (key, value) in table {
+        if !keys.contains(&key) {
+            return Err(format!(
+                "config file {file}: unknown key '{key}' (known keys: {})",
+                keys.join(", ")
+            ));
+        }
+        let from_flag_or_env = matches!(
+            matches.value_source(&key),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        );
+        if from_flag_or_env {
+            continue;
+        }
+        merged.insert(key.clone(), value);
+        if let Err(e) = merged.clone().try_into::<Config>() {
+            let message = plain_type_names(e.message());
+            return Err(format!("config file {file}: key '{key}': {message}"));
+        }
+    }
+    merged.try_into().map_err(|e| format!("config file {file}: {}", e.message()))
+}
+
+/// serde names the Rust type a value should have ("expected usize"); say it in TOML's words.
+fn plain_type_names(message: &str) -> String {
+    const NAMES: [(&str, &str); 6] = [
+        ("expected usize", "expected a non-negative integer"),
+        ("expected u64", "expected a non-negative integer"),
+        ("expected u32", "expected a non-negative integer"),
+        ("expected u16", "expected a non-negative integer"),
+        ("expected i64", "expected an integer"),
+        ("expected i32", "expected an integer"),
+    ];
+    let mut message = message.to_string();
+    for (rust, plain) in NAMES {
+        message = message.replace(rust, plain);
+    }
+    message
+}
+
+/// The effective configuration as a TOML file `--config` accepts: every key, in
+/// declaration order, under its help text. A setting with no value (it has no default, and
+/// nothing set it) is a commented-out line, since TOML has no null.
+pub fn to_toml(config: &Config) -> Result<String, String> {
+    let table = toml::Table::try_from(config).map_err(|e| e.to_string())?;
+    let mut out = String::from("# shardlog configuration; accepted back by --config\n");
+    for arg in setting_args() {
+        let key = arg.get_id().as_str();
+        out.push('\n');
+        for line in arg.get_help().map(|h| h.to_string()).unwrap_or_default().lines() {
+            out.push_str(&format!("# {line}\n"));
+        }
+        match table.get(key) {
+            Some(value) => out.push_str(&format!("{key} = {value}\n")),
+            None => out.push_str(&format!("# {key} = (unset)\n")),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Settings are looked up in the environment as SHARDLOG_<KEY> and named in the file by
+    /// the same key; a field declared otherwise would break that contract silently.
+    #[test]
+    fn every_setting_has_a_flag_and_an_environment_variable_named_after_its_key() {
+        for arg in setting_args() {
+            let key = arg.get_id().as_str();
+            assert_eq!(arg.get_long(), Some(key.replace('_', "-").as_str()), "flag of {key}");
+            let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+            assert_eq!(env, Some(format!("SHARDLOG_{}", key.to_uppercase())), "env of {key}");
+        }
+    }
+
+    #[test]
+    fn printed_defaults_parse_back_to_the_same_configuration() {
+        let cli = Cli::try_parse_from(["shardlog", "--cores", "3"]).unwrap();
+        let printed = to_toml(&cli.config).unwrap();
+        let again: Config = toml::from_str(&printed).unwrap();
+        assert_eq!(to_toml(&again).unwrap(), printed);
+        assert_eq!(again.cores, Some(3));
+    }
 }

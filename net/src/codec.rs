@@ -94,13 +94,46 @@ pub fn encode_response(
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
     let header_version = api_key.response_header_version(api_version);
     let mut out = BytesMut::with_capacity(256);
-    out.put_i32(0);
-    header.encode(&mut out, header_version).map_err(|e| e.to_string())?;
-    body.encode(&mut out, api_version).map_err(|e| e.to_string())?;
-    let len = out.len() - 4;
-    let len = i32::try_from(len).map_err(|_| format!("response of {len} bytes"))?;
-    out[..4].copy_from_slice(&len.to_be_bytes());
+    write_frame(&mut out, |out| {
+        header.encode(out, header_version)?;
+        body.encode(out, api_version)
+    })?;
     Ok(out)
+}
+
+/// Appends a request frame, length prefix included, to `out`: the client side of
+/// [`decode_request`], used by the load generator and the admin CLI.
+pub fn encode_request<R: kafka_protocol::protocol::Request>(
+    out: &mut BytesMut,
+    correlation_id: i32,
+    client_id: &'static str,
+    api_version: i16,
+    body: &R,
+) -> Result<(), String> {
+    let header = RequestHeader::default()
+        .with_request_api_key(R::KEY)
+        .with_request_api_version(api_version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(kafka_protocol::protocol::StrBytes::from_static_str(client_id)));
+    write_frame(out, |out| {
+        header.encode(out, R::header_version(api_version))?;
+        body.encode(out, api_version)
+    })
+}
+
+/// Appends a 4-byte big-endian length prefix and what `encode` writes, patching the
+/// length afterwards.
+fn write_frame<E: std::fmt::Display>(
+    out: &mut BytesMut,
+    encode: impl FnOnce(&mut BytesMut) -> Result<(), E>,
+) -> Result<(), String> {
+    let start = out.len();
+    out.put_i32(0);
+    encode(out).map_err(|e| e.to_string())?;
+    let len = out.len() - start - 4;
+    let len = i32::try_from(len).map_err(|_| format!("frame of {len} bytes"))?;
+    out[start..start + 4].copy_from_slice(&len.to_be_bytes());
+    Ok(())
 }
 
 #[cfg(test)]

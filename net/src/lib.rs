@@ -19,7 +19,8 @@
 
 mod codec;
 mod connection;
+pub mod partitioner;
 
-pub use codec::{decode_request, encode_response, DecodeError, Request};
+pub use codec::{decode_request, encode_request, encode_response, DecodeError, Request};
 pub use connection::{serve_connection, ConnectionLimits, Reply, RequestHandler};
 pub use kafka_protocol;

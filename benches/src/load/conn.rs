@@ -11,8 +11,8 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, RequestHeader, ResponseHeader};
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, HeaderVersion, Request};
 
 /// Anything that goes wrong talking to a broker.
 #[derive(Debug)]
@@ -117,17 +117,15 @@ impl Connection {
         let api_key = ApiKey::try_from(R::KEY).map_err(|_| protocol("unknown api key"))?;
         let correlation_id = self.next_correlation_id;
         self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str("shardlog-load")));
         self.write_buf.clear();
-        self.write_buf.extend_from_slice(&[0; 4]);
-        header.encode(&mut self.write_buf, R::header_version(version)).map_err(protocol)?;
-        request.encode(&mut self.write_buf, version).map_err(protocol)?;
-        let len = (self.write_buf.len() - 4) as i32;
-        self.write_buf[..4].copy_from_slice(&len.to_be_bytes());
+        shardlog_net::encode_request(
+            &mut self.write_buf,
+            correlation_id,
+            "shardlog-load",
+            version,
+            request,
+        )
+        .map_err(protocol)?;
         self.stream.write_all(&self.write_buf)?;
         self.outstanding.push_back((correlation_id, api_key, version));
         Ok(correlation_id)

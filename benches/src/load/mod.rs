@@ -7,5 +7,6 @@
 
 pub mod cluster;
 pub mod conn;
-pub mod partitioner;
+/// Kafka's default partitioner now lives in `net`, shared with the admin CLI.
+pub use shardlog_net::partitioner;
 pub mod record_batch;

@@ -1,5 +1,6 @@
 //! Kafka's default partitioner for keyed records: `murmur2(key) & 0x7fffffff % partitions`,
-//! as in the Java client, so keys land where a real client would put them.
+//! as in the Java client, so keys land where a real client would put them. Used by the
+//! load generator and by `shardlog produce --key`.
 
 /// Kafka's murmur2 (seed 0x9747b28c), byte-for-byte the Java client's `Utils.murmur2`.
 pub fn murmur2(data: &[u8]) -> i32 {

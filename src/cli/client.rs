@@ -1,0 +1,155 @@
+//! A small blocking Kafka client for the admin commands: one request at a time over a
+//! std `TcpStream` with connect, read and write timeouts. Frames are built by
+//! `shardlog_net::encode_request`, the codec the load generator uses too.
+//!
+//! Each request type is sent at one version (`api_version`); the connection learns the
+//! broker's ranges with ApiVersions first, so a request the broker does not serve fails
+//! with UNSUPPORTED_VERSION in words instead of a dropped connection.
+
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, HeaderVersion, Request};
+
+use super::errors::check;
+
+/// Connect, read and write timeout of every admin connection.
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
+/// A response larger than this is refused rather than allocated (consume's fetches ask
+/// for at most a few MiB).
+const MAX_RESPONSE_BYTES: usize = 256 << 20;
+
+/// The version this client sends of each API: the newest that still names topics (and
+/// that the broker's handler table serves).
+fn api_version(api_key: ApiKey) -> i16 {
+    match api_key {
+        ApiKey::Produce => 9,
+        ApiKey::Fetch => 12,
+        ApiKey::ListOffsets => 6,
+        ApiKey::Metadata => 12,
+        ApiKey::CreateTopics => 7,
+        ApiKey::DeleteTopics => 6,
+        ApiKey::DescribeConfigs => 4,
+        ApiKey::IncrementalAlterConfigs => 1,
+        ApiKey::FindCoordinator => 3,
+        ApiKey::ListGroups => 4,
+        ApiKey::DescribeGroups => 5,
+        ApiKey::OffsetFetch => 7,
+        _ => 0,
+    }
+}
+
+/// A blocking connection to one broker.
+pub struct Client {
+    stream: TcpStream,
+    addr: String,
+    next_correlation_id: i32,
+    /// The broker's (min, max) version of each API it serves.
+    versions: HashMap<i16, (i16, i16)>,
+}
+
+impl Client {
+    /// Connects to `addr` (HOST:PORT) and learns the broker's API versions.
+    pub fn connect(addr: &str) -> Result<Client, String> {
+        let unreachable = |e: &dyn std::fmt::Display| format!("cannot reach broker at {addr}: {e}");
+        let socket_addr = addr
+            .to_socket_addrs()
+            .map_err(|e| unreachable(&e))?
+            .next()
+            .ok_or_else(|| unreachable(&"the name resolves to no address"))?;
+        let stream =
+            TcpStream::connect_timeout(&socket_addr, IO_TIMEOUT).map_err(|e| unreachable(&e))?;
+        let setup = (|| {
+            stream.set_nodelay(true)?;
+            stream.set_read_timeout(Some(IO_TIMEOUT))?;
+            stream.set_write_timeout(Some(IO_TIMEOUT))
+        })();
+        setup.map_err(|e| unreachable(&e))?;
+        let mut client = Client {
+            stream,
+            addr: addr.to_string(),
+            next_correlation_id: 1,
+            versions: HashMap::new(),
+        };
+        let response = client.send_and_receive(&ApiVersionsRequest::default(), 0)?;
+        check(response.error_code, &format!("broker at {addr}"), None)?;
+        for api in response.api_keys {
+            client.versions.insert(api.api_key, (api.min_version, api.max_version));
+        }
+        Ok(client)
+    }
+
+    /// Sends one request at this client's version of its API and waits for the answer.
+    pub fn call<R: Request>(&mut self, request: &R) -> Result<R::Response, String> {
+        let api_key =
+            ApiKey::try_from(R::KEY).map_err(|_| format!("unknown api key {}", R::KEY))?;
+        let version = api_version(api_key);
+        match self.versions.get(&R::KEY) {
+            Some((min, max)) if (*min..=*max).contains(&version) => {}
+            _ => {
+                return Err(format!(
+                    "the broker at {} does not support {api_key:?} v{version} (API key {}), \
+                     which this command needs (UNSUPPORTED_VERSION)",
+                    self.addr,
+                    R::KEY
+                ))
+            }
+        }
+        self.send_and_receive(request, version)
+    }
+
+    fn send_and_receive<R: Request>(
+        &mut self,
+        request: &R,
+        version: i16,
+    ) -> Result<R::Response, String> {
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
+        let mut frame = BytesMut::new();
+        shardlog_net::encode_request(&mut frame, correlation_id, "shardlog-cli", version, request)
+            .map_err(|e| format!("cannot encode request: {e}"))?;
+        self.stream.write_all(&frame).map_err(|e| self.io_error(e))?;
+        let mut frame = self.read_frame()?;
+        let header = ResponseHeader::decode(&mut frame, R::Response::header_version(version))
+            .map_err(|e| self.protocol_error(e))?;
+        if header.correlation_id != correlation_id {
+            let e =
+                format!("answer to request {} instead of {correlation_id}", header.correlation_id);
+            return Err(self.protocol_error(e));
+        }
+        R::Response::decode(&mut frame, version).map_err(|e| self.protocol_error(e))
+    }
+
+    fn read_frame(&mut self) -> Result<Bytes, String> {
+        let mut length = [0u8; 4];
+        self.stream.read_exact(&mut length).map_err(|e| self.io_error(e))?;
+        let length = i32::from_be_bytes(length);
+        let length = usize::try_from(length)
+            .ok()
+            .filter(|l| *l <= MAX_RESPONSE_BYTES)
+            .ok_or_else(|| self.protocol_error(format!("response frame of {length} bytes")))?;
+        let mut frame = vec![0u8; length];
+        self.stream.read_exact(&mut frame).map_err(|e| self.io_error(e))?;
+        Ok(Bytes::from(frame))
+    }
+
+    fn io_error(&self, e: std::io::Error) -> String {
+        match e.kind() {
+            ErrorKind::UnexpectedEof => {
+                format!("the broker at {} closed the connection", self.addr)
+            }
+            ErrorKind::WouldBlock | ErrorKind::TimedOut => {
+                format!("no answer from the broker at {} within {IO_TIMEOUT:?}", self.addr)
+            }
+            _ => format!("connection to the broker at {} failed: {e}", self.addr),
+        }
+    }
+
+    fn protocol_error(&self, e: impl std::fmt::Display) -> String {
+        format!("cannot decode the answer of the broker at {}: {e}", self.addr)
+    }
+}

@@ -1,0 +1,158 @@
+//! The admin commands of the `shardlog` binary (`shardlog topic ...`, `group ...`,
+//! `produce`, `consume`): short-lived processes that talk the Kafka protocol to a running
+//! broker through a small blocking client (`client.rs`), never its files.
+//!
+//! Not a hot path. Errors are messages for a person: what went wrong to what, with Kafka's
+//! error name (`errors.rs`); every failure exits non-zero, none panics.
+
+mod client;
+mod errors;
+mod group;
+mod output;
+mod records;
+mod topic;
+
+use std::io::Write;
+
+use clap::{Args, Subcommand};
+use kafka_protocol::messages::list_offsets_request::{
+    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
+};
+use kafka_protocol::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
+use kafka_protocol::messages::metadata_response::{MetadataResponse, MetadataResponseTopic};
+use kafka_protocol::messages::TopicName;
+use kafka_protocol::protocol::StrBytes;
+
+pub use client::Client;
+pub use errors::{api_error, check};
+pub use output::OutputFormat;
+
+/// Flags shared by every admin command (accepted before or after the command).
+#[derive(Args, Debug)]
+pub struct AdminArgs {
+    /// Admin commands: the broker to connect to (HOST:PORT).
+    #[arg(long, global = true, env = "SHARDLOG_BOOTSTRAP", default_value = "127.0.0.1:9092")]
+    pub bootstrap: String,
+
+    /// Admin commands: print tables for people or JSON for scripts.
+    #[arg(long, global = true, value_enum, default_value_t = OutputFormat::Table)]
+    pub format: OutputFormat,
+}
+
+/// An admin command; without one, `shardlog` runs the broker.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create, list, describe, delete and reconfigure topics.
+    #[command(subcommand)]
+    Topic(topic::TopicCommand),
+    /// List consumer groups, or describe one: members, assignments, committed offsets, lag.
+    #[command(subcommand)]
+    Group(group::GroupCommand),
+    /// Produce the lines of stdin as records (acks=all) and print their offsets.
+    Produce(records::ProduceArgs),
+    /// Print a topic's records as they arrive.
+    Consume(records::ConsumeArgs),
+}
+
+/// Runs one admin command; returns the process exit code (0 on success).
+pub fn run(command: Command, admin: &AdminArgs) -> i32 {
+    let result = match command {
+        Command::Topic(command) => topic::run(command, admin),
+        Command::Group(command) => group::run(command, admin),
+        Command::Produce(args) => records::produce(args, admin),
+        Command::Consume(args) => records::consume(args, admin),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(message) => {
+            eprintln!("shardlog: {message}");
+            1
+        }
+    }
+}
+
+/// Writes to stdout; a closed stdout (`| head`) is an error, not a panic as in `print!`.
+pub fn emit(text: &str) -> Result<(), String> {
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|e| format!("cannot write to stdout: {e}"))
+}
+
+pub fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+pub fn topic_name(s: &str) -> TopicName {
+    TopicName(str_bytes(s))
+}
+
+/// Metadata of every topic (`None`) or of the named ones, never creating a topic.
+pub fn metadata(client: &mut Client, topics: Option<&[&str]>) -> Result<MetadataResponse, String> {
+    let topics = topics.map(|names| {
+        names
+            .iter()
+            .map(|n| MetadataRequestTopic::default().with_name(Some(topic_name(n))))
+            .collect()
+    });
+    let request =
+        MetadataRequest::default().with_topics(topics).with_allow_auto_topic_creation(false);
+    client.call(&request)
+}
+
+/// One topic's metadata; a topic the broker does not know is an error.
+pub fn topic_metadata(client: &mut Client, name: &str) -> Result<MetadataResponseTopic, String> {
+    let response = metadata(client, Some(&[name]))?;
+    let topic = response
+        .topics
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("the broker's metadata does not mention topic '{name}'"))?;
+    check(topic.error_code, &format!("topic '{name}'"), None)?;
+    Ok(topic)
+}
+
+/// Kafka's special ListOffsets timestamps.
+pub const EARLIEST: i64 = -2;
+pub const LATEST: i64 = -1;
+
+/// The offset of each of `partitions` of `topic` at `timestamp` (`EARLIEST`: the log start
+/// offset; `LATEST`: the high watermark), in the order given.
+pub fn list_offsets(
+    client: &mut Client,
+    topic: &str,
+    partitions: &[i32],
+    timestamp: i64,
+) -> Result<Vec<i64>, String> {
+    let request_partitions = partitions
+        .iter()
+        .map(|p| ListOffsetsPartition::default().with_partition_index(*p).with_timestamp(timestamp))
+        .collect();
+    let request = ListOffsetsRequest::default().with_replica_id((-1).into()).with_topics(vec![
+        ListOffsetsTopic::default()
+            .with_name(topic_name(topic))
+            .with_partitions(request_partitions),
+    ]);
+    let response = client.call(&request)?;
+    let answered: Vec<_> = response.topics.into_iter().flat_map(|t| t.partitions).collect();
+    partitions
+        .iter()
+        .map(|p| {
+            let answer = answered
+                .iter()
+                .find(|a| a.partition_index == *p)
+                .ok_or_else(|| format!("no offset for partition {p} of topic '{topic}'"))?;
+            check(answer.error_code, &format!("partition {p} of topic '{topic}'"), None)?;
+            Ok(answer.offset)
+        })
+        .collect()
+}
+
+/// Splits `k=v` (`--config`, `--set`).
+pub fn key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got '{text}'")),
+    }
+}

@@ -1,0 +1,321 @@
+//! The admin CLI (`shardlog topic|group|produce|consume`) run as a process against a real
+//! broker: table output read as text, JSON output parsed, errors in words with a non-zero
+//! exit code and never a panic.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{eventually, Broker};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::Value;
+
+/// What one CLI run printed.
+struct Run {
+    success: bool,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", self.stdout))
+    }
+
+    /// stdout's lines, each parsed as JSON (produce and consume print JSON lines).
+    fn json_lines(&self) -> Vec<Value> {
+        self.stdout.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
+    }
+
+    /// Table rows below the header, split into cells.
+    fn rows(&self) -> Vec<Vec<String>> {
+        self.stdout
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().map(str::to_string).collect())
+            .collect()
+    }
+
+    /// Asserts success and returns self.
+    fn ok(self) -> Run {
+        assert!(self.success, "command failed:\n{}", self.stderr);
+        self
+    }
+
+    /// Asserts a clean failure: non-zero exit, a message, no panic.
+    fn failed(self) -> Run {
+        assert!(!self.success, "command succeeded:\n{}", self.stdout);
+        assert!(self.stderr.starts_with("shardlog: "), "stderr: {}", self.stderr);
+        assert!(!self.stderr.contains("panicked"), "stderr: {}", self.stderr);
+        self
+    }
+}
+
+/// Runs `shardlog --bootstrap <broker> <args>` with `stdin`.
+fn cli(bootstrap: &str, args: &[&str], stdin: &str) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shardlog"))
+        .arg("--bootstrap")
+        .arg(bootstrap)
+        .args(args)
+        .env_remove("SHARDLOG_BOOTSTRAP")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting shardlog");
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let Output { status, stdout, stderr } = child.wait_with_output().unwrap();
+    Run {
+        success: status.success(),
+        stdout: String::from_utf8(stdout).unwrap(),
+        stderr: String::from_utf8(stderr).unwrap(),
+    }
+}
+
+#[test]
+fn cli_topic_create_list_describe_and_delete() {
+    let broker = Broker::start(2, &[]);
+    let b = &broker.bootstrap();
+    let created = cli(
+        b,
+        &["topic", "create", "trades", "--partitions", "3", "--config", "retention.ms=3600000"],
+        "",
+    )
+    .ok();
+    assert_eq!(created.stdout, "created topic 'trades' with 3 partitions\n");
+    cli(b, &["topic", "create", "quotes", "--partitions", "1", "--format", "json"], "").ok();
+
+    let list = cli(b, &["topic", "list"], "").ok();
+    assert!(list.stdout.starts_with("TOPIC"), "{}", list.stdout);
+    assert_eq!(list.rows(), vec![vec!["quotes", "1"], vec!["trades", "3"]]);
+    let list = cli(b, &["--format", "json", "topic", "list"], "").ok().json();
+    assert_eq!(list[1]["name"], "trades");
+    assert_eq!(list[1]["partitions"], 3);
+
+    let described = cli(b, &["topic", "describe", "trades", "--format", "json"], "").ok().json();
+    let partitions = described["partitions"].as_array().unwrap();
+    assert_eq!(partitions.len(), 3);
+    for (i, p) in partitions.iter().enumerate() {
+        assert_eq!(p["partition"], i as i64);
+        assert!((0..2).contains(&p["leader"].as_i64().unwrap()), "leader is a shard: {p}");
+        assert_eq!(
+            (p["log_start_offset"].as_i64(), p["log_end_offset"].as_i64()),
+            (Some(0), Some(0))
+        );
+    }
+    assert_eq!(described["configs"]["retention.ms"]["value"], "3600000");
+    assert_eq!(described["configs"]["retention.ms"]["is_default"], false);
+    assert_eq!(described["configs"]["cleanup.policy"]["is_default"], true);
+    let table = cli(b, &["topic", "describe", "trades"], "").ok().stdout;
+    assert!(table.contains("PARTITION  LEADER_SHARD  LOG_START_OFFSET  LOG_END_OFFSET"), "{table}");
+    let retention =
+        table.lines().find(|l| l.starts_with("retention.ms")).expect("retention.ms row");
+    assert_eq!(
+        retention.split_whitespace().collect::<Vec<_>>(),
+        ["retention.ms", "3600000", "topic"]
+    );
+
+    let deleted = cli(b, &["topic", "delete", "quotes"], "").ok();
+    assert_eq!(deleted.stdout, "deleted topic 'quotes'\n");
+    assert_eq!(cli(b, &["topic", "list"], "").ok().rows(), vec![vec!["trades", "3"]]);
+}
+
+#[test]
+fn cli_errors_are_sentences_with_kafka_names_and_a_failing_exit_code() {
+    let broker = Broker::start(1, &[]);
+    let b = &broker.bootstrap();
+    cli(b, &["topic", "create", "orders", "--partitions", "1"], "").ok();
+    let again = cli(b, &["topic", "create", "orders", "--partitions", "1"], "").failed();
+    assert_eq!(again.stderr, "shardlog: topic 'orders' already exists (TOPIC_ALREADY_EXISTS)\n");
+    let missing = cli(b, &["topic", "describe", "nope"], "").failed();
+    assert!(missing.stderr.contains("topic 'nope' does not exist (UNKNOWN_TOPIC_OR_PARTITION)"));
+    let missing = cli(b, &["topic", "delete", "nope"], "").failed();
+    assert!(missing.stderr.contains("(UNKNOWN_TOPIC_OR_PARTITION)"), "{}", missing.stderr);
+    let zero = cli(b, &["topic", "create", "z", "--partitions", "0"], "").failed();
+    assert!(zero.stderr.contains("(INVALID_PARTITIONS)"), "{}", zero.stderr);
+    let produce = cli(b, &["produce", "orders", "--partition", "5"], "x\n").failed();
+    assert!(produce.stderr.contains("topic 'orders' has no partition 5"), "{}", produce.stderr);
+    let group = cli(b, &["group", "describe", "no-such-group"], "").failed();
+    assert!(group.stderr.contains("group 'no-such-group' does not exist"), "{}", group.stderr);
+
+    // A port nothing listens on (a killed broker's listeners can linger for a moment, so
+    // not its port): one the kernel handed out and that was closed again.
+    let gone =
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let unreachable = cli(&gone, &["topic", "list"], "").failed();
+    assert!(
+        unreachable.stderr.starts_with(&format!("shardlog: cannot reach broker at {gone}")),
+        "{}",
+        unreachable.stderr
+    );
+}
+
+#[test]
+fn cli_produce_prints_offsets_and_consume_reads_them_back() {
+    let broker = Broker::start(2, &[]);
+    let b = &broker.bootstrap();
+    cli(b, &["topic", "create", "ticks", "--partitions", "2"], "").ok();
+
+    let produced = cli(b, &["produce", "ticks", "--partition", "1"], "a\nb\nc\n").ok();
+    assert_eq!(produced.rows(), vec![vec!["1", "0"], vec!["1", "1"], vec!["1", "2"]]);
+    let produced = cli(
+        b,
+        &["produce", "ticks", "--partition", "1", "--key", "AAPL", "--format", "json"],
+        "d\r\ne\n",
+    )
+    .ok();
+    let offsets: Vec<(i64, i64)> = produced
+        .json_lines()
+        .iter()
+        .map(|l| (l["partition"].as_i64().unwrap(), l["offset"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(offsets, vec![(1, 3), (1, 4)]);
+    let keyed = cli(b, &["produce", "ticks", "--key", "MSFT", "--format", "json"], "f\n").ok();
+    let keyed_partition = keyed.json_lines()[0]["partition"].as_i64().unwrap();
+    let expected = shardlog_net::partitioner::partition_for_key(b"MSFT", 2);
+    assert_eq!(
+        keyed_partition,
+        i64::from(expected),
+        "keyed records go where Java's partitioner puts them"
+    );
+
+    let consumed = cli(
+        b,
+        &[
+            "consume",
+            "ticks",
+            "--from-beginning",
+            "--partition",
+            "1",
+            "--max-messages",
+            "5",
+            "--format",
+            "json",
+        ],
+        "",
+    )
+    .ok();
+    let records: Vec<(i64, Value, String)> = consumed
+        .json_lines()
+        .iter()
+        .map(|r| {
+            (
+                r["offset"].as_i64().unwrap(),
+                r["key"].clone(),
+                r["value"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let aapl = Value::from("AAPL");
+    assert_eq!(
+        records,
+        vec![
+            (0, Value::Null, "a".into()),
+            (1, Value::Null, "b".into()),
+            (2, Value::Null, "c".into()),
+            (3, aapl.clone(), "d".into()),
+            (4, aapl, "e".into()),
+        ]
+    );
+    // All partitions, until nothing arrives for a while: every record once.
+    let all = cli(b, &["consume", "ticks", "--from-beginning", "--timeout-ms", "1500"], "").ok();
+    assert!(all.stdout.starts_with("PARTITION"), "{}", all.stdout);
+    let mut values: Vec<String> = all.rows().iter().map(|r| r.last().unwrap().clone()).collect();
+    values.sort();
+    assert_eq!(values, ["a", "b", "c", "d", "e", "f"]);
+    // From the end (the default), nothing old is printed.
+    let tail = cli(b, &["consume", "ticks", "--timeout-ms", "500"], "").ok();
+    assert_eq!(tail.rows().len(), 0, "{}", tail.stdout);
+
+    let described = cli(b, &["topic", "describe", "ticks", "--format", "json"], "").ok().json();
+    assert_eq!(described["partitions"][1]["log_end_offset"], 5);
+}
+
+/// A subscribed rdkafka consumer of `group` that has its assignment.
+fn subscribed_consumer(broker: &Broker, group: &str, topic: &str) -> BaseConsumer {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("group.id", group)
+        .set("client.id", "lag-test")
+        .set("enable.auto.commit", "false")
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "300")
+        .create()
+        .unwrap();
+    consumer.subscribe(&[topic]).unwrap();
+    eventually(Duration::from_secs(30), "the consumer's assignment", || {
+        let _ = consumer.poll(Duration::from_millis(100));
+        consumer.assignment().is_ok_and(|a| a.count() > 0)
+    });
+    consumer
+}
+
+#[test]
+fn cli_group_list_and_describe_show_members_committed_offsets_and_lag() {
+    let broker = Broker::start(2, &[]);
+    let b = &broker.bootstrap();
+    cli(b, &["topic", "create", "feed", "--partitions", "1"], "").ok();
+    cli(b, &["produce", "feed"], "1\n2\n3\n4\n5\n").ok();
+    let consumer = subscribed_consumer(&broker, "readers", "feed");
+    let mut commit = TopicPartitionList::new();
+    commit.add_partition_offset("feed", 0, Offset::Offset(2)).unwrap();
+    consumer.commit(&commit, CommitMode::Sync).unwrap();
+
+    let list = cli(b, &["group", "list"], "").ok();
+    let row = list.rows().into_iter().find(|r| r[0] == "readers").expect("group listed");
+    assert_eq!(&row[1..3], ["Stable", "consumer"]);
+    let listed = cli(b, &["group", "list", "--format", "json"], "").ok().json();
+    assert_eq!(listed[0]["group"], "readers");
+
+    let described = cli(b, &["group", "describe", "readers", "--format", "json"], "").ok().json();
+    assert_eq!(described["state"], "Stable");
+    let members = described["members"].as_array().unwrap();
+    assert_eq!(members.len(), 1);
+    assert_eq!(members[0]["client_id"], "lag-test");
+    assert_eq!(members[0]["assignment"]["feed"], serde_json::json!([0]));
+    let offsets = &described["offsets"][0];
+    assert_eq!((offsets["topic"].as_str(), offsets["partition"].as_i64()), (Some("feed"), Some(0)));
+    assert_eq!(offsets["committed_offset"], 2);
+    assert_eq!(offsets["high_watermark"], 5);
+    assert_eq!(offsets["lag"], 3);
+    assert_eq!(offsets["member_id"], members[0]["member_id"]);
+
+    let table = cli(b, &["group", "describe", "readers"], "").ok().stdout;
+    assert!(table.starts_with("group: readers  state: Stable"), "{table}");
+    let row = table.lines().find(|l| l.starts_with("feed ")).expect("offsets row");
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&cells[..5], ["feed", "0", "2", "5", "3"]);
+}
+
+/// Expected to fail until the broker serves IncrementalAlterConfigs (API key 44); until
+/// then the CLI must say so in words.
+#[test]
+fn cli_topic_alter_config() {
+    let broker = Broker::start(1, &[]);
+    let b = &broker.bootstrap();
+    cli(b, &["topic", "create", "alerts", "--partitions", "1"], "").ok();
+    let altered = cli(b, &["topic", "alter-config", "alerts", "--set", "retention.ms=1000"], "");
+    assert!(!altered.stderr.contains("panicked"), "{}", altered.stderr);
+    let altered = altered.ok();
+    assert_eq!(altered.stdout, "altered configs of topic 'alerts'\n");
+    let configs = |b: &str| {
+        cli(b, &["topic", "describe", "alerts", "--format", "json"], "").ok().json()["configs"]
+            .clone()
+    };
+    assert_eq!(configs(b)["retention.ms"]["value"], "1000");
+    assert_eq!(configs(b)["retention.ms"]["is_default"], false);
+    cli(b, &["topic", "alter-config", "alerts", "--delete", "retention.ms"], "").ok();
+    assert_eq!(configs(b)["retention.ms"]["is_default"], true);
+}
+
+#[test]
+fn cli_alter_config_without_changes_is_refused() {
+    let broker = Broker::start(1, &[]);
+    let refused = cli(&broker.bootstrap(), &["topic", "alter-config", "alerts"], "").failed();
+    assert!(refused.stderr.contains("nothing to change"), "{}", refused.stderr);
+}
