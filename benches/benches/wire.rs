@@ -5,9 +5,8 @@
 //!
 //! Run: `cargo bench -p shardlog-benches --bench wire`. Under `cargo test` (test mode)
 //! each benchmark runs once, so they are compiled and exercised by the test suite.
-//! Not covered here: index lookup (`storage::index` is private to the crate), append into
-//! the DMA buffer and a mesh round trip (they need a glommio executor; see
-//! `storage-bench` for the log's own figures).
+//! Index lookup and the append into the DMA buffer are in `storage_hot_path.rs`, a mesh
+//! round trip between two shards in `mesh.rs`.
 
 use std::hint::black_box;
 

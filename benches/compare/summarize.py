@@ -76,6 +76,26 @@ def row(name, values, digits=0, scale=1.0, unit=""):
     print(f"| {name} | {med}{unit} | {spread} | {len(values)} |")
 
 
+def print_table(t, columns, figures):
+    """One row per figure with a value; columns are (header, broker tag)."""
+    print("| figure | " + " | ".join(header for header, _ in columns) + " |")
+    print("|---|" + "---|" * len(columns))
+    for name, mode, label, field, digits in figures:
+        cells = []
+        scale = 1 / 1024 if field.endswith("_kib") else 1.0
+        for _, b in columns:
+            vals = list(t.values(b, mode, label, field).values())
+            if field == "received":
+                sent = list(t.values(b, mode, label, "sent").values())
+                cells.append(f"{int(statistics.median(vals))}/{int(statistics.median(sent))}"
+                             if vals else "—")
+                continue
+            med, spread = fmt(vals, digits, scale)
+            cells.append("—" if med == "n/a" else f"{med} ({spread})")
+        if any(c != "—" for c in cells):
+            print(f"| {name} | " + " | ".join(cells) + " |")
+
+
 def main():
     t = Table(parse(sys.argv[1]))
     brokers = [b for b in ("shardlog", "tansu", "nats", "nats-sync")
@@ -120,22 +140,17 @@ def main():
         ("idle RSS (MiB)", "rss", "", "idle_rss_kib", 1),
         ("RSS after load (MiB)", "rss", "", "loaded_rss_kib", 1),
     ]
-    print("| figure | " + " | ".join(brokers) + " |")
-    print("|---|" + "---|" * len(brokers))
-    for name, mode, label, field, digits in figures:
-        cells = []
-        scale = 1 / 1024 if field.endswith("_kib") else 1.0
-        for b in brokers:
-            vals = v(b, mode, label, field)
-            if field == "received":
-                sent = v(b, mode, label, "sent")
-                cells.append(f"{int(statistics.median(vals))}/{int(statistics.median(sent))}"
-                             if vals else "—")
-                continue
-            med, spread = fmt(vals, digits, scale)
-            cells.append("—" if med == "n/a" else f"{med} ({spread})")
-        if any(c != "—" for c in cells):
-            print(f"| {name} | " + " | ".join(cells) + " |")
+    print_table(t, [(b, b) for b in brokers], figures)
+
+    clients = [(f"{b} ({client})", tag) for b in ("shardlog", "tansu")
+               for client, tag in (("shardlog-load", b), ("confluent-kafka", f"{b}-confluent"))
+               if any(k[1] == f"{b}-confluent" for k in t.by)]
+    if clients:
+        print("\n### Native load generator and a real client (confluent-kafka, Python)\n")
+        print("The same tp/lat/replay through `benches/compare/kafka_client_bench.py` "
+              "(librdkafka defaults for tp, linger.ms=0 for lat; consume rates count from "
+              "the first record, after the group join).\n")
+        print_table(t, clients, [f for f in figures if f[2] in ("tp", "lat", "replay")])
 
     rd = [k for k in t.by if k[1] == "shardlog-rdkafka"]
     if rd:
@@ -192,6 +207,10 @@ def main():
             ratio_row(f"shardlog {label} / {peer} tp produce msg/s",
                       lambda r, p=peer, lb=label: g(r, "shardlog", "produce", lb, "msg_per_s")
                       / g(r, p, "produce", "tp", "msg_per_s"))
+    if any(k[1] == "tansu-confluent" for k in t.by):
+        ratio_row("confluent-kafka: shardlog / tansu tp produce msg/s",
+                  lambda r: g(r, "shardlog-confluent", "produce", "tp", "msg_per_s")
+                  / g(r, "tansu-confluent", "produce", "tp", "msg_per_s"))
     for label in ("tp", "tp-deep"):
         ratio_row(f"shardlog {label} produce MB/s / sequential O_DIRECT",
                   lambda r, lb=label: 100 * g(r, "shardlog", "produce", lb, "mb_per_s")

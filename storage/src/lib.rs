@@ -16,7 +16,8 @@
 //! Modules: `batch` (Kafka v2 batch validation), `frame` (entry framing), `batcher` (the
 //! group-commit state machine), `index` (per-partition index), `state` (in-memory state,
 //! retention, checkpoint snapshots), `recovery`, `checkpoint` (rkyv file), `disk` (Disk
-//! trait + DmaDisk), `sim` (SimDisk), `log` (ShardLog, flusher and maintenance tasks).
+//! trait + DmaDisk), `sim` (SimDisk), `log` (ShardLog, flusher and maintenance tasks),
+//! `bench_support` (hidden handles on the index and the batcher, for criterion benches).
 
 use std::fmt;
 
@@ -165,6 +166,9 @@ impl fmt::Display for StorageError {
 
 mod batch;
 mod batcher;
+/// For the criterion benches in `benches/` only (see the module header).
+#[doc(hidden)]
+pub mod bench_support;
 mod checkpoint;
 mod disk;
 mod frame;

@@ -41,7 +41,7 @@ const ZERO_FILL_AFTER_IDLE: std::time::Duration = std::time::Duration::from_mill
 /// DMA writes of one flush in flight at once (deeper queues measured slower here).
 const WRITES_IN_FLIGHT: usize = 8;
 /// Write chunks are at least this large (a lone append still writes one page).
-const CHUNK_BYTES: usize = 1 << 20;
+pub(crate) const CHUNK_BYTES: usize = 1 << 20;
 /// Batches of one read closer than this on disk are fetched with one read.
 const COALESCE_GAP_BYTES: u64 = 256 << 10;
 const MAX_READ_BYTES: u64 = 8 << 20;
@@ -657,7 +657,7 @@ impl<D: Disk> ShardLog<D> {
     }
 }
 
-fn data_header(partition: PartitionId) -> EntryHeader {
+pub(crate) fn data_header(partition: PartitionId) -> EntryHeader {
     EntryHeader {
         kind: EntryKind::RecordBatch,
         snapshot: false,
