@@ -34,7 +34,11 @@ impl MeshService for Echo {
     fn handle(self: Rc<Self>, _from: usize, request: ShardRequest) -> ReplyFuture {
         match request {
             ShardRequest::Produce { .. } => Box::pin(async {
-                ShardReply::Produce(Ok(ProduceAck { base_offset: 0, log_start_offset: 0 }))
+                ShardReply::Produce(Ok(ProduceAck {
+                    base_offset: 0,
+                    log_start_offset: 0,
+                    log_append_time_ms: -1,
+                }))
             }),
             ShardRequest::DeleteTopics { names } if names.is_empty() => {
                 let _ = self.stop.try_send(());
