@@ -16,7 +16,8 @@
 //! Modules: `batch` (Kafka v2 batch validation), `frame` (entry framing), `batcher` (the
 //! group-commit state machine), `index` (per-partition index), `state` (in-memory state,
 //! retention, checkpoint snapshots), `recovery`, `checkpoint` (rkyv file), `disk` (Disk
-//! trait + DmaDisk), `sim` (SimDisk), `log` (ShardLog, flusher and maintenance tasks).
+//! trait + DmaDisk), `sim` (SimDisk), `any` (AnyDisk: either, what the shards hold), `log`
+//! (ShardLog, flusher and maintenance tasks).
 
 use std::fmt;
 
@@ -153,6 +154,7 @@ impl fmt::Display for StorageError {
     }
 }
 
+mod any;
 mod batch;
 mod batcher;
 mod checkpoint;
@@ -164,8 +166,9 @@ mod recovery;
 mod sim;
 mod state;
 
+pub use any::{AnyBuffer, AnyDisk};
 pub use batch::{split_batches, RecordBatchHeader, RECORD_BATCH_HEADER_BYTES};
 pub use disk::{Disk, DmaDisk, IoBuffer, SegmentFile, IOPOLL_PROBE_FILE};
 pub use frame::{EntryKind, ENTRY_HEADER_BYTES, FORMAT_VERSION, PAGE_BYTES};
 pub use log::{Appended, Durable, LogProbes, ShardLog};
-pub use sim::{seed_from_env, SimDisk, XorShift};
+pub use sim::{seed_from_env, SimDisk, SimImage, XorShift};
