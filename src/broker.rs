@@ -15,7 +15,7 @@ use glommio::net::TcpListener;
 use shardlog_net::{serve_connection, ConnectionLimits};
 use shardlog_shards::group::GroupConfig;
 use shardlog_shards::{Mesh, Shard, ShardConfig, ShardMeshBuilder};
-use shardlog_storage::{DmaDisk, LogConfig, ShardLog, StorageError};
+use shardlog_storage::{AnyDisk, DmaDisk, LogConfig, ShardLog, StorageError};
 use tracing::{error, info, warn};
 
 use crate::config::Config;
@@ -143,7 +143,7 @@ async fn start_shard(
         max_batch_bytes: config.max_message_bytes,
         ..LogConfig::default()
     };
-    let (log, internal, report) = ShardLog::open(disk, log_config)
+    let (log, internal, report) = ShardLog::open(AnyDisk::Dma(disk), log_config)
         .await
         .map_err(|e| format!("shard {id}: recovering {}: {e}", dir.display()))?;
     info!(

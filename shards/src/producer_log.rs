@@ -77,10 +77,13 @@ impl Shard {
                 .log
                 .append_internal(InternalStream::ProducerState, false, &entry.encode())
                 .map_err(|e| format!("reserving producer ids: {e:?}"))?;
+            // Set before the wait: a snapshot taken meanwhile lands after this entry in the
+            // log and must carry the new reservation, or a restart would restore the old
+            // one from it and hand the same ids out again (tests/power_loss.rs).
+            self.pid_reserved.set(reserved_until);
             if let Err(e) = durable.wait().await {
                 self.fatal_storage_error(&e);
             }
-            self.pid_reserved.set(reserved_until);
         }
         let counter = self.pid_next.get();
         self.pid_next.set(counter + 1);

@@ -10,7 +10,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
-use shardlog_storage::{Durable, PartitionId, ShardLog};
+use shardlog_storage::{AnyDisk, Durable, PartitionId, ShardLog};
 use tracing::info;
 
 use crate::group::{GroupConfig, GroupCoordinator};
@@ -103,7 +103,8 @@ pub struct Shard {
     pub id: usize,
     pub nr_shards: usize,
     pub config: ShardConfig,
-    pub log: ShardLog,
+    /// `AnyDisk`: the broker's DmaDisk, or a SimDisk in the power-loss simulation.
+    pub log: ShardLog<AnyDisk>,
     pub mesh: Rc<Mesh>,
     pub probes: ShardProbes,
     /// Consumer groups this shard coordinates.
@@ -124,7 +125,7 @@ pub struct Shard {
 }
 
 impl Shard {
-    pub fn new(log: ShardLog, mesh: Rc<Mesh>, config: ShardConfig) -> Rc<Shard> {
+    pub fn new(log: ShardLog<AnyDisk>, mesh: Rc<Mesh>, config: ShardConfig) -> Rc<Shard> {
         let (ready_signal, ready_wait) = local_channel::new_bounded(1);
         Rc::new(Shard {
             id: mesh.shard_id(),

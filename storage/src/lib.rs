@@ -16,8 +16,9 @@
 //! Modules: `batch` (Kafka v2 batch validation), `frame` (entry framing), `batcher` (the
 //! group-commit state machine), `index` (per-partition index), `state` (in-memory state,
 //! retention, checkpoint snapshots), `recovery`, `checkpoint` (rkyv file), `disk` (Disk
-//! trait + DmaDisk), `sim` (SimDisk), `log` (ShardLog, flusher and maintenance tasks),
-//! `bench_support` (hidden handles on the index and the batcher, for criterion benches).
+//! trait + DmaDisk), `sim` (SimDisk), `any` (AnyDisk: either, what the shards hold), `log`
+//! (ShardLog, flusher and maintenance tasks), `bench_support` (hidden handles on the index
+//! and the batcher, for criterion benches).
 
 use std::fmt;
 
@@ -164,6 +165,7 @@ impl fmt::Display for StorageError {
     }
 }
 
+mod any;
 mod batch;
 mod batcher;
 /// For the criterion benches in `benches/` only (see the module header).
@@ -179,6 +181,7 @@ mod recovery;
 mod sim;
 mod state;
 
+pub use any::{AnyBuffer, AnyDisk};
 pub use batch::{
     split_batches, with_log_append_time, RecordBatchHeader, RECORD_BATCH_HEADER_BYTES,
 };
@@ -186,4 +189,4 @@ pub use disk::{Disk, DmaDisk, IoBuffer, SegmentFile, IOPOLL_PROBE_FILE};
 pub use frame::{EntryKind, ENTRY_HEADER_BYTES, FORMAT_VERSION, PAGE_BYTES};
 pub use histogram::{Histogram, COUNT_BOUNDS, LATENCY_BOUNDS_US, MAX_BUCKETS, SIZE_BOUNDS_BYTES};
 pub use log::{Appended, Durable, LogProbes, ShardLog};
-pub use sim::{seed_from_env, SimDisk, XorShift};
+pub use sim::{seed_from_env, SimDisk, SimImage, XorShift};

@@ -9,7 +9,10 @@
 //! lands partially); optionally random bits of the unsynced bytes that landed are flipped.
 //! Segment creation/removal and checkpoints are durable when their call returns.
 //! The handle that crashed is dead: every later operation through it fails with EIO, so
-//! the old log instance poisons itself instead of writing into the new incarnation.
+//! the old log instance poisons itself instead of writing into the new incarnation; or,
+//! with `hang_after_crash`, never completes (the power is off: nothing the old incarnation
+//! does afterwards fails loudly or becomes durable). `image()`/`from_image` carry a disk to
+//! another thread (a new executor for the next incarnation).
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -60,7 +63,7 @@ struct SimFile {
     unsynced: Vec<(usize, Vec<u8>)>,
 }
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Faults {
     fail_next_sync: bool,
     fail_next_write: bool,
@@ -69,8 +72,10 @@ struct Faults {
     full: bool,
     flip_bits_on_crash: u32,
     tear_on_crash: bool,
+    hang_after_crash: bool,
 }
 
+#[derive(Clone)]
 struct SimState {
     files: BTreeMap<u64, SimFile>,
     checkpoints: BTreeMap<u64, Vec<u8>>,
@@ -81,6 +86,10 @@ struct SimState {
     lazy_zero_fill: bool,
     zero_fills: u64,
 }
+
+/// A disk's whole state as plain data (`Send`, unlike `SimDisk`): files, checkpoints,
+/// fault settings and the random generator's position.
+pub struct SimImage(SimState);
 
 /// In-memory disk; clones share the same files. See the module doc for the crash model.
 #[derive(Clone)]
@@ -139,6 +148,18 @@ impl SimDisk {
     /// Whether a crash tears unsynced writes (default true) or drops/keeps them whole.
     pub fn tear_on_crash(&self, tear: bool) {
         self.state.borrow_mut().faults.tear_on_crash = tear;
+    }
+    /// After `crash()`, operations through this handle never complete instead of failing.
+    pub fn hang_after_crash(&self) {
+        self.state.borrow_mut().faults.hang_after_crash = true;
+    }
+    /// A copy of this disk's state that can cross threads.
+    pub fn image(&self) -> SimImage {
+        SimImage(self.state.borrow().clone())
+    }
+    /// A live disk with the state of `image`.
+    pub fn from_image(image: SimImage) -> SimDisk {
+        SimDisk { state: Rc::new(RefCell::new(image.0)), alive: Rc::new(Cell::new(true)) }
     }
     /// Flips one bit of durable data (a latent media error).
     pub fn flip_durable_bit(&self, base: u64, offset: usize, bit: u8) {
@@ -233,6 +254,8 @@ impl SimDisk {
         }
         if self.alive.get() {
             Ok(())
+        } else if self.state.borrow().faults.hang_after_crash {
+            std::future::pending().await
         } else {
             Err(io_error("sim", io::Error::from_raw_os_error(5)))
         }

@@ -1,6 +1,7 @@
 //! storage-bench: the storage engine's figures beside the raw disk, in one run on one dir.
 //!
 //! Usage: storage-bench [--dir PATH] [--recovery-bytes N] [--throughput-bytes N]
+//!                      [--disk any|dma]
 //!
 //! Measures, in this order, on the same filesystem:
 //! 1. raw O_DIRECT 4 KiB write + fdatasync, one at a time: overwrite of written blocks,
@@ -12,6 +13,9 @@
 //!    partitions, from a producer task in a latency-sensitive task queue (as a shard's
 //!    network tasks would be) with a 64 MiB window of unacknowledged appends;
 //! 5. ShardLog: recovery time of a log of --recovery-bytes, with and without checkpoint.
+//!
+//! The log runs over `AnyDisk::Dma`, as the broker's shards hold it; `--disk dma` runs it
+//! over bare `DmaDisk` instead, to show what the enum dispatch costs.
 //!
 //! Prints a table for humans and `BENCH key=value` lines for machines.
 
@@ -29,11 +33,18 @@ struct Args {
     recovery_bytes: u64,
     throughput_bytes: u64,
     latency_ops: u64,
+    /// Run the log over bare `DmaDisk` rather than `AnyDisk` (what the broker uses).
+    bare_dma: bool,
 }
 
 fn parse_args() -> Args {
-    let mut args =
-        Args { dir: None, recovery_bytes: 1 << 30, throughput_bytes: 1 << 30, latency_ops: 3000 };
+    let mut args = Args {
+        dir: None,
+        recovery_bytes: 1 << 30,
+        throughput_bytes: 1 << 30,
+        latency_ops: 3000,
+        bare_dma: false,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
@@ -42,6 +53,11 @@ fn parse_args() -> Args {
             "--recovery-bytes" => args.recovery_bytes = value().parse().expect("bytes"),
             "--throughput-bytes" => args.throughput_bytes = value().parse().expect("bytes"),
             "--latency-ops" => args.latency_ops = value().parse().expect("count"),
+            "--disk" => match value().as_str() {
+                "any" => args.bare_dma = false,
+                "dma" => args.bare_dma = true,
+                other => panic!("--disk is any or dma, not {other}"),
+            },
             other => panic!("unknown flag {other}"),
         }
     }
@@ -200,16 +216,19 @@ fn record_batch(records: usize, value_bytes: usize) -> Bytes {
     Bytes::from(b)
 }
 
-async fn open_log(dir: &Path) -> ShardLog {
+/// `AnyDisk::Dma` (the broker's) or the bare `DmaDisk` itself.
+type Wrap<D> = fn(DmaDisk) -> D;
+
+async fn open_log<D: Disk>(dir: &Path, wrap: Wrap<D>) -> ShardLog<D> {
     let disk = DmaDisk::open(dir.to_path_buf()).await.unwrap();
-    let (log, _, _) = ShardLog::open(disk, LogConfig::default()).await.unwrap();
+    let (log, _, _) = ShardLog::open(wrap(disk), LogConfig::default()).await.unwrap();
     // Let the first spare segment be prepared before measuring.
     glommio::timer::sleep(Duration::from_millis(300)).await;
     log
 }
 
-async fn log_latency(dir: &Path, ops: u64) -> Histogram<u64> {
-    let log = open_log(dir).await;
+async fn log_latency<D: Disk>(dir: &Path, ops: u64, wrap: Wrap<D>) -> Histogram<u64> {
+    let log = open_log(dir, wrap).await;
     let p = PartitionId::new(1, 0);
     log.ensure_partition(p);
     let batch = split_batches(&record_batch(1, 1024 - 80)).unwrap();
@@ -228,8 +247,8 @@ async fn log_latency(dir: &Path, ops: u64) -> Histogram<u64> {
 
 /// Appends `bytes` of 16 KiB batches round-robin over `partitions`, keeping a bounded
 /// window of unacknowledged appends; returns MB/s of batch bytes made durable.
-async fn log_throughput(dir: &Path, partitions: u64, bytes: u64) -> f64 {
-    let log = open_log(dir).await;
+async fn log_throughput<D: Disk>(dir: &Path, partitions: u64, bytes: u64, wrap: Wrap<D>) -> f64 {
+    let log = open_log(dir, wrap).await;
     for p in 0..partitions {
         log.ensure_partition(PartitionId(p));
     }
@@ -272,9 +291,9 @@ async fn log_throughput(dir: &Path, partitions: u64, bytes: u64) -> f64 {
     count as f64 * batch_bytes as f64 / seconds / 1e6
 }
 
-async fn recovery(dir: &Path, bytes: u64) -> (f64, f64) {
+async fn recovery<D: Disk>(dir: &Path, bytes: u64, wrap: Wrap<D>) -> (f64, f64) {
     {
-        let log = open_log(dir).await;
+        let log = open_log(dir, wrap).await;
         let batch = split_batches(&record_batch(16, 1000)).unwrap();
         let count = bytes / batch[0].1.len() as u64;
         for p in 0..100 {
@@ -295,7 +314,7 @@ async fn recovery(dir: &Path, bytes: u64) -> (f64, f64) {
     let timed_open = || async {
         let start = Instant::now();
         let disk = DmaDisk::open(dir.to_path_buf()).await.unwrap();
-        let (log, _, report) = ShardLog::open(disk, LogConfig::default()).await.unwrap();
+        let (log, _, report) = ShardLog::open(wrap(disk), LogConfig::default()).await.unwrap();
         let seconds = start.elapsed().as_secs_f64();
         log.close().await.unwrap();
         (seconds, report)
@@ -338,33 +357,13 @@ async fn main_async(args: Args, root: PathBuf) {
     // The strictest reference: the best raw sequential figure of this run.
     let raw_bw = bw_qd1.max(bw_qd4).max(bw_fallocated);
 
-    let log = log_latency(&fresh_dir(&root, "latency"), args.latency_ops).await;
-    let mut throughput = Vec::new();
-    for partitions in [1u64, 100, 10_000] {
-        let dir = fresh_dir(&root, &format!("throughput-{partitions}"));
-        let queue = glommio::executor().create_task_queue(
-            glommio::Shares::default(),
-            glommio::Latency::Matters(Duration::from_millis(1)),
-            "producer",
-        );
-        let bytes = args.throughput_bytes;
-        let producer_dir = dir.clone();
-        let mb_s = glommio::spawn_local_into(
-            async move { log_throughput(&producer_dir, partitions, bytes).await },
-            queue,
-        )
-        .unwrap()
-        .await;
-        report(&format!("log.throughput_16k_batches_{partitions}_partitions_mb_s"), mb_s, "MB/s");
-        throughput.push(mb_s);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-    let dir = fresh_dir(&root, "recovery");
-    let (with_ckpt, without) = recovery(&dir, args.recovery_bytes).await;
-    report("log.recovery_with_checkpoint_ms", with_ckpt, "ms");
-    report("log.recovery_without_checkpoint_ms", without, "ms");
-    std::fs::remove_dir_all(&dir).unwrap();
-
+    let (log, throughput) = if args.bare_dma {
+        println!("# the log runs over bare DmaDisk (--disk dma)");
+        log_benches(&args, &root, |disk| disk).await
+    } else {
+        println!("# the log runs over AnyDisk::Dma, as in the broker");
+        log_benches(&args, &root, AnyDisk::Dma).await
+    };
     println!();
     let p50_ratio = us(&log, 0.5) / us(&raw, 0.5);
     report("ratio.append_p50_over_raw_overwrite_p50", p50_ratio, "x (target <= 1.5)");
@@ -378,6 +377,41 @@ async fn main_async(args: Args, root: PathBuf) {
         throughput[2] / throughput[0] * 100.0,
         "% (target >= 80)",
     );
+}
+
+/// The log's figures (3-5 above): append latency, throughput per partition count, recovery.
+async fn log_benches<D: Disk>(
+    args: &Args,
+    root: &Path,
+    wrap: Wrap<D>,
+) -> (Histogram<u64>, Vec<f64>) {
+    let log = log_latency(&fresh_dir(root, "latency"), args.latency_ops, wrap).await;
+    let mut throughput = Vec::new();
+    for partitions in [1u64, 100, 10_000] {
+        let dir = fresh_dir(root, &format!("throughput-{partitions}"));
+        let queue = glommio::executor().create_task_queue(
+            glommio::Shares::default(),
+            glommio::Latency::Matters(Duration::from_millis(1)),
+            "producer",
+        );
+        let bytes = args.throughput_bytes;
+        let producer_dir = dir.clone();
+        let mb_s = glommio::spawn_local_into(
+            async move { log_throughput(&producer_dir, partitions, bytes, wrap).await },
+            queue,
+        )
+        .unwrap()
+        .await;
+        report(&format!("log.throughput_16k_batches_{partitions}_partitions_mb_s"), mb_s, "MB/s");
+        throughput.push(mb_s);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    let dir = fresh_dir(root, "recovery");
+    let (with_ckpt, without) = recovery(&dir, args.recovery_bytes, wrap).await;
+    report("log.recovery_with_checkpoint_ms", with_ckpt, "ms");
+    report("log.recovery_without_checkpoint_ms", without, "ms");
+    std::fs::remove_dir_all(&dir).unwrap();
+    (log, throughput)
 }
 
 fn main() {
