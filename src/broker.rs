@@ -11,7 +11,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use glommio::net::TcpListener;
-use shardlog_net::{serve_connection, ConnectionLimits};
+use shardlog_net::{serve_connection, ConnectionLimits, ConnectionSlots, ProduceBudget};
 use shardlog_shards::group::GroupConfig;
 use shardlog_shards::{Mesh, Shard, ShardConfig, ShardMeshBuilder};
 use shardlog_storage::{DmaDisk, LogConfig, ShardLog};
@@ -143,29 +143,57 @@ async fn start_shard(
     spawn_probe_log(shard.clone());
     shard.spawn_group_ticker();
     shard.spawn_retention();
-    let handler = Rc::new(KafkaHandler { shard: shard.clone(), listeners: listeners.clone() });
+    let handler = Rc::new(KafkaHandler {
+        shard: shard.clone(),
+        listeners: listeners.clone(),
+        fetch_max_bytes: config.fetch_max_bytes,
+    });
     let limits = ConnectionLimits {
         max_frame_bytes: config.max_request_bytes,
         idle_timeout: Duration::from_millis(config.connection_idle_timeout_ms.max(1)),
-        ..ConnectionLimits::default()
+        max_in_flight: config.max_inflight_requests_per_connection.max(1),
+    };
+    let shard_limits = ShardLimits {
+        connections: ConnectionSlots::new(config.max_connections_per_shard),
+        produce_budget: ProduceBudget::new(config.max_pending_produce_bytes_per_shard),
     };
     let bootstrap = TcpListener::bind(config.kafka_addr).map_err(|e| format!("shard {id}: {e}"))?;
     let own_addr = SocketAddr::new(config.kafka_addr.ip(), listeners.shard_port(id));
     let own = TcpListener::bind(own_addr).map_err(|e| format!("shard {id}: {own_addr}: {e}"))?;
     info!(shard = id, port = listeners.shard_port(id), "shard serving");
-    let first = glommio::spawn_local(accept_loop(bootstrap, handler.clone(), limits));
-    accept_loop(own, handler, limits).await;
+    let first =
+        glommio::spawn_local(accept_loop(bootstrap, handler.clone(), limits, shard_limits.clone()));
+    accept_loop(own, handler, limits, shard_limits).await;
     first.await;
     Ok(())
 }
 
-async fn accept_loop(listener: TcpListener, handler: Rc<KafkaHandler>, limits: ConnectionLimits) {
+/// What all connections of one shard share: its connection slots (both listeners count)
+/// and its budget of produce bytes read but not yet answered.
+#[derive(Clone)]
+struct ShardLimits {
+    connections: Rc<ConnectionSlots>,
+    produce_budget: Rc<ProduceBudget>,
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    handler: Rc<KafkaHandler>,
+    limits: ConnectionLimits,
+    shard_limits: ShardLimits,
+) {
     loop {
         match listener.accept().await {
             Ok(stream) => {
+                // Over --max-connections-per-shard: dropping the stream closes it (logged).
+                let Some(slot) = shard_limits.connections.try_take(stream.peer_addr().ok()) else {
+                    continue;
+                };
                 let handler = handler.clone();
+                let budget = shard_limits.produce_budget.clone();
                 glommio::spawn_local(async move {
-                    let _ = serve_connection(stream, handler, limits).await;
+                    let _ = serve_connection(stream, handler, limits, budget).await;
+                    drop(slot);
                 })
                 .detach();
             }

@@ -91,6 +91,8 @@ impl Listeners {
 pub struct KafkaHandler {
     pub shard: Rc<Shard>,
     pub listeners: Listeners,
+    /// Cap on the record bytes of one Fetch response (--fetch-max-bytes).
+    pub fetch_max_bytes: usize,
 }
 
 impl RequestHandler for KafkaHandler {
@@ -106,7 +108,9 @@ impl RequestHandler for KafkaHandler {
         let version = request.api_version;
         match request.body {
             RequestKind::Produce(body) => produce::handle(&self.shard, body, version).await,
-            RequestKind::Fetch(body) => fetch::handle(self.shard.clone(), body),
+            RequestKind::Fetch(body) => {
+                fetch::handle(self.shard.clone(), body, self.fetch_max_bytes)
+            }
             RequestKind::ListOffsets(body) => {
                 list_offsets::handle(self.shard.clone(), body, version)
             }

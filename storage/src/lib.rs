@@ -16,7 +16,8 @@
 //! Modules: `batch` (Kafka v2 batch validation), `frame` (entry framing), `batcher` (the
 //! group-commit state machine), `index` (per-partition index), `state` (in-memory state,
 //! retention, checkpoint snapshots), `recovery`, `checkpoint` (rkyv file), `disk` (Disk
-//! trait + DmaDisk), `sim` (SimDisk), `log` (ShardLog, flusher and maintenance tasks).
+//! trait + DmaDisk), `sim` (SimDisk), `log` (ShardLog, flusher and maintenance tasks),
+//! `fuzzing` (fuzz target bodies, see fuzz/README.md).
 
 use std::fmt;
 
@@ -158,6 +159,7 @@ mod batcher;
 mod checkpoint;
 mod disk;
 mod frame;
+pub mod fuzzing;
 mod index;
 mod log;
 mod recovery;
