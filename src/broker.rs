@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use glommio::net::TcpListener;
-use shardlog_net::{serve_connection, ConnectionLimits};
+use shardlog_net::{serve_connection, ConnectionLimits, ConnectionSlots, ProduceBudget};
 use shardlog_shards::group::GroupConfig;
 use shardlog_shards::{Mesh, Shard, ShardConfig, ShardMeshBuilder};
 use shardlog_storage::{AnyDisk, DmaDisk, LogConfig, ShardLog, StorageError};
@@ -185,11 +185,16 @@ async fn start_shard(
         listeners: listeners.clone(),
         log_dir: dir.clone(),
         stop: stop.clone(),
+        fetch_max_bytes: config.fetch_max_bytes,
     });
     let limits = ConnectionLimits {
         max_frame_bytes: config.max_request_bytes,
         idle_timeout: Duration::from_millis(config.connection_idle_timeout_ms.max(1)),
-        ..ConnectionLimits::default()
+        max_in_flight: config.max_inflight_requests_per_connection.max(1),
+    };
+    let shard_limits = ShardLimits {
+        connections: ConnectionSlots::new(config.max_connections_per_shard),
+        produce_budget: ProduceBudget::new(config.max_pending_produce_bytes_per_shard),
     };
     if id == 0 {
         let admin = TcpListener::bind(config.admin_addr)
@@ -200,16 +205,30 @@ async fn start_shard(
     let own_addr = SocketAddr::new(config.kafka_addr.ip(), listeners.shard_port(id));
     let own = TcpListener::bind(own_addr).map_err(|e| format!("shard {id}: {own_addr}: {e}"))?;
     info!(shard = id, port = listeners.shard_port(id), "shard serving");
-    let first = glommio::spawn_local(accept_loop(bootstrap, handler.clone(), limits));
-    accept_loop(own, handler, limits).await;
+    let first =
+        glommio::spawn_local(accept_loop(bootstrap, handler.clone(), limits, shard_limits.clone()));
+    accept_loop(own, handler, limits, shard_limits).await;
     first.await;
     // Shutdown was requested: the listeners are closed; drain, checkpoint, close.
     stop.finish(&shard, checkpoints).await;
     Ok(())
 }
 
+/// What all connections of one shard share: its connection slots (both listeners count)
+/// and its budget of produce bytes read but not yet answered.
+#[derive(Clone)]
+struct ShardLimits {
+    connections: Rc<ConnectionSlots>,
+    produce_budget: Rc<ProduceBudget>,
+}
+
 /// Accepts connections until shutdown is requested.
-async fn accept_loop(listener: TcpListener, handler: Rc<KafkaHandler>, limits: ConnectionLimits) {
+async fn accept_loop(
+    listener: TcpListener,
+    handler: Rc<KafkaHandler>,
+    limits: ConnectionLimits,
+    shard_limits: ShardLimits,
+) {
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             handler.stop.stopping().await;
@@ -219,16 +238,21 @@ async fn accept_loop(listener: TcpListener, handler: Rc<KafkaHandler>, limits: C
         let Some(accepted) = accepted else { return };
         match accepted {
             Ok(stream) => {
+                // Over --max-connections-per-shard: dropping the stream closes it (logged).
+                let Some(slot) = shard_limits.connections.try_take(stream.peer_addr().ok()) else {
+                    continue;
+                };
                 let handler = handler.clone();
                 let open = handler.stop.connection_opened();
                 let probes = &handler.shard.probes;
                 probes.connections_accepted.set(probes.connections_accepted.get() + 1);
                 probes.connections.set(probes.connections.get() + 1);
+                let budget = shard_limits.produce_budget.clone();
                 glommio::spawn_local(async move {
-                    let _ = serve_connection(stream, handler.clone(), limits).await;
+                    let _ = serve_connection(stream, handler.clone(), limits, budget).await;
                     let probes = &handler.shard.probes;
                     probes.connections.set(probes.connections.get() - 1);
-                    drop(open);
+                    drop((open, slot));
                 })
                 .detach();
             }

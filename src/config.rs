@@ -128,6 +128,31 @@ pub struct Config {
     /// served by shard 0. No authentication: keep it on loopback or a management network.
     #[arg(long, env = "SHARDLOG_ADMIN_ADDR", default_value = "127.0.0.1:9644")]
     pub admin_addr: SocketAddr,
+
+    /// Connections one shard serves at once, both of its listeners counted (Kafka's
+    /// max.connections, per core). A connection over the limit is closed right after
+    /// accept (a warning, at most one per 10 s, counts them); open ones are unaffected.
+    #[arg(long, env = "SHARDLOG_MAX_CONNECTIONS_PER_SHARD", default_value_t = 10_000)]
+    pub max_connections_per_shard: usize,
+
+    /// Requests of one connection read and not yet answered. At the limit the broker
+    /// reads nothing more from that connection until the oldest response is written;
+    /// pipelining clients still get every answer, in order (librdkafka keeps up to 5).
+    #[arg(long, env = "SHARDLOG_MAX_INFLIGHT_REQUESTS_PER_CONNECTION", default_value_t = 32)]
+    pub max_inflight_requests_per_connection: usize,
+
+    /// Bytes of Produce requests one shard holds, read from sockets and not yet answered
+    /// (acks=0: not yet appended). When they are spent, connections stop reading Produce
+    /// bodies from their sockets (TCP slows the producers) instead of buffering more. One
+    /// request larger than the budget waits for the others to finish and proceeds alone.
+    #[arg(long, env = "SHARDLOG_MAX_PENDING_PRODUCE_BYTES_PER_SHARD", default_value_t = 256 << 20)]
+    pub max_pending_produce_bytes_per_shard: usize,
+
+    /// Most record bytes in one Fetch response, whatever the client asks (Kafka's broker
+    /// side fetch.max.bytes, 55 MiB). The first batch found is returned even if it is
+    /// larger, so a consumer always makes progress.
+    #[arg(long, env = "SHARDLOG_FETCH_MAX_BYTES", default_value_t = 55 << 20)]
+    pub fetch_max_bytes: usize,
 }
 
 /// Parses flags and environment and, when the broker is to run (no command), fills the

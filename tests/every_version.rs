@@ -266,3 +266,46 @@ fn every_advertised_version_of_every_api_gets_a_decodable_response() {
     }
     assert!(exercised > 80, "only {exercised} api versions exercised");
 }
+
+/// Writes the seed inputs of the `frame` and `request` fuzz targets (fuzz/README.md): one
+/// meaningful request of every version the broker advertises. Run once by hand:
+/// `cargo test --release -p shardlog --test every_version -- --ignored`.
+#[test]
+#[ignore]
+fn write_fuzz_seed_corpus() {
+    use kafka_protocol::messages::RequestHeader;
+    use kafka_protocol::protocol::Encodable;
+    let broker = Broker::start(1, &[]);
+    let mut client = RawClient::connect(broker.shard_addr(0));
+    let advertised = match client.call(
+        ApiKey::ApiVersions,
+        3,
+        RequestKind::ApiVersions(ApiVersionsRequest::default()),
+    ) {
+        ResponseKind::ApiVersions(r) => r.api_keys,
+        other => panic!("{other:?}"),
+    };
+    let corpus = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
+    std::fs::create_dir_all(corpus.join("frame")).unwrap();
+    std::fs::create_dir_all(corpus.join("request")).unwrap();
+    for api in advertised {
+        let key = ApiKey::try_from(api.api_key).unwrap();
+        let min = if key == ApiKey::Produce { 3 } else { api.min_version };
+        for version in min..=api.max_version {
+            let mut body = bytes::BytesMut::new();
+            request_for(key, version).encode(&mut body, version).unwrap();
+            let header = RequestHeader::default()
+                .with_request_api_key(key as i16)
+                .with_request_api_version(version)
+                .with_correlation_id(7)
+                .with_client_id(Some(s("seed")));
+            let mut frame = bytes::BytesMut::new();
+            header.encode(&mut frame, key.request_header_version(version)).unwrap();
+            frame.extend_from_slice(&body);
+            let name = format!("seed-{key:?}-v{version}");
+            std::fs::write(corpus.join("frame").join(&name), &frame).unwrap();
+            let input = shardlog_net::fuzzing::request_input(key, version, &body);
+            std::fs::write(corpus.join("request").join(&name), input).unwrap();
+        }
+    }
+}

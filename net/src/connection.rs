@@ -6,6 +6,10 @@
 //! the order sent. Phase one (ordering-critical work such as queueing an append, or
 //! enqueueing a forward to another shard) runs before the next frame is read; phase two
 //! (waiting for fdatasync, a long-poll fetch) runs concurrently with later requests.
+//!
+//! Back-pressure: a connection reads no further frame while `max_in_flight` of its
+//! responses are pending, and reads no Produce body until the shard's `ProduceBudget` has
+//! room for it; either way the socket is left unread and TCP slows the client down.
 
 use std::future::Future;
 use std::io;
@@ -13,14 +17,16 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel;
 use glommio::net::TcpStream;
+use glommio::sync::{Semaphore, StaticPermit};
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 use tracing::{debug, error, warn};
 
 use crate::codec::{decode_request, encode_response, DecodeError, Request};
+use crate::limits::ProduceBudget;
 
 /// The second phase of a request: resolves to the response, or `None` when the client
 /// expects no response (Produce with acks=0).
@@ -35,6 +41,7 @@ pub trait RequestHandler: 'static {
     fn unsupported_api_versions(&self) -> ResponseKind;
     /// Phase one of a request; see the module docs.
     fn handle(self: Rc<Self>, request: Request) -> impl Future<Output = Reply>;
+
     /// A request is done: its response was written (or, with no response, its reply
     /// resolved) `elapsed` after it was decoded. For latency probes; must be cheap.
     fn request_done(&self, _api_key: ApiKey, _elapsed: Duration) {}
@@ -51,7 +58,8 @@ pub trait RequestHandler: 'static {
 pub struct ConnectionLimits {
     /// Largest request frame accepted (Kafka's socket.request.max.bytes).
     pub max_frame_bytes: usize,
-    /// Requests of one connection being handled at once.
+    /// Requests of one connection read and not yet answered; at the limit the connection
+    /// reads no further frame until the oldest response is written.
     pub max_in_flight: usize,
     /// A connection with no complete frame for this long is closed.
     pub idle_timeout: Duration,
@@ -74,13 +82,17 @@ struct InFlight {
     api_version: i16,
     correlation_id: i32,
     reply: glommio::Task<Option<ResponseKind>>,
+    /// One of the connection's `max_in_flight` slots, free once the response is written.
+    _slot: StaticPermit,
 }
 
-/// Serves one accepted connection until the peer closes it or sends a bad frame.
+/// Serves one accepted connection until the peer closes it or sends a bad frame. Produce
+/// requests take their bytes from `budget`, the shard's, until they are answered.
 pub async fn serve_connection<H: RequestHandler>(
     stream: TcpStream,
     handler: Rc<H>,
     limits: ConnectionLimits,
+    budget: Rc<ProduceBudget>,
 ) -> io::Result<()> {
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(limits.idle_timeout))?;
@@ -88,7 +100,8 @@ pub async fn serve_connection<H: RequestHandler>(
     let (reader, writer) = futures_lite::io::split(stream);
     let (queue, pending) = local_channel::new_bounded::<InFlight>(limits.max_in_flight.max(1));
     let writer_task = glommio::spawn_local(write_responses(writer, pending, handler.clone()));
-    let read_result = read_requests(reader, handler, limits, queue, peer).await;
+    let connection = Connection { handler, limits, budget, peer };
+    let read_result = connection.read_requests(reader, queue).await;
     if let Err(e) = &read_result {
         warn!(%peer, error = %e, "closing connection");
     } else {
@@ -99,50 +112,109 @@ pub async fn serve_connection<H: RequestHandler>(
     read_result.and(write_result)
 }
 
-async fn read_requests<H: RequestHandler>(
-    mut reader: impl futures_lite::AsyncRead + Unpin,
+struct Connection<H> {
     handler: Rc<H>,
     limits: ConnectionLimits,
-    queue: local_channel::LocalSender<InFlight>,
+    budget: Rc<ProduceBudget>,
     peer: std::net::SocketAddr,
-) -> io::Result<()> {
-    loop {
+}
+
+impl<H: RequestHandler> Connection<H> {
+    async fn read_requests(
+        &self,
+        mut reader: impl futures_lite::AsyncRead + Unpin,
+        queue: local_channel::LocalSender<InFlight>,
+    ) -> io::Result<()> {
+        let slots = Rc::new(Semaphore::new(self.limits.max_in_flight.max(1) as u64));
+        loop {
+            // Invariant 3: no further frame is read while every slot has a pending response.
+            let slot = slots.acquire_static_permit(1).await.expect("never closed");
+            let next = futures_lite::future::or(
+                async { Some(self.read_frame_length(&mut reader).await) },
+                async {
+                    self.handler.stopping().await;
+                    None
+                },
+            )
+            .await;
+            // Shutting down (`None`) or closed by the peer: no new request; the writer
+            // drains those in flight.
+            let Some(Some(len)) = next.transpose()? else { return Ok(()) };
+            let (frame, produce_bytes) = self.read_frame(&mut reader, len).await?;
+            let in_flight = self.start(frame, produce_bytes, slot).await?;
+            if queue.send(in_flight).await.is_err() {
+                return Err(io::Error::new(io::ErrorKind::BrokenPipe, "response writer stopped"));
+            }
+        }
+    }
+
+    /// The next frame's length, or `None` when the peer closed the connection.
+    async fn read_frame_length(
+        &self,
+        reader: &mut (impl futures_lite::AsyncRead + Unpin),
+    ) -> io::Result<Option<usize>> {
         let mut len_bytes = [0u8; 4];
-        let next = futures_lite::future::or(
-            async { Some(reader.read_exact(&mut len_bytes).await) },
-            async {
-                handler.stopping().await;
-                None
-            },
-        )
-        .await;
-        // Shutting down: no new request; the writer drains those in flight.
-        let Some(next) = next else { return Ok(()) };
-        match next {
+        match reader.read_exact(&mut len_bytes).await {
             Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
             Err(e) => return Err(e),
         }
         let len = i32::from_be_bytes(len_bytes);
+        let max = self.limits.max_frame_bytes;
         // Invariant 1: refuse before buffering.
-        if len < 0 || len as usize > limits.max_frame_bytes {
-            return Err(invalid(format!(
-                "frame of {len} bytes exceeds the limit of {} bytes",
-                limits.max_frame_bytes
-            )));
+        if len < 0 || len as usize > max {
+            return Err(invalid(format!("frame of {len} bytes exceeds the limit of {max} bytes")));
         }
-        let mut frame = BytesMut::zeroed(len as usize);
-        reader.read_exact(&mut frame).await?;
+        Ok(Some(len as usize))
+    }
+
+    /// Reads a frame of `len` bytes. A Produce request reserves its bytes in the shard's
+    /// budget before its body is read (or even allocated): while the budget is spent, the
+    /// connection leaves its socket unread instead of buffering more.
+    async fn read_frame(
+        &self,
+        reader: &mut (impl futures_lite::AsyncRead + Unpin),
+        len: usize,
+    ) -> io::Result<(Bytes, Option<StaticPermit>)> {
+        let mut api_key = [0u8; 2];
+        let head = len.min(api_key.len());
+        reader.read_exact(&mut api_key[..head]).await?;
+        let is_produce = head == 2 && i16::from_be_bytes(api_key) == ApiKey::Produce as i16;
+        let produce_bytes = match is_produce {
+            true => Some(self.budget.reserve(len).await),
+            false => None,
+        };
+        let mut frame = BytesMut::zeroed(len);
+        frame[..head].copy_from_slice(&api_key[..head]);
+        reader.read_exact(&mut frame[head..]).await?;
+        Ok((frame.freeze(), produce_bytes))
+    }
+
+    /// Decodes a frame and runs phase one of its request; phase two becomes a task. The
+    /// produce bytes are given back when that task ends: the response is ready (or, for
+    /// acks=0, the append is queued), whatever else is still ahead of it on this
+    /// connection (a long-poll fetch must not hold the shard's produce budget).
+    async fn start(
+        &self,
+        frame: Bytes,
+        produce_bytes: Option<StaticPermit>,
+        slot: StaticPermit,
+    ) -> io::Result<InFlight> {
+        let handler = &self.handler;
         let started = Instant::now();
-        let in_flight = match decode_request(frame.freeze(), |k| handler.supported_versions(k)) {
+        match decode_request(frame, |k| handler.supported_versions(k)) {
             Ok(mut request) => {
-                request.peer = Some(peer);
+                request.peer = Some(self.peer);
                 let api_key = request.api_key;
                 let api_version = request.api_version;
                 let correlation_id = request.header.correlation_id;
                 let reply = handler.clone().handle(request).await;
-                let reply = glommio::spawn_local(reply);
-                InFlight { started, api_key, api_version, correlation_id, reply }
+                let reply = glommio::spawn_local(async move {
+                    let response = reply.await;
+                    drop(produce_bytes);
+                    response
+                });
+                Ok(InFlight { started, api_key, api_version, correlation_id, reply, _slot: slot })
             }
             Err(DecodeError::UnsupportedVersion {
                 api_key: ApiKey::ApiVersions,
@@ -152,12 +224,16 @@ async fn read_requests<H: RequestHandler>(
                 let body = handler.unsupported_api_versions();
                 let reply = glommio::spawn_local(async move { Some(body) });
                 let api_key = ApiKey::ApiVersions;
-                InFlight { started, api_key, api_version: 0, correlation_id, reply }
+                Ok(InFlight {
+                    started,
+                    api_key,
+                    api_version: 0,
+                    correlation_id,
+                    reply,
+                    _slot: slot,
+                })
             }
-            Err(e) => return Err(invalid(e.to_string())),
-        };
-        if queue.send(in_flight).await.is_err() {
-            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "response writer stopped"));
+            Err(e) => Err(invalid(e.to_string())),
         }
     }
 }

@@ -15,12 +15,18 @@
 //! Invariants:
 //! 1. A frame larger than `max_frame_bytes` is refused before it is buffered.
 //! 2. Responses leave in the order their requests arrived (Kafka's per-connection ordering).
-//! 3. At most `max_in_flight` requests of one connection are being handled at once.
+//! 3. At most `max_in_flight` requests of one connection are read and not yet answered;
+//!    at the limit the connection reads nothing more until the oldest is answered.
+//! 4. Per shard: at most `max_connections_per_shard` connections, and produce bytes read
+//!    but not yet answered within the shard's budget (`limits.rs`).
 
 mod codec;
 mod connection;
+pub mod fuzzing;
+mod limits;
 pub mod partitioner;
 
 pub use codec::{decode_request, encode_request, encode_response, DecodeError, Request};
 pub use connection::{serve_connection, ConnectionLimits, Reply, RequestHandler};
 pub use kafka_protocol;
+pub use limits::{ConnectionSlot, ConnectionSlots, ProduceBudget};

@@ -26,7 +26,8 @@ use super::str_bytes;
 /// Kafka's fetch.max.wait.ms upper bound is the client's business; this caps a hostile one.
 const MAX_WAIT_CAP: Duration = Duration::from_secs(60);
 
-pub fn handle(shard: Rc<Shard>, request: FetchRequest) -> Reply {
+/// `fetch_max_bytes` caps the request's own `max_bytes` (--fetch-max-bytes).
+pub fn handle(shard: Rc<Shard>, request: FetchRequest, fetch_max_bytes: usize) -> Reply {
     Box::pin(async move {
         if request.session_id != 0 && request.session_epoch != -1 {
             let response = FetchResponse::default()
@@ -48,7 +49,7 @@ pub fn handle(shard: Rc<Shard>, request: FetchRequest) -> Reply {
         }
         let max_wait = Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
         let min_bytes = request.min_bytes.max(0) as usize;
-        let max_bytes = request.max_bytes.max(0) as usize;
+        let max_bytes = (request.max_bytes.max(0) as usize).min(fetch_max_bytes);
         let results = shard.fetch(reads, max_wait, min_bytes, max_bytes).await;
         let mut responses: Vec<FetchableTopicResponse> = Vec::new();
         for data in results {

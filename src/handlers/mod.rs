@@ -109,6 +109,8 @@ pub struct KafkaHandler {
     pub log_dir: PathBuf,
     /// This shard's shutdown state: connections stop reading frames when it fires.
     pub stop: Rc<crate::shutdown::ShardStop>,
+    /// Cap on the record bytes of one Fetch response (--fetch-max-bytes).
+    pub fetch_max_bytes: usize,
 }
 
 impl RequestHandler for KafkaHandler {
@@ -132,7 +134,9 @@ impl RequestHandler for KafkaHandler {
         let version = request.api_version;
         match request.body {
             RequestKind::Produce(body) => produce::handle(&self.shard, body, version).await,
-            RequestKind::Fetch(body) => fetch::handle(self.shard.clone(), body),
+            RequestKind::Fetch(body) => {
+                fetch::handle(self.shard.clone(), body, self.fetch_max_bytes)
+            }
             RequestKind::ListOffsets(body) => {
                 list_offsets::handle(self.shard.clone(), body, version)
             }

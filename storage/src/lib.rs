@@ -18,7 +18,8 @@
 //! retention, checkpoint snapshots), `recovery`, `checkpoint` (rkyv file), `disk` (Disk
 //! trait + DmaDisk), `sim` (SimDisk), `any` (AnyDisk: either, what the shards hold), `log`
 //! (ShardLog, flusher and maintenance tasks), `bench_support` (hidden handles on the index
-//! and the batcher, for criterion benches).
+//! and the batcher, for criterion benches), `fuzzing` (fuzz target bodies, see
+//! fuzz/README.md).
 
 use std::fmt;
 
@@ -174,6 +175,7 @@ pub mod bench_support;
 mod checkpoint;
 mod disk;
 mod frame;
+pub mod fuzzing;
 mod histogram;
 mod index;
 mod log;

@@ -187,6 +187,16 @@ impl SimDisk {
         self.state.borrow().checkpoints.len()
     }
 
+    /// Installs a durable segment of `len` bytes at log position `base` that starts with
+    /// `bytes` (zeros after them): a log image found on disk, for recovery fuzzing.
+    pub fn put_segment(&self, base: u64, len: u64, bytes: &[u8]) {
+        let mut data = vec![0u8; len as usize];
+        let used = bytes.len().min(data.len());
+        data[..used].copy_from_slice(&bytes[..used]);
+        let file = SimFile { durable: data.clone(), data, unsynced: vec![] };
+        self.state.borrow_mut().files.insert(base, file);
+    }
+
     /// Power loss: returns the disk as a new incarnation would find it. This handle (and
     /// its clones) fail every later operation with EIO.
     pub fn crash(&self) -> SimDisk {

@@ -157,7 +157,18 @@ impl Replayed {
                         header.partition, batch.base_offset, log.next_offset
                     )));
                 }
-                let last = batch.base_offset + batch.last_offset_delta as i64;
+                // Our CRC verified, so only a bug or a forged log gets here; refuse it
+                // rather than let the index's assertions abort the shard at every start.
+                let last = batch.base_offset.checked_add(batch.last_offset_delta as i64);
+                let last = match last {
+                    Some(last) if batch.last_offset_delta >= 0 => last,
+                    _ => {
+                        return Err(StorageError::Corrupt(format!(
+                            "batch at {position}: last offset delta {}",
+                            batch.last_offset_delta
+                        )))
+                    }
+                };
                 let at = position + ENTRY_HEADER_BYTES as u64;
                 // The high watermark moves in the flusher (live) or after recovery's sync.
                 log.push(batch.base_offset, last, at, payload.len() as u32, batch.max_timestamp);

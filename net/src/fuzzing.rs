@@ -1,0 +1,66 @@
+//! Fuzz target bodies: what `fuzz/fuzz_targets/*.rs` run on each input, and what
+//! `tests/fuzz_corpus.rs` replays over the committed corpus in every test run.
+//!
+//! Not a hot path and never used by the broker. Both targets decode with every version of
+//! every API that `kafka-protocol` knows: a superset of the broker's `SUPPORTED_APIS`, so
+//! every decoder the broker can reach is covered. Decoding must return Ok or a
+//! [`DecodeError`](crate::DecodeError): a panic or an unbounded allocation is a bug.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader};
+use kafka_protocol::protocol::{Encodable, StrBytes};
+
+use crate::codec::decode_request;
+
+/// Every API at every version the codec knows: what a hostile client can make us decode.
+fn every_version(api_key: ApiKey) -> Option<(i16, i16)> {
+    let range = api_key.valid_versions();
+    Some((range.min, range.max))
+}
+
+/// One request frame (without its length prefix), header included, as the connection
+/// loop hands it to the decoder.
+pub fn frame(data: &[u8]) {
+    let _ = decode_request(Bytes::copy_from_slice(data), every_version);
+}
+
+/// One request body behind a valid header: `data[0]` picks the API (an index into
+/// `ApiKey::iter()`), `data[1]` the version within the codec's range, the rest is the
+/// body. The fuzzer spends its effort in the body decoders instead of the header.
+pub fn request(data: &[u8]) {
+    let [api_index, version_index, body @ ..] = data else { return };
+    let api_key = nth_api(*api_index);
+    let range = api_key.valid_versions();
+    let span = (range.max - range.min + 1) as u8;
+    let version = range.min + (version_index % span) as i16;
+    let mut frame = header_bytes(api_key, version);
+    frame.put_slice(body);
+    let _ = decode_request(frame.freeze(), every_version);
+}
+
+/// The `request` input that decodes to `body` as `api_key` at `version` (corpus seeds).
+pub fn request_input(api_key: ApiKey, version: i16, body: &[u8]) -> Vec<u8> {
+    let api_index = ApiKey::iter().position(|k| k == api_key).expect("a known api key");
+    let version_index = version - api_key.valid_versions().min;
+    let mut input = vec![api_index as u8, version_index as u8];
+    input.extend_from_slice(body);
+    input
+}
+
+fn nth_api(index: u8) -> ApiKey {
+    let count = ApiKey::iter().count();
+    ApiKey::iter().nth(index as usize % count).expect("index below count")
+}
+
+fn header_bytes(api_key: ApiKey, version: i16) -> BytesMut {
+    let header = RequestHeader::default()
+        .with_request_api_key(api_key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(1)
+        .with_client_id(Some(StrBytes::from_static_str("fuzz")));
+    let mut out = BytesMut::new();
+    header
+        .encode(&mut out, api_key.request_header_version(version))
+        .expect("a default header encodes at every version");
+    out
+}
