@@ -1,4 +1,4 @@
-//! Limits and back-pressure (docs/reliability-limits.md), each driven with raw requests
+//! Limits and back-pressure (docs/reliability.md), each driven with raw requests
 //! against a broker started with a small value of its flag.
 //!
 //! The idle / half-open connection timeout is tested in `broker_protocol.rs`

@@ -7,7 +7,7 @@
 //! verifies everything acknowledged, producers retry what was in flight, and the workload
 //! goes on; several power losses per seed.
 //!
-//! Checked after every restart (docs/reliability-power-loss.md):
+//! Checked after every restart (docs/reliability.md):
 //! 1. every acknowledged record is at its acknowledged offset, exactly once, its content
 //!    intact (each value carries producer id, partition, sequence and a CRC-32C);
 //! 2. offsets are dense; per producer and partition the sequences present are 0, 1, 2, ...

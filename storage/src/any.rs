@@ -4,7 +4,7 @@
 //! broker-level power-loss simulation (shards/tests/power_loss.rs) runs the very same shard
 //! code over `SimDisk`, without making every shard type generic. The cost is one enum
 //! match per disk operation and per buffer access (measured against bare `DmaDisk` with
-//! `storage-bench --disk dma`, docs/reliability-power-loss.md).
+//! `storage-bench --disk dma`, docs/reliability.md).
 //!
 //! Runs on one shard; the durability contract is that of the disk inside (`disk.rs`,
 //! `sim.rs`). Invariant: a buffer is only ever written to the kind of disk that allocated
