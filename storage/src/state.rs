@@ -4,8 +4,10 @@
 //!
 //! Invariants:
 //! 1. Every indexed batch lies in a segment listed in `segments`.
-//! 2. A segment is removed only when no partition's live batch lies in it and it ends at
-//!    or before the last durable checkpoint position (internal entries live on in it).
+//! 2. A segment is removed only when no partition's live batch lies in it and it ends
+//!    before the last durable checkpoint position (internal entries live on in it). The
+//!    segment holding that position, also one ending exactly there, is kept, so recovery
+//!    always finds a segment file holding the checkpoint position.
 //! 3. `cache_bytes` is the sum of the lengths of all partitions' cached batches.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -332,14 +334,24 @@ impl<B: crate::disk::IoBuffer> State<B> {
     }
 
     /// Moves deletable segments (invariant 2) from `segments` to `removals`.
+    ///
+    /// The segment holding the checkpoint position is kept, also when the position is
+    /// exactly its end: recovery uses a checkpoint only if a segment file holds its
+    /// position, and the next segment may not exist yet (the writer can roll into a
+    /// segment before maintenance has created it, and maintenance removes before it
+    /// prepares). Deleting it then made a crash lose the checkpoint and every internal
+    /// entry that lived only in it (seed 1241 of the broker power-loss test).
     pub fn schedule_deletions(&mut self) -> bool {
         let oldest_live = self.core.partitions.values().filter_map(|p| p.oldest_position()).min();
-        let keep_from = oldest_live.unwrap_or(u64::MAX).min(self.checkpoint_position);
+        let checkpoint = self.checkpoint_position;
         let current = self.batcher.segment_base();
         let deletable: Vec<(u64, u64)> = self
             .segments
             .iter()
-            .filter(|(&base, s)| base < current && base + s.len <= keep_from)
+            .filter(|(&base, s)| {
+                let end = base + s.len;
+                base < current && end < checkpoint && oldest_live.is_none_or(|live| end <= live)
+            })
             .map(|(&base, s)| (base, s.len))
             .collect();
         for &(base, len) in &deletable {

@@ -752,3 +752,64 @@ fn advancing_the_log_start_frees_the_segments_nobody_needs_any_more() {
         assert!(after.len() < before.len(), "segments freed: {before:?} -> {after:?}");
     });
 }
+
+/// Waits (bounded) until the simulated disk holds a segment file at `base`.
+async fn wait_for_segment_file(disk: &SimDisk, base: u64) {
+    for _ in 0..1000 {
+        if disk.segment_bytes(base).is_some() {
+            return;
+        }
+        glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    panic!("segment {base} was never created");
+}
+
+/// Seed 1241 of the broker power-loss test: a checkpoint exactly at the end of segment T,
+/// then the writer rolls into U before maintenance has created U. Deleting T then (the
+/// checkpoint "covers" it) left no file holding the checkpoint position, so recovery
+/// ignored the checkpoint and every internal entry that lived only in it was lost.
+/// Here U's creation fails (ENOSPC: the window stays open) and the power goes out.
+#[test]
+fn a_checkpoint_at_a_segment_end_stays_usable_while_the_next_segment_does_not_exist() {
+    run(|| async {
+        let config = LogConfig { segment_size_bytes: 16 << 10, ..small_config() };
+        let seg = config.segment_size_bytes;
+        let disk = SimDisk::new(1241);
+        let (log, _, _) = open(&disk, config.clone()).await;
+        let metadata = log.append_internal(InternalStream::Metadata, true, b"topic table");
+        metadata.unwrap().wait().await.unwrap();
+        wait_for_segment_file(&disk, seg).await;
+        // One page per awaited flush: the log fills segment 0, then segment T exactly.
+        while log.durable_position() < seg {
+            let d = log.append_internal(InternalStream::GroupOffsets, false, b"o").unwrap();
+            d.wait().await.unwrap();
+        }
+        disk.fail_next_create(); // the spare after T (U) is never created
+        while log.durable_position() < 2 * seg {
+            let d = log.append_internal(InternalStream::GroupOffsets, false, b"o").unwrap();
+            d.wait().await.unwrap();
+        }
+        assert_eq!(log.durable_position(), 2 * seg, "the log ends exactly at T's end");
+        log.checkpoint().await.unwrap();
+        drop(log);
+        let disk = disk.crash();
+        assert!(disk.segment_bytes(2 * seg).is_none(), "U does not exist");
+
+        let (log, internal, report) = open(&disk, config.clone()).await;
+        assert_eq!(report.checkpoint_position, Some(2 * seg));
+        assert_eq!(&internal[0].payload[..], b"topic table");
+        // The writer rolls into U (not created: ENOSPC); DeleteRecords reschedules deletions.
+        disk.fail_next_create();
+        let lost = log.append_internal(InternalStream::Metadata, false, b"never durable").unwrap();
+        log.advance_log_start(P0, 0).unwrap();
+        assert!(lost.wait().await.is_err(), "U could not be created: the log went fatal");
+        drop(log);
+        let disk = disk.crash();
+
+        let (_, internal, report) = open(&disk, config).await;
+        assert_eq!(report.checkpoint_position, Some(2 * seg), "the checkpoint is still usable");
+        let payloads: Vec<&[u8]> = internal.iter().map(|e| &e.payload[..]).collect();
+        assert_eq!(payloads.first(), Some(&&b"topic table"[..]), "internal entries: {payloads:?}");
+        assert!(!payloads.contains(&&b"never durable"[..]));
+    });
+}
