@@ -6,8 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    assign_only_consumer as consumer, create_topic, leaders, raw_produce, record_batch, runtime,
-    topic_name, Broker, RawClient,
+    acks_all_producer, admin_client, assign_only_consumer as consumer, create_topic, leaders,
+    raw_produce, record_batch, runtime, topic_name, Broker, RawClient,
 };
 use kafka_protocol::messages::create_partitions_request::{
     CreatePartitionsAssignment, CreatePartitionsRequest, CreatePartitionsTopic,
@@ -25,9 +25,7 @@ use kafka_protocol::messages::describe_log_dirs_request::{
 use kafka_protocol::messages::describe_log_dirs_response::DescribeLogDirsResult;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
 use kafka_protocol::messages::{ApiKey, BrokerId, RequestKind, ResponseKind};
-use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
+use rdkafka::admin::{AdminOptions, NewPartitions};
 use rdkafka::consumer::Consumer;
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -40,20 +38,6 @@ const INVALID_PARTITIONS: i16 = 37;
 const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
 const INVALID_REQUEST: i16 = 42;
 const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
-
-fn admin(broker: &Broker) -> AdminClient<DefaultClientContext> {
-    ClientConfig::new().set("bootstrap.servers", broker.bootstrap()).create().unwrap()
-}
-
-fn producer(broker: &Broker) -> FutureProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", broker.bootstrap())
-        .set("acks", "all")
-        .set("linger.ms", "0")
-        .set("message.timeout.ms", "30000")
-        .create()
-        .unwrap()
-}
 
 /// Sends `value` to an explicit partition; its offset.
 fn produce_to(producer: &FutureProducer, topic: &str, partition: i32, value: &str) -> i64 {
@@ -106,7 +90,7 @@ fn grow(
 ) -> Result<(), RDKafkaErrorCode> {
     let options = AdminOptions::new().validate_only(validate_only);
     let request = NewPartitions::new(topic, count);
-    let results = runtime().block_on(admin(broker).create_partitions([&request], &options));
+    let results = runtime().block_on(admin_client(broker).create_partitions([&request], &options));
     results.unwrap().pop().unwrap().map(|_| ()).map_err(|(_, code)| code)
 }
 
@@ -114,11 +98,11 @@ fn grow(
 fn new_partitions_take_produce_and_fetch_and_survive_kill_9() {
     let mut broker = Broker::start(2, &[]);
     create_topic(&broker, "grow", 1);
-    assert_eq!(produce_to(&producer(&broker), "grow", 0, "before"), 0);
+    assert_eq!(produce_to(&acks_all_producer(&broker), "grow", 0, "before"), 0);
     assert_eq!(grow(&broker, "grow", 3, false), Ok(()));
     assert_eq!(partition_count(&broker, "grow"), 3, "answered only once every shard has them");
     // A client that refreshes metadata (here: a new one) sees and uses them.
-    let producer = producer(&broker);
+    let producer = acks_all_producer(&broker);
     assert_eq!(produce_to(&producer, "grow", 1, "new-1"), 0);
     assert_eq!(produce_to(&producer, "grow", 2, "new-2"), 0);
     let expected = vec![
@@ -208,7 +192,8 @@ fn delete_records(broker: &Broker, topic: &str, offset: Offset) -> Result<i64, R
     let mut offsets = TopicPartitionList::new();
     offsets.add_partition_offset(topic, 0, offset).unwrap();
     let options = AdminOptions::new().operation_timeout(Some(TIMEOUT));
-    let result = runtime().block_on(admin(broker).delete_records(&offsets, &options)).unwrap();
+    let result =
+        runtime().block_on(admin_client(broker).delete_records(&offsets, &options)).unwrap();
     let element = result.find_partition(topic, 0).unwrap();
     match element.error() {
         Ok(()) => Ok(element.offset().to_raw().unwrap()),

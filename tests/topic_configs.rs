@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{record_batch, runtime, Broker, RawClient};
+use common::{acks_all_producer, admin_client, record_batch, runtime, Broker, RawClient};
 use kafka_protocol::messages::describe_configs_request::{
     DescribeConfigsRequest, DescribeConfigsResource,
 };
@@ -18,10 +18,9 @@ use kafka_protocol::messages::produce_request::{
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::admin::{
-    AdminClient, AdminOptions, AlterConfig, ConfigEntry, ConfigSource, NewTopic, ResourceSpecifier,
+    AdminOptions, AlterConfig, ConfigEntry, ConfigSource, NewTopic, ResourceSpecifier,
     TopicReplication,
 };
-use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -31,10 +30,6 @@ use rdkafka::{Offset, TopicPartitionList};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-fn admin(broker: &Broker) -> AdminClient<DefaultClientContext> {
-    ClientConfig::new().set("bootstrap.servers", broker.bootstrap()).create().unwrap()
-}
-
 /// Creates a topic with `configs`; the broker's answer for it.
 fn create(broker: &Broker, name: &str, configs: &[(&str, &str)]) -> Result<(), RDKafkaErrorCode> {
     let mut topic = NewTopic::new(name, 1, TopicReplication::Fixed(1));
@@ -42,7 +37,7 @@ fn create(broker: &Broker, name: &str, configs: &[(&str, &str)]) -> Result<(), R
         topic = topic.set(key, value);
     }
     let results = runtime()
-        .block_on(admin(broker).create_topics(&[topic], &AdminOptions::new()))
+        .block_on(admin_client(broker).create_topics(&[topic], &AdminOptions::new()))
         .expect("create request answered");
     results[0].clone().map(|_| ()).map_err(|(_, code)| code)
 }
@@ -50,7 +45,7 @@ fn create(broker: &Broker, name: &str, configs: &[(&str, &str)]) -> Result<(), R
 fn describe(broker: &Broker, topic: &str) -> Vec<ConfigEntry> {
     let resource = ResourceSpecifier::Topic(topic);
     let mut results = runtime()
-        .block_on(admin(broker).describe_configs(&[resource], &AdminOptions::new()))
+        .block_on(admin_client(broker).describe_configs(&[resource], &AdminOptions::new()))
         .expect("describe request answered");
     results.remove(0).expect("topic described").entries
 }
@@ -67,19 +62,9 @@ fn alter(broker: &Broker, specifier: ResourceSpecifier, configs: &[(&str, &str)]
         change = change.set(key, value);
     }
     let results = runtime()
-        .block_on(admin(broker).alter_configs(&[change], &AdminOptions::new()))
+        .block_on(admin_client(broker).alter_configs(&[change], &AdminOptions::new()))
         .expect("alter request answered");
     assert_eq!(results.len(), 1);
-}
-
-fn producer(broker: &Broker) -> FutureProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", broker.bootstrap())
-        .set("acks", "all")
-        .set("linger.ms", "0")
-        .set("message.timeout.ms", "30000")
-        .create()
-        .unwrap()
 }
 
 fn send(
@@ -189,7 +174,7 @@ fn max_message_bytes_is_enforced_per_topic_and_a_change_applies_at_once() {
     let broker = Broker::start(1, &[]);
     create(&broker, "small", &[("max.message.bytes", "1000")]).unwrap();
     create(&broker, "roomy", &[]).unwrap();
-    let producer = producer(&broker);
+    let producer = acks_all_producer(&broker);
     let payload = vec![b'x'; 2000];
     let refused = send(&producer, "small", &payload, None).expect_err("over max.message.bytes");
     assert_eq!(
@@ -208,7 +193,7 @@ fn a_log_append_time_topic_gives_consumers_the_brokers_append_time() {
     let broker = Broker::start(1, &[]);
     create(&broker, "stamped", &[("message.timestamp.type", "LogAppendTime")]).unwrap();
     create(&broker, "created", &[]).unwrap();
-    let producer = producer(&broker);
+    let producer = acks_all_producer(&broker);
     let before = now_ms();
     // The producer claims 1970; the LogAppendTime topic replaces it with the append time.
     send(&producer, "stamped", b"a", Some(1_000)).unwrap();
@@ -231,7 +216,7 @@ fn a_write_caching_topic_produces_and_consumes_every_record_in_order() {
     let broker = Broker::start(2, &[]);
     let configs = [("write.caching", "true"), ("flush.messages", "10"), ("flush.ms", "50")];
     create(&broker, "cached", &configs).unwrap();
-    let producer = producer(&broker);
+    let producer = acks_all_producer(&broker);
     let count = 500;
     let offsets = runtime().block_on(async {
         let mut deliveries = Vec::with_capacity(count);
@@ -262,7 +247,7 @@ fn a_write_caching_topic_produces_and_consumes_every_record_in_order() {
 fn altering_retention_ms_takes_effect_without_a_restart() {
     let broker = Broker::start(1, &["--retention-check-interval-ms", "100"]);
     create(&broker, "kept", &[]).unwrap();
-    let producer = producer(&broker);
+    let producer = acks_all_producer(&broker);
     for i in 0..5 {
         send(&producer, "kept", format!("v{i}").as_bytes(), Some(now_ms() - 60_000)).unwrap();
     }

@@ -69,22 +69,6 @@ impl Shard {
         self.commit_table(table, results).await
     }
 
-    /// Persists and publishes `table` if it changed (before anyone is answered); if that
-    /// fails, every result that succeeded fails with it.
-    pub(crate) async fn commit_table(
-        self: &Rc<Self>,
-        table: TopicTable,
-        results: Vec<Result<(), TopicError>>,
-    ) -> Vec<Result<(), TopicError>> {
-        if table.version == self.table().version {
-            return results;
-        }
-        match self.persist_and_publish(table).await {
-            Ok(()) => results,
-            Err(e) => results.into_iter().map(|r| r.and(Err(e.clone()))).collect(),
-        }
-    }
-
     /// DeleteRecords of one partition on whichever shard owns it: the new log start offset.
     pub async fn delete_records(
         &self,

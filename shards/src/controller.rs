@@ -94,12 +94,7 @@ impl Shard {
             }
             results.push(checked);
         }
-        if table.version != self.table().version {
-            if let Err(e) = self.persist_and_publish(table).await {
-                return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
-            }
-        }
-        results
+        self.commit_table(table, results).await
     }
 
     pub(crate) async fn controller_delete_topics(
@@ -116,12 +111,23 @@ impl Shard {
                 None => Err(TopicError::UnknownTopic(format!("topic {name:?} does not exist"))),
             })
             .collect();
-        if table.version != self.table().version {
-            if let Err(e) = self.persist_and_publish(table).await {
-                return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
-            }
+        self.commit_table(table, results).await
+    }
+
+    /// Persists and publishes `table` if it changed (before anyone is answered); if that
+    /// fails, every result that succeeded fails with it.
+    pub(crate) async fn commit_table(
+        self: &Rc<Self>,
+        table: TopicTable,
+        results: Vec<Result<(), TopicError>>,
+    ) -> Vec<Result<(), TopicError>> {
+        if table.version == self.table().version {
+            return results;
         }
-        results
+        match self.persist_and_publish(table).await {
+            Ok(()) => results,
+            Err(e) => results.into_iter().map(|r| r.and(Err(e.clone()))).collect(),
+        }
     }
 
     pub(crate) async fn persist_and_publish(
@@ -232,11 +238,6 @@ impl Shard {
             }
             results.push(checked.map(|_| ()));
         }
-        if table.version != self.table().version {
-            if let Err(e) = self.persist_and_publish(table).await {
-                return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
-            }
-        }
-        results
+        self.commit_table(table, results).await
     }
 }

@@ -294,12 +294,19 @@ pub fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// Creates a topic through librdkafka's admin API (replication factor 1).
+/// A librdkafka admin client for `broker`.
+pub fn admin_client(
+    broker: &Broker,
+) -> rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> {
+    rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .create()
+        .expect("a librdkafka admin client")
+}
+
 pub fn create_topic(broker: &Broker, name: &str, partitions: i32) {
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    use rdkafka::client::DefaultClientContext;
-    use rdkafka::config::ClientConfig;
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", broker.bootstrap()).create().unwrap();
+    use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
+    let admin = admin_client(broker);
     let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
     for result in runtime().block_on(admin.create_topics(&[topic], &AdminOptions::new())).unwrap() {
         result.expect("topic created");
