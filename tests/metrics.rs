@@ -341,3 +341,38 @@ fn the_broker_refuses_to_start_when_the_admin_port_is_taken_or_collides() {
     assert!(stderr.contains("collides with the Kafka ports"), "{stderr}");
     drop(taken);
 }
+
+/// librdkafka 2.13+'s all-topics Metadata v12, byte for byte (librdkafka issue 5049: a
+/// 4-byte placeholder where the 1-byte varint count of a null topic array belongs). Kafka
+/// serves it as "all topics" and ignores the 3 bytes left over; so does shardlog, and
+/// counts them.
+#[test]
+fn an_all_topics_metadata_with_librdkafkas_placeholder_count_is_answered_and_counted() {
+    use bytes::Buf;
+    use kafka_protocol::messages::ResponseHeader;
+    use kafka_protocol::protocol::Decodable;
+    let broker = Broker::start(2, &[]);
+    create_topic(&broker, "listed", 2);
+    let mut client = RawClient::connect(broker.shard_addr(0));
+    let mut frame = vec![0, 3, 0, 12, 0, 0, 0, 41, 0, 7];
+    frame.extend_from_slice(b"rdkafka");
+    frame.push(0); // header tag buffer
+    frame.extend_from_slice(&[0, 0, 0, 0, 1, 0, 0]);
+    for _ in 0..2 {
+        client.send_frame(&frame);
+        let mut response = client.read_frame().expect("answered, not closed");
+        let header = ResponseHeader::decode(&mut response, 1).unwrap();
+        assert_eq!(header.correlation_id, 41);
+        let body = ResponseKind::decode(ApiKey::Metadata, &mut response, 12).unwrap();
+        assert_eq!(response.remaining(), 0);
+        let ResponseKind::Metadata(body) = body else { panic!("not Metadata") };
+        let names: Vec<String> =
+            body.topics.iter().filter_map(|t| t.name.as_ref().map(|n| n.to_string())).collect();
+        assert_eq!(names, ["listed"], "all topics");
+        assert_eq!(body.brokers.len(), 2);
+    }
+    let (_, text) = get(&broker, "/metrics");
+    let scrape = Scrape::parse(&text);
+    let counted = scrape.sum("shardlog_requests_with_trailing_bytes_total", &[("shard", "0")]);
+    assert_eq!(counted, 2.0, "{text}");
+}

@@ -2,6 +2,8 @@
 //!
 //! Decoding never panics on bad input: lengths are checked before the crate's header
 //! peek, and every decode error becomes a [`DecodeError`] that closes the connection.
+//! As in Kafka, a body that decodes is served even when bytes follow it in the frame
+//! (counted in [`Request::trailing_bytes`]); a body that does not decode is refused.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
@@ -16,6 +18,10 @@ pub struct Request {
     pub body: RequestKind,
     /// The client's address (set by the connection loop).
     pub peer: Option<std::net::SocketAddr>,
+    /// Bytes left in the frame after the body decoded. Kafka ignores them, and so do
+    /// we: librdkafka 2.13+ sends an all-topics Metadata v9+ with a 4-byte array-count
+    /// placeholder where a 1-byte varint belongs (librdkafka issue 5049).
+    pub trailing_bytes: usize,
 }
 
 /// Why a frame could not be turned into a request.
@@ -77,11 +83,8 @@ pub fn decode_request(
         RequestHeader::decode(&mut frame, header_version).map_err(|e| malformed(e.to_string()))?;
     let body = RequestKind::decode(api_key, &mut frame, api_version)
         .map_err(|e| malformed(e.to_string()))?;
-    if frame.has_remaining() {
-        let reason = format!("{} trailing bytes", frame.remaining());
-        return Err(DecodeError::Malformed { api_key, api_version, reason });
-    }
-    Ok(Request { api_key, api_version, header, body, peer: None })
+    let trailing_bytes = frame.remaining();
+    Ok(Request { api_key, api_version, header, body, peer: None, trailing_bytes })
 }
 
 /// Encodes a response frame, length prefix included.
@@ -216,6 +219,53 @@ mod tests {
         let frame = Bytes::from_static(&[
             0, 3, 0, 1, 0, 0, 0, 2, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff, 0, 1, b'x',
         ]);
+        let result = decode_request(frame, any_version);
+        assert!(matches!(result, Err(DecodeError::Malformed { .. })), "{result:?}");
+    }
+
+    /// librdkafka 2.13+'s all-topics Metadata v12 (issue 5049): the body is
+    /// `00 00 00 00 01 00 00`, a 4-byte placeholder left where the 1-byte varint count of
+    /// a null topic array belongs. Kafka reads null topics, two false flags and an empty
+    /// tag buffer, and ignores the 3 bytes after them; so do we.
+    #[test]
+    fn librdkafka_all_topics_metadata_with_a_placeholder_count_is_served() {
+        let mut frame = vec![0, 3, 0, 12, 0, 0, 0, 9]; // Metadata v12, correlation 9
+        frame.extend_from_slice(&[0, 7]); // client id "rdkafka"
+        frame.extend_from_slice(b"rdkafka");
+        frame.push(0); // header tag buffer
+        frame.extend_from_slice(&[0, 0, 0, 0, 1, 0, 0]);
+        let request = decode_request(Bytes::from(frame), any_version).expect("served");
+        assert_eq!(request.trailing_bytes, 3);
+        let RequestKind::Metadata(body) = request.body else { panic!("not Metadata") };
+        assert_eq!(body.topics, None, "null topics means all topics");
+        assert!(!body.allow_auto_topic_creation);
+    }
+
+    /// A flexible-version client may send tagged fields this broker does not know, in
+    /// the header and in the body; Kafka skips them, and so do we.
+    #[test]
+    fn unknown_tagged_fields_in_header_and_body_are_skipped() {
+        let unknown =
+            |tag: i32| std::collections::BTreeMap::from([(tag, Bytes::from_static(b"future"))]);
+        let header = RequestHeader::default()
+            .with_request_api_key(ApiKey::Metadata as i16)
+            .with_request_api_version(12)
+            .with_correlation_id(3)
+            .with_unknown_tagged_fields(unknown(7));
+        let body = MetadataRequest::default().with_unknown_tagged_fields(unknown(9));
+        let mut out = BytesMut::new();
+        header.encode(&mut out, ApiKey::Metadata.request_header_version(12)).unwrap();
+        body.encode(&mut out, 12).unwrap();
+        let request = decode_request(out.freeze(), any_version).expect("served");
+        assert_eq!(request.trailing_bytes, 0);
+        assert_eq!(request.header.correlation_id, 3);
+    }
+
+    /// A body that does not decode is still refused: leniency is only for bytes after it.
+    #[test]
+    fn a_truncated_body_is_refused() {
+        // Metadata v1 with a topic array of one entry and no entry.
+        let frame = Bytes::from_static(&[0, 3, 0, 1, 0, 0, 0, 2, 0xff, 0xff, 0, 0, 0, 1]);
         let result = decode_request(frame, any_version);
         assert!(matches!(result, Err(DecodeError::Malformed { .. })), "{result:?}");
     }

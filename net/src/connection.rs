@@ -46,6 +46,10 @@ pub trait RequestHandler: 'static {
     /// resolved) `elapsed` after it was decoded. For latency probes; must be cheap.
     fn request_done(&self, _api_key: ApiKey, _elapsed: Duration) {}
 
+    /// A request decoded with bytes left after its body, and is served as Kafka serves
+    /// it (see `Request::trailing_bytes`). For a counter; must be cheap.
+    fn request_with_trailing_bytes(&self, _api_key: ApiKey) {}
+
     /// Resolves when the broker is shutting down: the connection then reads no new
     /// frame, sends the responses of the requests it has read, and closes.
     fn stopping(&self) -> impl Future<Output = ()> {
@@ -100,7 +104,8 @@ pub async fn serve_connection<H: RequestHandler>(
     let (reader, writer) = futures_lite::io::split(stream);
     let (queue, pending) = local_channel::new_bounded::<InFlight>(limits.max_in_flight.max(1));
     let writer_task = glommio::spawn_local(write_responses(writer, pending, handler.clone()));
-    let connection = Connection { handler, limits, budget, peer };
+    let trailing_bytes_logged = std::cell::Cell::new(false);
+    let connection = Connection { handler, limits, budget, peer, trailing_bytes_logged };
     let read_result = connection.read_requests(reader, queue).await;
     if let Err(e) = &read_result {
         warn!(%peer, error = %e, "closing connection");
@@ -117,6 +122,8 @@ struct Connection<H> {
     limits: ConnectionLimits,
     budget: Rc<ProduceBudget>,
     peer: std::net::SocketAddr,
+    /// Whether a request with trailing bytes was logged (once per connection).
+    trailing_bytes_logged: std::cell::Cell<bool>,
 }
 
 impl<H: RequestHandler> Connection<H> {
@@ -207,6 +214,9 @@ impl<H: RequestHandler> Connection<H> {
                 request.peer = Some(self.peer);
                 let api_key = request.api_key;
                 let api_version = request.api_version;
+                if request.trailing_bytes > 0 {
+                    self.note_trailing_bytes(&request);
+                }
                 let correlation_id = request.header.correlation_id;
                 let reply = handler.clone().handle(request).await;
                 let reply = glommio::spawn_local(async move {
@@ -234,6 +244,21 @@ impl<H: RequestHandler> Connection<H> {
                 })
             }
             Err(e) => Err(invalid(e.to_string())),
+        }
+    }
+}
+
+impl<H: RequestHandler> Connection<H> {
+    fn note_trailing_bytes(&self, request: &Request) {
+        self.handler.request_with_trailing_bytes(request.api_key);
+        if !self.trailing_bytes_logged.replace(true) {
+            debug!(
+                peer = %self.peer,
+                api = ?request.api_key,
+                version = request.api_version,
+                trailing_bytes = request.trailing_bytes,
+                "serving a request with bytes after its body, as Kafka does (logged once per connection)"
+            );
         }
     }
 }

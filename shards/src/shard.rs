@@ -67,6 +67,8 @@ pub struct ShardProbes {
     /// Kafka connections open on this shard, and accepted so far.
     pub connections: Cell<u64>,
     pub connections_accepted: Cell<u64>,
+    /// Requests served although bytes followed their body in the frame (as Kafka does).
+    pub requests_with_trailing_bytes: Cell<u64>,
     /// Latency per Kafka API of the requests this shard's connections carried.
     pub request_durations: crate::metrics::RequestDurations,
     /// Traffic per topic (keyed by topic number) on the partitions this shard owns.

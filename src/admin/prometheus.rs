@@ -57,6 +57,9 @@ fn render_traffic(text: &mut Text, shards: &[ShardMetrics]) {
     text.per_shard("shardlog_connections_accepted_total", "counter", accepted, shards, |s| {
         s.connections_accepted
     });
+    let trailing = "Requests served although bytes followed their body (Kafka ignores them).";
+    let name = "shardlog_requests_with_trailing_bytes_total";
+    text.per_shard(name, "counter", trailing, shards, |s| s.requests_with_trailing_bytes);
     let producers = "Idempotent producers with state on the shard's partitions.";
     text.per_shard("shardlog_idempotent_producers", "gauge", producers, shards, |s| {
         s.idempotent_producers

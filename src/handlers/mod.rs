@@ -126,6 +126,11 @@ impl RequestHandler for KafkaHandler {
         self.shard.probes.request_durations.record(api_key as i16, elapsed);
     }
 
+    fn request_with_trailing_bytes(&self, _api_key: ApiKey) {
+        let count = &self.shard.probes.requests_with_trailing_bytes;
+        count.set(count.get() + 1);
+    }
+
     async fn stopping(&self) {
         self.stop.stopping().await
     }
