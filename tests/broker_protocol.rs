@@ -385,3 +385,84 @@ fn acks_zero_gets_no_response_and_the_record_is_still_written() {
     let (error, high_watermark, _) = fetch(&mut client, "fire", 0, 0, 5_000);
     assert_eq!((error, high_watermark), (0, 1));
 }
+
+/// A long-polling Fetch of every partition of a topic, sent to `fetch_shard` before
+/// anything is produced, then one record produced to partition `target`: the Fetch must
+/// come back with that record, woken by the flush, long before its 60 s max wait. Returns
+/// the partitions that came back with records.
+fn parked_fetch_woken_by_one_partition(
+    broker: &Broker,
+    fetch_shard: usize,
+    topic: &str,
+    partitions: &[i32],
+    target: i32,
+) -> Vec<i32> {
+    let mut client = RawClient::connect(broker.shard_addr(fetch_shard));
+    let topic_request = FetchTopic::default().with_topic(name(topic)).with_partitions(
+        partitions
+            .iter()
+            .map(|&p| {
+                FetchPartition::default()
+                    .with_partition(p)
+                    .with_fetch_offset(0)
+                    .with_partition_max_bytes(1 << 20)
+            })
+            .collect(),
+    );
+    let request = FetchRequest::default()
+        .with_max_wait_ms(60_000)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![topic_request]);
+    let started = std::time::Instant::now();
+    let correlation_id = client.send(ApiKey::Fetch, 11, &RequestKind::Fetch(request));
+    // Give the Fetch time to park on every owner before the produce.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let mut producer = RawClient::connect(broker.bootstrap().parse().unwrap());
+    assert_eq!(produce(&mut producer, topic, target, record_batch(&[(b"k", b"v")], 5)), (0, 0));
+    let ResponseKind::Fetch(response) = client.receive(ApiKey::Fetch, 11, correlation_id) else {
+        panic!("not a Fetch response")
+    };
+    // Woken, not timed out: far below the 60 s max wait (no tighter bound: noisy hosts).
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "{:?}", started.elapsed());
+    let partitions = response.responses.iter().flat_map(|t| &t.partitions);
+    partitions
+        .filter(|p| !p.records.as_ref().is_none_or(|r| r.is_empty()))
+        .map(|p| {
+            assert_eq!(p.error_code, 0);
+            p.partition_index
+        })
+        .collect()
+}
+
+#[test]
+fn a_parked_multi_partition_fetch_is_woken_for_each_partition_on_the_owner_and_when_forwarded() {
+    let broker = Broker::start(2, &[]);
+    let mut client = RawClient::connect(broker.shard_addr(0));
+    let partitions: Vec<i32> = (0..4).collect();
+    for (round, target) in partitions.iter().enumerate() {
+        let topic = format!("wake-{round}");
+        assert_eq!(create(&mut client, &topic, 4, 1), 0);
+        let owners = leaders(&mut client, &topic);
+        let owner = owners[*target as usize] as usize;
+        // On the owner, with only the owner's partitions in the Fetch.
+        let owned: Vec<i32> =
+            partitions.iter().copied().filter(|&p| owners[p as usize] as usize == owner).collect();
+        let woken = parked_fetch_woken_by_one_partition(&broker, owner, &topic, &owned, *target);
+        assert_eq!(woken, [*target], "on the owner, {topic}");
+        // Every partition, sent to the shard that does not own the target: forwarded.
+        let topic = format!("wake-forwarded-{round}");
+        assert_eq!(create(&mut client, &topic, 4, 1), 0);
+        let owners = leaders(&mut client, &topic);
+        let not_the_owner = 1 - owners[*target as usize] as usize;
+        let woken = parked_fetch_woken_by_one_partition(
+            &broker,
+            not_the_owner,
+            &topic,
+            &partitions,
+            *target,
+        );
+        assert_eq!(woken, [*target], "through a forwarding shard, {topic}");
+    }
+}

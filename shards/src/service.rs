@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Duration;
 
+use glommio::channels::local_channel;
+
 use crate::error::PartitionError;
 use crate::mesh::{MeshService, ReplyFuture};
 use crate::message::{PartitionData, PartitionRead, ShardReply, ShardRequest};
@@ -67,7 +69,10 @@ impl MeshService for Shard {
 
 impl Shard {
     /// Fetch from partitions on any shards: local ones directly, the others forwarded to
-    /// their owners (each long-polls on its own). Results keep the request's order.
+    /// their owners, each long-polling on its own. The first owner to answer with data
+    /// (or an error) ends the wait for all: the others are asked again without waiting,
+    /// so no partition's records wait out `max_wait` behind another shard's empty
+    /// partitions. Results keep the request's order.
     pub async fn fetch(
         self: &Rc<Self>,
         reads: Vec<PartitionRead>,
@@ -94,37 +99,65 @@ impl Shard {
                 }
             }
         }
-        let mut tasks = Vec::with_capacity(by_owner.len());
-        for (owner, group) in by_owner {
-            let (indexes, group): (Vec<usize>, Vec<PartitionRead>) = group.into_iter().unzip();
-            let shard = self.clone();
-            let task = glommio::spawn_local(async move {
-                let data = if owner == shard.id {
-                    shard.fetch_local(&group, max_wait, min_bytes, max_bytes).await
-                } else {
-                    shard.count_forward();
-                    let request = ShardRequest::Fetch {
-                        reads: group,
-                        max_wait_ms: max_wait.as_millis() as u64,
-                        min_bytes,
-                        max_bytes,
-                    };
-                    match shard.mesh.call(owner, request).await {
-                        ShardReply::Fetch(data) => data,
-                        other => panic!("fetch answered with {other:?}"),
-                    }
-                };
-                (indexes, data)
-            });
-            tasks.push(task);
+        let groups: BTreeMap<usize, (Vec<usize>, Vec<PartitionRead>)> =
+            by_owner.into_iter().map(|(owner, group)| (owner, group.into_iter().unzip())).collect();
+        let (sender, answers) = local_channel::new_bounded(groups.len().max(1));
+        let sender = Rc::new(sender);
+        for (&owner, (_, group)) in &groups {
+            let (shard, group, sender) = (self.clone(), group.clone(), sender.clone());
+            glommio::spawn_local(async move {
+                let data = shard.fetch_from(owner, group, max_wait, min_bytes, max_bytes).await;
+                // The receiver is gone when another owner's data already ended the wait.
+                let _ = sender.try_send((owner, data));
+            })
+            .detach();
         }
-        for task in tasks {
-            let (indexes, data) = task.await;
+        drop(sender);
+        let mut answered: BTreeMap<usize, Vec<PartitionData>> = BTreeMap::new();
+        while answered.len() < groups.len() {
+            let (owner, data) = answers.recv().await.expect("every owner task answers");
+            let bytes: usize =
+                data.iter().map(|d| d.result.as_ref().map_or(0, |r| r.records.len())).sum();
+            let ends_the_wait = bytes >= min_bytes.max(1) || data.iter().any(|d| d.result.is_err());
+            answered.insert(owner, data);
+            if ends_the_wait {
+                let parked: Vec<usize> =
+                    groups.keys().copied().filter(|o| !answered.contains_key(o)).collect();
+                for other in parked {
+                    let group = groups[&other].1.clone();
+                    let now = self.fetch_from(other, group, Duration::ZERO, 0, max_bytes).await;
+                    answered.insert(other, now);
+                }
+            }
+        }
+        for (owner, data) in answered {
+            let indexes = &groups[&owner].0;
             assert_eq!(indexes.len(), data.len(), "a fetch reply lost partitions");
-            for (index, partition_data) in indexes.into_iter().zip(data) {
+            for (&index, partition_data) in indexes.iter().zip(data) {
                 results[index] = Some(partition_data);
             }
         }
         results.into_iter().map(|d| d.expect("every partition answered")).collect()
+    }
+
+    /// One owner's part of a fetch: read here, or forwarded over the mesh.
+    async fn fetch_from(
+        self: &Rc<Self>,
+        owner: usize,
+        reads: Vec<PartitionRead>,
+        max_wait: Duration,
+        min_bytes: usize,
+        max_bytes: usize,
+    ) -> Vec<PartitionData> {
+        if owner == self.id {
+            return self.fetch_local(&reads, max_wait, min_bytes, max_bytes).await;
+        }
+        self.count_forward();
+        let max_wait_ms = max_wait.as_millis() as u64;
+        let request = ShardRequest::Fetch { reads, max_wait_ms, min_bytes, max_bytes };
+        match self.mesh.call(owner, request).await {
+            ShardReply::Fetch(data) => data,
+            other => panic!("fetch answered with {other:?}"),
+        }
     }
 }

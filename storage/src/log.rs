@@ -478,13 +478,13 @@ impl<D: Disk> ShardLog<D> {
         ))
     }
 
-    /// Resolves after the next flush completes (high watermarks may have moved).
-    pub async fn flushed(&self) {
+    /// Resolves after the next flush that completes after this call (high watermarks may
+    /// have moved). Not an `async fn` on purpose: the flush count is read here, when the
+    /// future is made, so a caller that makes it before reading and awaits it after the
+    /// read cannot miss a flush that lands in between.
+    pub fn flushed(&self) -> impl std::future::Future<Output = ()> + '_ {
         let seen = self.inner.signal.flushes.get();
-        self.inner
-            .signal
-            .wait_until(|s| s.flushes.get() > seen || s.fatal.borrow().is_some())
-            .await;
+        self.inner.signal.wait_until(move |s| s.flushes.get() > seen || s.fatal.borrow().is_some())
     }
 
     /// Moves log_start_offset forward by whole durable batches (time and size policy) and

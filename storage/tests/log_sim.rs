@@ -813,3 +813,29 @@ fn a_checkpoint_at_a_segment_end_stays_usable_while_the_next_segment_does_not_ex
         assert!(!payloads.contains(&&b"never durable"[..]));
     });
 }
+
+/// A fetch makes the `flushed()` future, reads, then awaits it: a flush that completes
+/// during the read must still wake it (the flush count is taken when the future is made,
+/// not when it is first polled).
+#[test]
+fn a_flush_between_making_and_awaiting_flushed_still_wakes_the_waiter() {
+    run(|| async {
+        let disk = SimDisk::new(5);
+        let (log, _, _) = open(&disk, small_config()).await;
+        let flushed = log.flushed();
+        let appended = log.append_batches(P0, &validated(&batch_of(1, 10, 0, 0))).unwrap();
+        appended.durable.wait().await.unwrap();
+        // The flush is over; a waiter made before it must not wait for another one.
+        let woken = futures_lite::future::or(
+            async {
+                flushed.await;
+                true
+            },
+            async {
+                glommio::timer::sleep(std::time::Duration::from_secs(5)).await;
+                false
+            },
+        );
+        assert!(woken.await, "flushed() made before a flush missed it");
+    });
+}
