@@ -23,7 +23,7 @@ use crate::handlers::{KafkaHandler, Listeners};
 use crate::shutdown::{ShardStop, Shutdown};
 
 /// Runs the broker until the process is stopped.
-pub fn run(config: Config) -> Result<(), String> {
+pub fn run(mut config: Config) -> Result<(), String> {
     let nr_shards = match config.cores {
         Some(0) => return Err("--cores must be at least 1".into()),
         Some(n) => n,
@@ -49,6 +49,11 @@ pub fn run(config: Config) -> Result<(), String> {
     check_admin_addr(&config, &listeners, nr_shards)?;
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| format!("cannot create data dir {}: {e}", config.data_dir.display()))?;
+    // Resolved once, before any shard opens a file: glommio opens relative paths against
+    // fd -1 instead of the working directory (see DmaDisk::open), and the log line below
+    // should say where the data really is.
+    config.data_dir = std::fs::canonicalize(&config.data_dir)
+        .map_err(|e| format!("cannot resolve data dir {}: {e}", config.data_dir.display()))?;
     let shard_ports: Vec<u16> = (0..nr_shards).map(|s| listeners.shard_port(s)).collect();
     info!(
         shards = nr_shards,

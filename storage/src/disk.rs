@@ -138,7 +138,12 @@ impl DmaDisk {
     /// it (per thread). An empty file answers that probe "successfully", after which every
     /// read fails with EOPNOTSUPP and fdatasync costs ~4 ms. So the first DmaFile we open
     /// is a marker file that holds one written 4 KiB block.
+    ///
+    /// A relative `dir` is made absolute first: glommio 0.9 opens every file and
+    /// directory with `openat(-1, path)` rather than `openat(AT_FDCWD, path)`, so a
+    /// relative path fails with EBADF (os error 9) at the first open.
     pub async fn open(dir: PathBuf) -> Result<DmaDisk, StorageError> {
+        let dir = std::path::absolute(&dir).map_err(|e| io_error("resolve log dir", e))?;
         std::fs::create_dir_all(&dir).map_err(|e| io_error("create log dir", e))?;
         let marker = dir.join(IOPOLL_PROBE_FILE);
         let needs_write = std::fs::metadata(&marker).map(|m| m.len() < 4096).unwrap_or(true);

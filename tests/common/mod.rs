@@ -13,12 +13,25 @@ use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeade
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use shardlog_benches::load::record_batch::{ProducerFields, RecordBatchWriter};
 
+/// How a test broker is told where its data dir is.
+#[derive(Clone, Copy, Debug)]
+pub enum DataDirFlag {
+    /// `--data-dir <temp dir>/data` (every test but the newcomer's).
+    Absolute,
+    /// No `--data-dir`: the default `./data`, from the temp dir as working directory.
+    Omitted,
+    /// `--data-dir <relative>`, from the temp dir as working directory.
+    Relative(&'static str),
+}
+
 /// A running broker process; killed (SIGKILL) when dropped.
 pub struct Broker {
     pub dir: tempfile::TempDir,
     pub port: u16,
     pub cores: usize,
     pub extra_args: Vec<String>,
+    /// How the data dir is given; a relative one is resolved against `dir`.
+    pub data_dir_flag: DataDirFlag,
     child: Option<Child>,
     /// The admin HTTP port (/metrics, /health): the port after the shard ports.
     pub admin_port: u16,
@@ -38,7 +51,17 @@ impl Broker {
         let port = free_port_range(cores + 2);
         let extra_args = extra_args.iter().map(|s| s.to_string()).collect();
         let admin_port = port + 1 + cores as u16;
-        Broker { dir, port, cores, extra_args, child: None, admin_port }
+        let data_dir_flag = DataDirFlag::Absolute;
+        Broker { dir, port, cores, extra_args, data_dir_flag, child: None, admin_port }
+    }
+
+    /// Starts a broker whose working directory is its temp dir, told of its data dir the
+    /// way a newcomer would: `flag` is `Omitted` (the default `./data`) or `Relative`.
+    pub fn start_in_working_dir(cores: usize, flag: DataDirFlag, extra_args: &[&str]) -> Broker {
+        let mut broker = Broker::unstarted(cores, extra_args);
+        broker.data_dir_flag = flag;
+        broker.spawn();
+        broker
     }
 
     pub fn bootstrap(&self) -> String {
@@ -50,7 +73,10 @@ impl Broker {
     }
 
     pub fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
+        match self.data_dir_flag {
+            DataDirFlag::Relative(relative) => self.dir.path().join(relative),
+            DataDirFlag::Absolute | DataDirFlag::Omitted => self.dir.path().join("data"),
+        }
     }
 
     pub fn log_path(&self) -> PathBuf {
@@ -69,9 +95,18 @@ impl Broker {
             .open(self.log_path())
             .expect("broker log file");
         let mut command = Command::new(env!("CARGO_BIN_EXE_shardlog"));
+        match self.data_dir_flag {
+            DataDirFlag::Absolute => {
+                command.arg("--data-dir").arg(self.data_dir());
+            }
+            DataDirFlag::Omitted => {
+                command.current_dir(self.dir.path());
+            }
+            DataDirFlag::Relative(relative) => {
+                command.current_dir(self.dir.path()).arg("--data-dir").arg(relative);
+            }
+        }
         command
-            .arg("--data-dir")
-            .arg(self.data_dir())
             .arg("--kafka-addr")
             .arg(self.bootstrap())
             .arg("--cores")
