@@ -15,7 +15,7 @@ use glommio::net::TcpListener;
 use shardlog_net::{serve_connection, ConnectionLimits, ConnectionSlots, ProduceBudget};
 use shardlog_shards::group::GroupConfig;
 use shardlog_shards::{Mesh, Shard, ShardConfig, ShardMeshBuilder};
-use shardlog_storage::{AnyDisk, DmaDisk, LogConfig, ShardLog, StorageError};
+use shardlog_storage::{AnyDisk, DmaDisk, LogConfig, ShardLog, StorageError, PAGE_BYTES};
 use tracing::{error, info, warn};
 
 use crate::config::Config;
@@ -70,6 +70,13 @@ pub fn run(mut config: Config) -> Result<(), String> {
     shardlog_shards::runtime::run_shards(nr_shards, move |mesh| {
         shard_main(mesh, config, listeners, shutdown)
     })
+}
+
+/// The largest record batch one log segment holds (two pages are kept for padding and the
+/// entry header), and no more than one request frame can carry.
+fn topic_max_message_bytes_ceiling(config: &Config) -> usize {
+    let segment_room = config.segment_bytes.saturating_sub(2 * PAGE_BYTES);
+    (segment_room.min(usize::MAX as u64) as usize).min(config.max_request_bytes)
 }
 
 /// The shards bind with SO_REUSEPORT, which would let two brokers of the same user share
@@ -143,9 +150,11 @@ async fn start_shard(
     let disk = DmaDisk::open(dir.clone())
         .await
         .map_err(|e| format!("shard {id}: opening {}: {e}", dir.display()))?;
+    // The log takes any batch a segment can hold; the produce path applies the topic's
+    // max.message.bytes (or the broker's) below that.
     let log_config = LogConfig {
         segment_size_bytes: config.segment_bytes,
-        max_batch_bytes: config.max_message_bytes,
+        max_batch_bytes: topic_max_message_bytes_ceiling(&config),
         ..LogConfig::default()
     };
     let (log, internal, report) = ShardLog::open(AnyDisk::Dma(disk), log_config)
@@ -163,6 +172,7 @@ async fn start_shard(
         auto_create_topics: config.auto_create_topics,
         default_partitions: config.default_partitions,
         max_message_bytes: config.max_message_bytes,
+        topic_max_message_bytes_ceiling: topic_max_message_bytes_ceiling(&config),
         probe_log_interval: Duration::from_millis(config.probe_log_interval_ms.max(10)),
         producer_id_expiration_ms: config.producer_id_expiration_ms,
         retention_check_interval: Duration::from_millis(config.retention_check_interval_ms.max(10)),

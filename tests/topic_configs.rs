@@ -5,7 +5,9 @@ mod common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{acks_all_producer, admin_client, record_batch, runtime, Broker, RawClient};
+use common::{
+    acks_all_producer, admin_client, produce_request, record_batch, runtime, Broker, RawClient,
+};
 use kafka_protocol::messages::describe_configs_request::{
     DescribeConfigsRequest, DescribeConfigsResource,
 };
@@ -186,6 +188,45 @@ fn max_message_bytes_is_enforced_per_topic_and_a_change_applies_at_once() {
     assert_eq!(send(&producer, "small", b"fits", None).unwrap(), 0);
     alter(&broker, ResourceSpecifier::Topic("small"), &[("max.message.bytes", "10000")]);
     assert_eq!(send(&producer, "small", &payload, None).unwrap(), 1);
+}
+
+/// A topic's max.message.bytes overrides the broker's message.max.bytes upwards too (as in
+/// Kafka), up to what a segment and a request frame hold.
+#[test]
+fn a_topic_max_message_bytes_above_the_broker_default_admits_a_1_mib_record() {
+    let broker = Broker::start(1, &[]);
+    create(&broker, "large", &[("max.message.bytes", "3145728")]).unwrap();
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("acks", "all")
+        .set("message.max.bytes", "8000000")
+        .create()
+        .unwrap();
+    let mib: Vec<u8> =
+        (0..1u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    assert_eq!(send(&producer, "large", &mib, None).unwrap(), 0);
+    let consumer = consumer(&broker, "large");
+    let message = consumer.poll(TIMEOUT).expect("the 1 MiB record within 30 s");
+    let read = message.expect("read").payload().unwrap().to_vec();
+    assert!(read == mib, "1 MiB record read back differs");
+
+    // 4 MiB is over the topic's limit: MESSAGE_TOO_LARGE, with a message naming it.
+    let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
+    let four_mib = vec![b'q'; 4 << 20];
+    let request = produce_request("large", 0, record_batch(&[(b"k", &four_mib)], now_ms()));
+    let ResponseKind::Produce(response) = client.call(ApiKey::Produce, 9, request) else {
+        panic!("not a Produce response")
+    };
+    let partition = &response.responses[0].partition_responses[0];
+    assert_eq!(partition.error_code, 10, "MESSAGE_TOO_LARGE");
+    let message = partition.error_message.as_ref().map(|m| m.to_string()).unwrap_or_default();
+    assert!(message.contains("limit of 3145728 bytes"), "{message}");
+
+    // Above what a segment holds (tests run with 8 MiB segments): refused at creation.
+    assert_eq!(
+        create(&broker, "huge", &[("max.message.bytes", "9000000")]),
+        Err(RDKafkaErrorCode::InvalidConfig)
+    );
 }
 
 #[test]

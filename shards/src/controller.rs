@@ -17,7 +17,7 @@ use crate::error::TopicError;
 use crate::message::{ShardReply, ShardRequest};
 use crate::metadata::{validate_topic_configs, validate_topic_name, NewTopic, TopicTable};
 use crate::shard::Shard;
-use crate::topic_config::{apply_change, TopicConfigChange};
+use crate::topic_config::{apply_change, check_max_message_bytes, TopicConfigChange};
 
 /// The controller is always shard 0.
 pub const CONTROLLER_SHARD: usize = 0;
@@ -87,7 +87,9 @@ impl Shard {
             if topic.num_partitions == -1 {
                 topic.num_partitions = self.config.default_partitions;
             }
-            let checked = validate_new_topic(&table, &topic);
+            let ceiling = self.config.topic_max_message_bytes_ceiling;
+            let checked = validate_new_topic(&table, &topic)
+                .and_then(|()| check_max_message_bytes(&topic.configs, ceiling));
             if checked.is_ok() && !validate_only {
                 table.add_topic(&topic, random_topic_id());
                 info!(topic = %topic.name, partitions = topic.num_partitions, "topic created");
@@ -231,7 +233,11 @@ impl Shard {
                 results.push(Err(TopicError::UnknownTopic(why)));
                 continue;
             };
-            let checked = apply_change(&meta.configs, &change);
+            let ceiling = self.config.topic_max_message_bytes_ceiling;
+            let checked = apply_change(&meta.configs, &change).and_then(|configs| {
+                check_max_message_bytes(&configs, ceiling)?;
+                Ok(configs)
+            });
             if let (Ok(configs), false) = (&checked, validate_only) {
                 table.set_topic_configs(&topic, configs.clone());
                 info!(%topic, ?configs, "topic configs changed");

@@ -28,6 +28,9 @@ pub struct ShardConfig {
     pub default_partitions: i32,
     /// Largest record batch accepted, unless a topic says otherwise (message.max.bytes).
     pub max_message_bytes: usize,
+    /// Largest `max.message.bytes` a topic may set, above or below `max_message_bytes`:
+    /// what one log segment and one request frame can hold.
+    pub topic_max_message_bytes_ceiling: usize,
     /// How often retention runs on each shard.
     pub retention_check_interval: Duration,
     /// How often each shard writes an index checkpoint.
@@ -46,6 +49,7 @@ impl Default for ShardConfig {
             auto_create_topics: true,
             default_partitions: 1,
             max_message_bytes: 1_048_588,
+            topic_max_message_bytes_ceiling: 100 << 20,
             retention_check_interval: Duration::from_secs(30),
             checkpoint_interval: Duration::from_secs(60),
             probe_log_interval: Duration::from_secs(60),

@@ -246,6 +246,24 @@ pub struct TopicConfigChange {
     pub change: ConfigChange,
 }
 
+/// Refuses a `max.message.bytes` above `ceiling`, the largest batch one log segment and one
+/// request frame can hold. (Below or above the broker's `message.max.bytes` is fine: the
+/// topic's value overrides it in both directions, as in Kafka.)
+pub fn check_max_message_bytes(
+    configs: &[(String, String)],
+    ceiling: usize,
+) -> Result<(), TopicError> {
+    let value = configs.iter().find(|(k, _)| k == "max.message.bytes").map(|(_, v)| v);
+    match value.and_then(|v| v.parse::<usize>().ok()) {
+        Some(bytes) if bytes > ceiling => Err(TopicError::InvalidConfig(format!(
+            "Invalid value {bytes} for configuration max.message.bytes: must be at most \
+             {ceiling}, the largest record batch a log segment (--segment-bytes) and a \
+             request (--max-request-bytes) can hold"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// The explicit configs after `change`, validated (invariant 1).
 pub fn apply_change(
     current: &[(String, String)],
