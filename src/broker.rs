@@ -318,10 +318,12 @@ fn spawn_failure_watch(shard: Rc<Shard>) {
 fn spawn_probe_log(shard: Rc<Shard>) {
     glommio::spawn_local(async move {
         let mut last = [0u64; 5];
+        let mut last_flushes = 0;
         loop {
             glommio::timer::sleep(shard.config.probe_log_interval).await;
             let producers = shard.producers.borrow().len();
             shard.probes.log_if_changed(shard.id, producers, &mut last);
+            shard.log_latency_budget(&mut last_flushes);
         }
     })
     .detach();

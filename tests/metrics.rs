@@ -376,3 +376,40 @@ fn an_all_topics_metadata_with_librdkafkas_placeholder_count_is_answered_and_cou
     let counted = scrape.sum("shardlog_requests_with_trailing_bytes_total", &[("shard", "0")]);
     assert_eq!(counted, 2.0, "{text}");
 }
+
+/// The stage histograms of the latency budget: every acknowledged produce is counted in
+/// each of its request stages, every flush in each flush stage, and a fetch parked before
+/// the produce is counted as woken by a flush.
+#[test]
+fn produce_and_flush_stages_and_fetch_wake_ups_are_counted() {
+    let broker = Broker::start(1, &[]);
+    create_topic(&broker, "staged", 1);
+    let addr = broker.shard_addr(0);
+    let parked = std::thread::spawn(move || {
+        let mut client = RawClient::connect(addr);
+        client.call(ApiKey::Fetch, 11, common::fetch_request("staged", 0, 0, 20_000))
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
+    let produces = 7;
+    for _ in 0..produces {
+        produce_raw(&mut client, "staged", 0, b"staged value");
+    }
+    let ResponseKind::Fetch(fetched) = parked.join().unwrap() else { panic!("not a Fetch") };
+    assert!(fetched.responses[0].partitions[0].records.as_ref().is_some_and(|r| !r.is_empty()));
+
+    let (_, text) = get(&broker, "/metrics");
+    let scrape = Scrape::parse(&text);
+    let name = "shardlog_request_stage_seconds_count";
+    for stage in ["decoded_to_queued", "queued_to_ready", "ready_to_written"] {
+        let counted = scrape.sum(name, &[("api", "Produce"), ("stage", stage)]);
+        assert_eq!(counted, produces as f64, "Produce {stage}");
+    }
+    let flushes = scrape.sum("shardlog_fsync_duration_seconds_count", &[]);
+    assert!(flushes >= produces as f64, "each acks=all produce waited for its own flush");
+    for stage in ["gather", "write", "fdatasync"] {
+        let counted = scrape.sum("shardlog_flush_stage_seconds_count", &[("stage", stage)]);
+        assert_eq!(counted, flushes, "flush {stage}");
+    }
+    assert!(scrape.sum("shardlog_fetch_wake_seconds_count", &[]) >= 1.0, "{text}");
+}

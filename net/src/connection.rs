@@ -43,8 +43,8 @@ pub trait RequestHandler: 'static {
     fn handle(self: Rc<Self>, request: Request) -> impl Future<Output = Reply>;
 
     /// A request is done: its response was written (or, with no response, its reply
-    /// resolved) `elapsed` after it was decoded. For latency probes; must be cheap.
-    fn request_done(&self, _api_key: ApiKey, _elapsed: Duration) {}
+    /// resolved). `stages` says when each step ended. For latency probes; must be cheap.
+    fn request_done(&self, _api_key: ApiKey, _stages: RequestStages) {}
 
     /// A request decoded with bytes left after its body, and is served as Kafka serves
     /// it (see `Request::trailing_bytes`). For a counter; must be cheap.
@@ -55,6 +55,19 @@ pub trait RequestHandler: 'static {
     fn stopping(&self) -> impl Future<Output = ()> {
         std::future::pending()
     }
+}
+
+/// When each step of one request ended, measured from the moment its frame was decoded:
+/// the request path's part of the latency budget.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestStages {
+    /// Phase one done: for Produce, validated and queued on the owner's log.
+    pub queued: Duration,
+    /// Phase two done: the response is ready (Produce: durable; Fetch: its long poll
+    /// ended).
+    pub ready: Duration,
+    /// The response was written to the socket (equal to `ready` with no response).
+    pub written: Duration,
 }
 
 /// Bounds that keep one connection from holding unbounded resources.
@@ -82,10 +95,13 @@ impl Default for ConnectionLimits {
 struct InFlight {
     /// When the request was decoded (its latency is measured from here).
     started: Instant,
+    /// When phase one returned.
+    queued: Instant,
     api_key: ApiKey,
     api_version: i16,
     correlation_id: i32,
-    reply: glommio::Task<Option<ResponseKind>>,
+    /// The response, and when it was ready.
+    reply: glommio::Task<(Option<ResponseKind>, Instant)>,
     /// One of the connection's `max_in_flight` slots, free once the response is written.
     _slot: StaticPermit,
 }
@@ -219,12 +235,14 @@ impl<H: RequestHandler> Connection<H> {
                 }
                 let correlation_id = request.header.correlation_id;
                 let reply = handler.clone().handle(request).await;
+                let queued = Instant::now();
                 let reply = glommio::spawn_local(async move {
                     let response = reply.await;
                     drop(produce_bytes);
-                    response
+                    (response, Instant::now())
                 });
-                Ok(InFlight { started, api_key, api_version, correlation_id, reply, _slot: slot })
+                let _slot = slot;
+                Ok(InFlight { started, queued, api_key, api_version, correlation_id, reply, _slot })
             }
             Err(DecodeError::UnsupportedVersion {
                 api_key: ApiKey::ApiVersions,
@@ -232,10 +250,11 @@ impl<H: RequestHandler> Connection<H> {
                 ..
             }) => {
                 let body = handler.unsupported_api_versions();
-                let reply = glommio::spawn_local(async move { Some(body) });
+                let reply = glommio::spawn_local(async move { (Some(body), Instant::now()) });
                 let api_key = ApiKey::ApiVersions;
                 Ok(InFlight {
                     started,
+                    queued: started,
                     api_key,
                     api_version: 0,
                     correlation_id,
@@ -270,8 +289,14 @@ async fn write_responses<H: RequestHandler>(
 ) -> io::Result<()> {
     // Invariant 2: one queue, awaited in order.
     while let Some(in_flight) = pending.recv().await {
-        let Some(body) = in_flight.reply.await else {
-            handler.request_done(in_flight.api_key, in_flight.started.elapsed());
+        let (body, ready) = in_flight.reply.await;
+        let stages = |written: Instant| RequestStages {
+            queued: in_flight.queued - in_flight.started,
+            ready: ready - in_flight.started,
+            written: written - in_flight.started,
+        };
+        let Some(body) = body else {
+            handler.request_done(in_flight.api_key, stages(ready));
             continue;
         };
         let frame = encode_response(
@@ -286,7 +311,7 @@ async fn write_responses<H: RequestHandler>(
             invalid(e)
         })?;
         writer.write_all(&frame).await?;
-        handler.request_done(in_flight.api_key, in_flight.started.elapsed());
+        handler.request_done(in_flight.api_key, stages(Instant::now()));
     }
     writer.flush().await
 }

@@ -27,6 +27,6 @@ mod limits;
 pub mod partitioner;
 
 pub use codec::{decode_request, encode_request, encode_response, DecodeError, Request};
-pub use connection::{serve_connection, ConnectionLimits, Reply, RequestHandler};
+pub use connection::{serve_connection, ConnectionLimits, Reply, RequestHandler, RequestStages};
 pub use kafka_protocol;
 pub use limits::{ConnectionSlot, ConnectionSlots, ProduceBudget};

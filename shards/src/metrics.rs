@@ -17,14 +17,18 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use shardlog_storage::{Histogram, LogProbes, Offset, LATENCY_BOUNDS_US};
+use shardlog_storage::{Histogram, LogProbes, Offset, LATENCY_BOUNDS_US, STAGE_BOUNDS_US};
 
 use crate::message::{PartitionData, ShardReply, ShardRequest};
 use crate::shard::Shard;
+use tracing::info;
 
 /// Request-latency histograms are kept for Kafka API keys below this (every key the
 /// broker serves is; a larger one is simply not recorded).
 pub const API_KEYS: usize = 64;
+
+/// Kafka's api key of Produce (the stages of its requests make the latency budget).
+const PRODUCE_API_KEY: i16 = 0;
 
 /// Per-topic traffic counted on the partition owner (one entry per topic number).
 #[derive(Clone, Copy, Debug, Default)]
@@ -38,14 +42,37 @@ pub struct TopicCounters {
     pub fetch_bytes: u64,
 }
 
-/// Request latency per Kafka API, from the decoded request to the written response.
+/// Request latency per Kafka API, from the decoded request to the written response, and
+/// split in its stages (see [`RequestStageHistograms`]).
 pub struct RequestDurations {
     by_api_key: RefCell<[Histogram; API_KEYS]>,
+    stages_by_api_key: RefCell<[RequestStageHistograms; API_KEYS]>,
+}
+
+/// The stages of a request, each its own histogram in microseconds (fine bounds):
+/// decoded -> queued (phase one: Produce validated and appended), queued -> ready
+/// (Produce: durable; Fetch: the long poll), ready -> written (the response on the socket).
+#[derive(Clone, Copy, Debug)]
+pub struct RequestStageHistograms {
+    pub decoded_to_queued_us: Histogram,
+    pub queued_to_ready_us: Histogram,
+    pub ready_to_written_us: Histogram,
+}
+
+impl RequestStageHistograms {
+    const EMPTY: RequestStageHistograms = RequestStageHistograms {
+        decoded_to_queued_us: Histogram::new(STAGE_BOUNDS_US),
+        queued_to_ready_us: Histogram::new(STAGE_BOUNDS_US),
+        ready_to_written_us: Histogram::new(STAGE_BOUNDS_US),
+    };
 }
 
 impl Default for RequestDurations {
     fn default() -> Self {
-        RequestDurations { by_api_key: RefCell::new([Histogram::new(LATENCY_BOUNDS_US); API_KEYS]) }
+        RequestDurations {
+            by_api_key: RefCell::new([Histogram::new(LATENCY_BOUNDS_US); API_KEYS]),
+            stages_by_api_key: RefCell::new([RequestStageHistograms::EMPTY; API_KEYS]),
+        }
     }
 }
 
@@ -56,17 +83,30 @@ impl std::fmt::Debug for RequestDurations {
 }
 
 impl RequestDurations {
-    pub fn record(&self, api_key: i16, elapsed: Duration) {
+    /// Records one request: `queued`, `ready` and `written` are measured from its decoding.
+    pub fn record(&self, api_key: i16, queued: Duration, ready: Duration, written: Duration) {
+        let us = |d: Duration| d.as_micros() as u64;
         if let Some(histogram) = self.by_api_key.borrow_mut().get_mut(api_key as usize) {
-            histogram.record(elapsed.as_micros() as u64);
+            histogram.record(us(written));
+        }
+        if let Some(stages) = self.stages_by_api_key.borrow_mut().get_mut(api_key as usize) {
+            stages.decoded_to_queued_us.record(us(queued));
+            stages.queued_to_ready_us.record(us(ready.saturating_sub(queued)));
+            stages.ready_to_written_us.record(us(written.saturating_sub(ready)));
         }
     }
 
+    /// The stage histograms of one API.
+    pub fn stages(&self, api_key: i16) -> Option<RequestStageHistograms> {
+        self.stages_by_api_key.borrow().get(api_key as usize).copied()
+    }
+
     /// The histograms of APIs that saw at least one request.
-    fn snapshot(&self) -> Vec<(i16, Histogram)> {
+    fn snapshot(&self) -> Vec<(i16, Histogram, RequestStageHistograms)> {
         let all = self.by_api_key.borrow();
-        let used = all.iter().enumerate().filter(|(_, h)| h.count() > 0);
-        used.map(|(key, h)| (key as i16, *h)).collect()
+        let stages = self.stages_by_api_key.borrow();
+        let used = all.iter().zip(stages.iter()).enumerate().filter(|(_, (h, _))| h.count() > 0);
+        used.map(|(key, (h, s))| (key as i16, *h, *s)).collect()
     }
 }
 
@@ -79,7 +119,9 @@ pub struct ShardMetrics {
     pub connections_accepted: u64,
     pub requests_with_trailing_bytes: u64,
     pub idempotent_producers: u64,
-    pub request_durations_us: Vec<(i16, Histogram)>,
+    pub request_durations_us: Vec<(i16, Histogram, RequestStageHistograms)>,
+    /// From a flush's completion to a Fetch parked on it running again.
+    pub fetch_wake_us: Histogram,
     pub log: LogProbes,
     pub log_segments: u64,
     /// Why the log stopped (a failed write or fdatasync), if it did.
@@ -146,6 +188,30 @@ impl Shard {
         }
     }
 
+    /// One log line with the latency budget of a durable produce, if the log flushed since
+    /// `last_flushes` (which is updated): the median of each stage since start-up, as the
+    /// upper bound of its histogram bucket (`None`: no sample yet).
+    pub fn log_latency_budget(&self, last_flushes: &mut u64) {
+        let log = self.log.probes();
+        if log.flushes == *last_flushes {
+            return;
+        }
+        *last_flushes = log.flushes;
+        let produce = self.probes.request_durations.stages(PRODUCE_API_KEY);
+        let p50 = |h: Option<&Histogram>| h.and_then(|h| h.quantile_bound(0.5));
+        info!(
+            shard = self.id,
+            produce_queued_p50_us = ?p50(produce.as_ref().map(|s| &s.decoded_to_queued_us)),
+            flush_gather_p50_us = ?p50(Some(&log.flush_gather_us)),
+            flush_write_p50_us = ?p50(Some(&log.flush_write_duration_us)),
+            flush_fdatasync_p50_us = ?p50(Some(&log.flush_fdatasync_us)),
+            produce_durable_p50_us = ?p50(produce.as_ref().map(|s| &s.queued_to_ready_us)),
+            produce_written_p50_us = ?p50(produce.as_ref().map(|s| &s.ready_to_written_us)),
+            fetch_wake_p50_us = ?p50(Some(&self.probes.fetch_wake_us.borrow())),
+            "latency budget (medians since start-up, as bucket upper bounds)"
+        );
+    }
+
     /// This shard's snapshot (answers `ShardRequest::Metrics`).
     pub fn metrics_snapshot(&self) -> ShardMetrics {
         let probes = &self.probes;
@@ -158,6 +224,7 @@ impl Shard {
             requests_with_trailing_bytes: probes.requests_with_trailing_bytes.get(),
             idempotent_producers: self.producers.borrow().len() as u64,
             request_durations_us: probes.request_durations.snapshot(),
+            fetch_wake_us: *probes.fetch_wake_us.borrow(),
             log: self.log.probes(),
             log_segments: self.log.segments().len() as u64,
             log_stopped: self.log.stopped_reason(),

@@ -255,8 +255,22 @@ impl Shard {
                 self.count_fetches(&results);
                 return results;
             }
-            let timeout = glommio::timer::sleep(deadline - now);
-            futures_lite::future::or(flushed, timeout).await;
+            let timeout = async {
+                glommio::timer::sleep(deadline - now).await;
+                false
+            };
+            let woken = futures_lite::future::or(
+                async {
+                    flushed.await;
+                    true
+                },
+                timeout,
+            )
+            .await;
+            if let (true, Some(done)) = (woken, self.log.last_flush_done()) {
+                let wake_us = done.elapsed().as_micros() as u64;
+                self.probes.fetch_wake_us.borrow_mut().record(wake_us);
+            }
         }
     }
 

@@ -10,7 +10,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
-use shardlog_storage::{AnyDisk, Durable, PartitionId, ShardLog};
+use shardlog_storage::{AnyDisk, Durable, Histogram, PartitionId, ShardLog, STAGE_BOUNDS_US};
 use tracing::info;
 
 use crate::group::{GroupConfig, GroupCoordinator};
@@ -60,7 +60,7 @@ impl Default for ShardConfig {
 }
 
 /// Per-shard counters (plain cells: read by this shard's metrics code only).
-#[derive(Default, Debug)]
+#[derive(Debug)]
 pub struct ShardProbes {
     /// Requests (or parts of requests) that reached this shard for a partition another
     /// shard owns and were forwarded over the mesh.
@@ -75,8 +75,27 @@ pub struct ShardProbes {
     pub requests_with_trailing_bytes: Cell<u64>,
     /// Latency per Kafka API of the requests this shard's connections carried.
     pub request_durations: crate::metrics::RequestDurations,
+    /// From a flush's completion to a Fetch parked on it running again, in microseconds.
+    pub fetch_wake_us: RefCell<Histogram>,
     /// Traffic per topic (keyed by topic number) on the partitions this shard owns.
     pub topics: crate::metrics::TopicCounterMap,
+}
+
+impl Default for ShardProbes {
+    fn default() -> Self {
+        ShardProbes {
+            forwarded_requests: Cell::default(),
+            produce_batches: Cell::default(),
+            produce_bytes: Cell::default(),
+            fetch_bytes: Cell::default(),
+            connections: Cell::default(),
+            connections_accepted: Cell::default(),
+            requests_with_trailing_bytes: Cell::default(),
+            request_durations: Default::default(),
+            fetch_wake_us: RefCell::new(Histogram::new(STAGE_BOUNDS_US)),
+            topics: Default::default(),
+        }
+    }
 }
 
 impl ShardProbes {

@@ -71,13 +71,36 @@ fn render_requests(text: &mut Text, shards: &[ShardMetrics]) {
     let help = "Kafka request latency per API, from decoded request to written response.";
     text.family(name, "histogram", help);
     for s in shards {
-        for (api_key, histogram) in &s.request_durations_us {
-            let api = ApiKey::try_from(*api_key)
-                .map_or_else(|_| format!("ApiKey{api_key}"), |k| format!("{k:?}"));
+        for (api_key, histogram, _) in &s.request_durations_us {
+            let api = api_name(*api_key);
             let labels: [(&str, &dyn Display); 2] = [("shard", &s.shard), ("api", &api)];
             text.histogram(name, &labels, histogram, MICROS_PER_SECOND);
         }
     }
+    let name = "shardlog_request_stage_seconds";
+    let help = "A request's latency split in stages: decoded_to_queued (phase one; Produce: \
+                validated and appended), queued_to_ready (Produce: until durable; Fetch: the \
+                long poll), ready_to_written (the response written).";
+    text.family(name, "histogram", help);
+    for s in shards {
+        for (api_key, _, stages) in &s.request_durations_us {
+            let api = api_name(*api_key);
+            let split = [
+                ("decoded_to_queued", &stages.decoded_to_queued_us),
+                ("queued_to_ready", &stages.queued_to_ready_us),
+                ("ready_to_written", &stages.ready_to_written_us),
+            ];
+            for (stage, histogram) in split {
+                let labels: [(&str, &dyn Display); 3] =
+                    [("shard", &s.shard), ("api", &api), ("stage", &stage)];
+                text.histogram(name, &labels, histogram, MICROS_PER_SECOND);
+            }
+        }
+    }
+}
+
+fn api_name(api_key: i16) -> String {
+    ApiKey::try_from(api_key).map_or_else(|_| format!("ApiKey{api_key}"), |k| format!("{k:?}"))
 }
 
 fn render_log(text: &mut Text, shards: &[ShardMetrics]) {
@@ -134,6 +157,27 @@ fn render_flushes(text: &mut Text, shards: &[ShardMetrics]) {
             &s.log.appends_per_fsync
         }),
     ];
+    let name = "shardlog_flush_stage_seconds";
+    let help = "A flush's latency split in stages: gather (first append carried to DMA write \
+                submitted), write (the DMA write), fdatasync.";
+    text.family(name, "histogram", help);
+    for s in shards {
+        let split = [
+            ("gather", &s.log.flush_gather_us),
+            ("write", &s.log.flush_write_duration_us),
+            ("fdatasync", &s.log.flush_fdatasync_us),
+        ];
+        for (stage, histogram) in split {
+            let labels: [(&str, &dyn Display); 2] = [("shard", &s.shard), ("stage", &stage)];
+            text.histogram(name, &labels, histogram, MICROS_PER_SECOND);
+        }
+    }
+    let name = "shardlog_fetch_wake_seconds";
+    let help = "From a flush's completion to a Fetch parked on it running again.";
+    text.family(name, "histogram", help);
+    for s in shards {
+        text.histogram(name, &[("shard", &s.shard)], &s.fetch_wake_us, MICROS_PER_SECOND);
+    }
     for (name, help, scale, histogram) in histograms {
         text.family(name, "histogram", help);
         for s in shards {

@@ -38,7 +38,7 @@ use std::rc::Rc;
 
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
-use shardlog_net::{Reply, Request, RequestHandler};
+use shardlog_net::{Reply, Request, RequestHandler, RequestStages};
 use shardlog_shards::Shard;
 
 /// One served API: the versions advertised in ApiVersions, and the lowest version
@@ -122,8 +122,9 @@ impl RequestHandler for KafkaHandler {
         ResponseKind::ApiVersions(api_versions::response(errors::UNSUPPORTED_VERSION))
     }
 
-    fn request_done(&self, api_key: ApiKey, elapsed: std::time::Duration) {
-        self.shard.probes.request_durations.record(api_key as i16, elapsed);
+    fn request_done(&self, api_key: ApiKey, stages: RequestStages) {
+        let durations = &self.shard.probes.request_durations;
+        durations.record(api_key as i16, stages.queued, stages.ready, stages.written);
     }
 
     fn request_with_trailing_bytes(&self, _api_key: ApiKey) {

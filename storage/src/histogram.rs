@@ -17,6 +17,10 @@ pub const LATENCY_BOUNDS_US: &[u64] = &[
     25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000,
     1_000_000, 5_000_000,
 ];
+/// Finer latency bounds in microseconds, 10 µs .. 1 s, for the stages of one request or
+/// flush (the latency budget: a durable ack is ~100-1000 µs, split in a few stages).
+pub const STAGE_BOUNDS_US: &[u64] =
+    &[10, 20, 35, 50, 75, 100, 150, 200, 300, 500, 750, 1_000, 2_000, 5_000, 20_000, 1_000_000];
 /// Byte-size bounds, 4 KiB .. 64 MiB.
 pub const SIZE_BOUNDS_BYTES: &[u64] =
     &[4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
@@ -65,6 +69,16 @@ impl Histogram {
         self.sum
     }
 
+    /// The upper bound of the bucket holding the `q`-quantile (0 < q <= 1), or `None` when
+    /// empty or when it lies above every bound. For one-line summaries, not for math.
+    pub fn quantile_bound(&self, q: f64) -> Option<u64> {
+        let rank = ((self.count as f64 * q).ceil() as u64).max(1);
+        if self.count == 0 {
+            return None;
+        }
+        self.cumulative().find(|&(_, at_or_below)| at_or_below >= rank).map(|(bound, _)| bound)
+    }
+
     /// `(upper bound, values at or below it)` for every bound, cumulative as Prometheus
     /// buckets are; the `+Inf` bucket is `count()`.
     pub fn cumulative(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
@@ -89,6 +103,19 @@ mod tests {
         assert_eq!(h.cumulative().collect::<Vec<_>>(), vec![(10, 2), (100, 4)]);
         assert_eq!(h.count(), 6);
         assert_eq!(h.sum(), 5222);
+    }
+
+    #[test]
+    fn quantile_bound_is_the_bound_of_the_bucket_holding_the_rank() {
+        let mut h = Histogram::new(&[10, 100, 1000]);
+        assert_eq!(h.quantile_bound(0.5), None);
+        for value in [5, 50, 60, 70, 5000] {
+            h.record(value);
+        }
+        assert_eq!(h.quantile_bound(0.2), Some(10));
+        assert_eq!(h.quantile_bound(0.5), Some(100));
+        assert_eq!(h.quantile_bound(0.8), Some(100));
+        assert_eq!(h.quantile_bound(1.0), None, "above every bound");
     }
 
     #[test]

@@ -189,6 +189,8 @@ pub use batch::{
 };
 pub use disk::{Disk, DmaDisk, IoBuffer, SegmentFile, IOPOLL_PROBE_FILE};
 pub use frame::{EntryKind, ENTRY_HEADER_BYTES, FORMAT_VERSION, PAGE_BYTES};
-pub use histogram::{Histogram, COUNT_BOUNDS, LATENCY_BOUNDS_US, MAX_BUCKETS, SIZE_BOUNDS_BYTES};
+pub use histogram::{
+    Histogram, COUNT_BOUNDS, LATENCY_BOUNDS_US, MAX_BUCKETS, SIZE_BOUNDS_BYTES, STAGE_BOUNDS_US,
+};
 pub use log::{Appended, Durable, LogProbes, ShardLog};
 pub use sim::{seed_from_env, SimDisk, SimImage, XorShift};

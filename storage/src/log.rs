@@ -66,6 +66,12 @@ pub struct LogProbes {
     pub fsync_bytes: Histogram,
     /// Entries each flush made durable.
     pub appends_per_fsync: Histogram,
+    /// The stages of each flush (the storage part of a durable ack's latency budget):
+    /// from the first append the flush carries to its DMA write submitted (waiting for the
+    /// flush before it and for the flusher to run), the DMA write, then the fdatasync.
+    pub flush_gather_us: Histogram,
+    pub flush_write_duration_us: Histogram,
+    pub flush_fdatasync_us: Histogram,
     /// Segment files deleted after retention freed them, and their bytes.
     pub retention_deleted_segments: u64,
     pub retention_deleted_bytes: u64,
@@ -83,6 +89,9 @@ impl Default for LogProbes {
             fsync_duration_us: Histogram::new(LATENCY_BOUNDS_US),
             fsync_bytes: Histogram::new(SIZE_BOUNDS_BYTES),
             appends_per_fsync: Histogram::new(COUNT_BOUNDS),
+            flush_gather_us: Histogram::new(STAGE_BOUNDS_US),
+            flush_write_duration_us: Histogram::new(STAGE_BOUNDS_US),
+            flush_fdatasync_us: Histogram::new(STAGE_BOUNDS_US),
             retention_deleted_segments: 0,
             retention_deleted_bytes: 0,
         }
@@ -95,6 +104,8 @@ pub(crate) struct Signal {
     probes: Cell<LogProbes>,
     durable: Cell<u64>,
     flushes: Cell<u64>,
+    /// When the last flush completed (parked readers measure their wake-up from it).
+    last_flush_done: Cell<Option<std::time::Instant>>,
     fatal: RefCell<Option<String>>,
     waiters: RefCell<Vec<Waker>>,
 }
@@ -487,6 +498,11 @@ impl<D: Disk> ShardLog<D> {
         self.inner.signal.wait_until(move |s| s.flushes.get() > seen || s.fatal.borrow().is_some())
     }
 
+    /// When the last flush completed, if one did since the log was opened.
+    pub fn last_flush_done(&self) -> Option<std::time::Instant> {
+        self.inner.signal.last_flush_done.get()
+    }
+
     /// Moves log_start_offset forward by whole durable batches (time and size policy) and
     /// schedules the deletion of segments nobody needs any more.
     pub fn apply_retention(&self, partition: PartitionId, policy: RetentionPolicy, now_ms: i64) {
@@ -705,6 +721,9 @@ impl<D: Disk> Inner<D> {
             let source = io::Error::new(kind, message);
             return Err(AppendError::Storage(StorageError::Io { op: "prepare segment", source }));
         }
+        if !entries.is_empty() {
+            state.gathering_since.get_or_insert_with(std::time::Instant::now);
+        }
         let mut positions = Vec::with_capacity(entries.len());
         for (header, payload) in entries {
             if let Some(next) =
@@ -740,7 +759,11 @@ impl<D: Disk> Inner<D> {
     }
 
     /// Writes one flush and fdatasyncs every segment it touched.
-    async fn write_flush(&self, flush: &mut Flush<D::Buffer>) -> Result<(), StorageError> {
+    async fn write_flush(
+        &self,
+        flush: &mut Flush<D::Buffer>,
+        gathered_since: Option<std::time::Instant>,
+    ) -> Result<(), StorageError> {
         let mut touched: Vec<u64> = flush.chunks.iter().map(|c| c.segment_base).collect();
         touched.dedup();
         let waiting = std::time::Instant::now();
@@ -772,10 +795,18 @@ impl<D: Disk> Inner<D> {
             self.disk.sync(base).await?;
         }
         let sync_us = written.elapsed().as_micros() as u64;
+        let write_us = (written - started).as_micros() as u64;
         let mut probes = self.signal.probes.get();
+        if let Some(since) = gathered_since {
+            probes
+                .flush_gather_us
+                .record(started.saturating_duration_since(since).as_micros() as u64);
+        }
+        probes.flush_write_duration_us.record(write_us);
+        probes.flush_fdatasync_us.record(sync_us);
         probes.flushes += 1;
         probes.flushed_bytes += flush.end - first;
-        probes.flush_write_us += (written - started).as_micros() as u64;
+        probes.flush_write_us += write_us;
         probes.flush_sync_us += sync_us;
         probes.fsync_duration_us.record(sync_us);
         probes.fsync_bytes.record(flush.end - first);
@@ -927,9 +958,12 @@ async fn park<D: Disk>(
 /// in the next one. No timer: a lone append is written as soon as the flusher runs.
 async fn run_flusher<D: Disk>(weak: Weak<Inner<D>>) {
     while let Some(inner) = park(&weak, true, |s| s.batcher.has_gathered()).await {
-        let flush = inner.state.borrow_mut().batcher.take_flush();
+        let (flush, gathered_since) = {
+            let mut state = inner.state.borrow_mut();
+            (state.batcher.take_flush(), state.gathering_since.take())
+        };
         let Some(mut flush) = flush else { continue };
-        if let Err(error) = inner.write_flush(&mut flush).await {
+        if let Err(error) = inner.write_flush(&mut flush, gathered_since).await {
             inner.poison(&error);
             return;
         }
@@ -945,11 +979,13 @@ async fn run_flusher<D: Disk>(weak: Weak<Inner<D>>) {
             }
             durable
         };
+        let done = std::time::Instant::now();
         inner.signal.durable.set(durable);
         inner.signal.flushes.set(inner.signal.flushes.get() + 1);
+        inner.signal.last_flush_done.set(Some(done));
         inner.signal.wake_all();
         let mut state = inner.state.borrow_mut();
-        state.last_flush_done = std::time::Instant::now();
+        state.last_flush_done = done;
         if !state.batcher.has_gathered() {
             inner.wake_maintenance(&mut state);
         }

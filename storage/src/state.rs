@@ -86,6 +86,8 @@ pub(crate) struct State<B> {
     pub zeroing: Option<(u64, u64, u64)>,
     /// When the last flush completed (idle-time zero-fill waits for a quiet moment).
     pub last_flush_done: std::time::Instant,
+    /// When the first entry the next flush will carry was appended.
+    pub gathering_since: Option<std::time::Instant>,
     pub flusher: Option<std::task::Waker>,
     pub maintenance: Option<std::task::Waker>,
 }
@@ -269,6 +271,7 @@ impl Replayed {
             zero_fill: false,
             zeroing: None,
             last_flush_done: std::time::Instant::now(),
+            gathering_since: None,
             flusher: None,
             maintenance: None,
         }
