@@ -208,6 +208,15 @@ impl<H: RequestHandler> Connection<H> {
                 let api_key = request.api_key;
                 let api_version = request.api_version;
                 let correlation_id = request.header.correlation_id;
+                // Which versions each client negotiates (docs/compatibility.md was built
+                // from these lines): off unless the log level is debug.
+                debug!(
+                    peer = %self.peer,
+                    api = ?api_key,
+                    version = api_version,
+                    client_id = request.header.client_id.as_deref().unwrap_or(""),
+                    "request"
+                );
                 let reply = handler.clone().handle(request).await;
                 let reply = glommio::spawn_local(async move {
                     let response = reply.await;
