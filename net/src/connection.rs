@@ -234,6 +234,15 @@ impl<H: RequestHandler> Connection<H> {
                     self.note_trailing_bytes(&request);
                 }
                 let correlation_id = request.header.correlation_id;
+                // Which versions each client negotiates (docs/compatibility.md was built
+                // from these lines): off unless the log level is debug.
+                debug!(
+                    peer = %self.peer,
+                    api = ?api_key,
+                    version = api_version,
+                    client_id = request.header.client_id.as_deref().unwrap_or(""),
+                    "request"
+                );
                 let reply = handler.clone().handle(request).await;
                 let queued = Instant::now();
                 let reply = glommio::spawn_local(async move {

@@ -332,7 +332,23 @@ impl Shard {
             self.log.partition_info(partition_id).ok_or(PartitionError::UnknownTopicOrPartition)?;
         match timestamp_ms {
             -1 => Ok((info.high_watermark, -1)),
-            -2 => Ok((info.log_start_offset, -1)),
+            // -4, the earliest local offset: nothing is tiered, so the earliest.
+            -2 | -4 => Ok((info.log_start_offset, -1)),
+            // The latest tiered offset: nothing is tiered (Kafka answers so without
+            // remote storage).
+            -5 => Ok((-1, -1)),
+            // The record with the largest timestamp: the first that carries it.
+            -3 => match self.log.max_timestamp(partition_id) {
+                None => Ok((-1, -1)),
+                Some(max) => {
+                    let found = self
+                        .log
+                        .offset_for_timestamp(partition_id, max)
+                        .await
+                        .map_err(read_error)?;
+                    Ok(found.map_or((-1, -1), |(offset, ts)| (offset, ts)))
+                }
+            },
             t if t >= 0 => {
                 let found =
                     self.log.offset_for_timestamp(partition_id, t).await.map_err(read_error)?;

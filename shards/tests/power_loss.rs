@@ -826,6 +826,7 @@ async fn commit_loop(world: &Incarnation, shard: &Rc<Shard>) {
                     offset: rng.below(1_000_000) as i64,
                     leader_epoch: -1,
                     metadata: Some(format!("seed {}", world.seed)),
+                    commit_time_ms: None,
                 });
             }
         }

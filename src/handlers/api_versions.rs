@@ -1,4 +1,5 @@
-//! ApiVersions (v0-v3): the versions table, as advertised.
+//! ApiVersions (v0-v4): the versions table, as advertised. v4 differs from v3 only in
+//! the supported features, of which none are sent.
 //!
 //! Default-valued tagged fields are left out of v3 responses (kafka-protocol omits them),
 //! which librdkafka before 2.2.0 (Debian's kcat) needs.

@@ -1,4 +1,4 @@
-//! CreateTopics (v2-v7), through the controller on shard 0.
+//! CreateTopics (v0-v7; v0 has no validate_only, v0 answers carry no error message), through the controller on shard 0.
 //!
 //! Replication factor 1 (or -1, the default) is accepted; anything else is refused with
 //! INVALID_REPLICATION_FACTOR until replication exists. Manual replica assignments are
@@ -63,8 +63,10 @@ pub fn handle(shard: Rc<Shard>, request: CreateTopicsRequest) -> Reply {
                     let partitions = meta
                         .as_ref()
                         .map_or(topic.num_partitions, |m| m.partition_shards.len() as i32);
+                    // null, not "", as Kafka: a client may print any message it gets.
                     response
                         .with_error_code(errors::NONE)
+                        .with_error_message(None)
                         .with_topic_id(meta.map_or(Uuid::nil(), |m| Uuid::from_bytes(m.topic_id)))
                         .with_num_partitions(partitions)
                         .with_replication_factor(1)

@@ -1,4 +1,4 @@
-//! DeleteTopics (v1-v6), through the controller on shard 0. v6 may name topics by id.
+//! DeleteTopics (v0-v6), through the controller on shard 0. v6 may name topics by id.
 
 use std::rc::Rc;
 

@@ -1,11 +1,11 @@
-//! DescribeConfigs (v1-v4): every topic config this broker implements (explicit values and
+//! DescribeConfigs (v0-v4): every topic config this broker implements (explicit values and
 //! defaults, with their sources, synonyms and one-line docs), and the broker settings
 //! that exist (read-only: they are command-line flags).
 //!
 //! Sources: a value set on the topic is DYNAMIC_TOPIC_CONFIG, one left to its default is
 //! DEFAULT_CONFIG (two defaults come from broker flags: `max.message.bytes` from
-//! `--max-message-bytes`, `segment.bytes` from `--segment-bytes`). `is_default` exists only
-//! in v0, which the codec does not carry: clients derive it from the source.
+//! `--max-message-bytes`, `segment.bytes` from `--segment-bytes`). v0 carries `is_default`
+//! instead of the source (true for DEFAULT_CONFIG) and no synonyms.
 
 use std::rc::Rc;
 
@@ -104,7 +104,8 @@ fn describe(
         .filter(|d| wanted(&d.name))
         .map(|d| response_entry(d, include_synonyms, include_documentation))
         .collect();
-    result.with_error_code(errors::NONE).with_configs(configs)
+    // A null message on success, as Kafka (the codec defaults to "").
+    result.with_error_code(errors::NONE).with_error_message(None).with_configs(configs)
 }
 
 fn describe_topic_config(shard: &Shard, meta: &TopicMeta, def: &TopicConfigDef) -> Described {
@@ -180,6 +181,7 @@ fn response_entry(
         .with_name(str_bytes(&described.name))
         .with_value(Some(str_bytes(&described.value)))
         .with_config_source(described.source)
+        .with_is_default(described.source == SOURCE_DEFAULT)
         .with_config_type(described.config_type)
         .with_read_only(described.read_only)
         .with_synonyms(synonyms)

@@ -1,4 +1,4 @@
-//! DescribeLogDirs (v1-v4): each shard is a broker with one log dir, its own data
+//! DescribeLogDirs (v0-v4): each shard is a broker with one log dir, its own data
 //! sub-directory (`<data-dir>/shard-NNN`), and answers for the partitions it owns.
 //!
 //! A partition's size is what the shard log's index holds for it: the bytes of its

@@ -1,4 +1,4 @@
-//! Fetch (v4-v12): the read hot path, top to bottom.
+//! Fetch (v4-v18): the read hot path, top to bottom.
 //!
 //! Each partition is read on its owner shard from the stored batch bytes (no
 //! re-encoding), never above the high watermark. With fewer than `min_bytes` available
@@ -7,6 +7,10 @@
 //! Fetch sessions (KIP-227): this broker declines them by answering session id 0, which
 //! clients treat as "send full requests"; a request naming a session we never created
 //! gets FETCH_SESSION_ID_NOT_FOUND.
+//!
+//! v13+ name topics by id: ids are resolved through this shard's topic table, and an
+//! unknown id gets UNKNOWN_TOPIC_ID on each of its partitions. Fetch v0-v3 (message
+//! format v0/v1) are refused before decoding: the log stores magic-2 batches only.
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -17,8 +21,10 @@ use kafka_protocol::messages::fetch_response::{
     FetchResponse, FetchableTopicResponse, PartitionData,
 };
 use kafka_protocol::messages::{ResponseKind, TopicName};
+use kafka_protocol::protocol::StrBytes;
 use shardlog_net::Reply;
 use shardlog_shards::{PartitionRead, Shard};
+use uuid::Uuid;
 
 use super::errors::{self, partition_error_code};
 use super::str_bytes;
@@ -27,7 +33,12 @@ use super::str_bytes;
 const MAX_WAIT_CAP: Duration = Duration::from_secs(60);
 
 /// `fetch_max_bytes` caps the request's own `max_bytes` (--fetch-max-bytes).
-pub fn handle(shard: Rc<Shard>, request: FetchRequest, fetch_max_bytes: usize) -> Reply {
+pub fn handle(
+    shard: Rc<Shard>,
+    request: FetchRequest,
+    version: i16,
+    fetch_max_bytes: usize,
+) -> Reply {
     Box::pin(async move {
         if request.session_id != 0 && request.session_epoch != -1 {
             let response = FetchResponse::default()
@@ -37,10 +48,30 @@ pub fn handle(shard: Rc<Shard>, request: FetchRequest, fetch_max_bytes: usize) -
         }
         let read_committed = request.isolation_level == 1;
         let mut reads = Vec::new();
+        let mut unknown_ids = Vec::new();
+        // (name, id) of each topic asked for by id (v13+), to answer with its id.
+        let mut ids = Vec::new();
+        let table = shard.table();
         for topic in &request.topics {
+            let name = if version >= 13 {
+                let id = topic.topic_id;
+                match table.topics.values().find(|t| Uuid::from_bytes(t.topic_id) == id) {
+                    Some(meta) => {
+                        ids.push((meta.name.clone(), id));
+                        meta.name.clone()
+                    }
+                    None => {
+                        let partitions = topic.partitions.iter().map(|p| p.partition);
+                        unknown_ids.push(unknown_topic_id(id, partitions));
+                        continue;
+                    }
+                }
+            } else {
+                topic.topic.0.as_str().to_string()
+            };
             for partition in &topic.partitions {
                 reads.push(PartitionRead {
-                    topic: topic.topic.0.as_str().to_string(),
+                    topic: name.clone(),
                     partition: partition.partition,
                     fetch_offset: partition.fetch_offset,
                     partition_max_bytes: partition.partition_max_bytes.max(0) as usize,
@@ -72,14 +103,37 @@ pub fn handle(shard: Rc<Shard>, request: FetchRequest, fetch_max_bytes: usize) -
                 Some(last) if last.topic.0.as_str() == data.topic => {
                     last.partitions.push(partition)
                 }
-                _ => responses.push(
-                    FetchableTopicResponse::default()
-                        .with_topic(TopicName(str_bytes(&data.topic)))
-                        .with_partitions(vec![partition]),
-                ),
+                _ => {
+                    let id = ids.iter().find(|(name, _)| *name == data.topic);
+                    responses.push(
+                        FetchableTopicResponse::default()
+                            .with_topic(TopicName(str_bytes(&data.topic)))
+                            .with_topic_id(id.map_or(Uuid::nil(), |(_, id)| *id))
+                            .with_partitions(vec![partition]),
+                    )
+                }
             }
         }
+        responses.extend(unknown_ids);
         let response = FetchResponse::default().with_session_id(0).with_responses(responses);
         Some(ResponseKind::Fetch(response))
     })
+}
+
+/// The answer for a topic id this broker does not know (v13+).
+fn unknown_topic_id(id: Uuid, partitions: impl Iterator<Item = i32>) -> FetchableTopicResponse {
+    let partitions = partitions
+        .map(|index| {
+            PartitionData::default()
+                .with_partition_index(index)
+                .with_error_code(errors::UNKNOWN_TOPIC_ID)
+                .with_high_watermark(-1)
+                .with_preferred_read_replica((-1).into())
+                .with_records(Some(Bytes::new()))
+        })
+        .collect();
+    FetchableTopicResponse::default()
+        .with_topic(TopicName(StrBytes::default()))
+        .with_topic_id(id)
+        .with_partitions(partitions)
 }

@@ -1,6 +1,8 @@
-//! FindCoordinator (v0-v4): a group's coordinator is the shard `coordinator_shard(group)`,
+//! FindCoordinator (v0-v6): a group's coordinator is the shard `coordinator_shard(group)`,
 //! advertised as its own broker, so group traffic goes straight to that core. v4 asks for
-//! several keys at once. Transaction coordinators do not exist yet.
+//! several keys at once; v5 only adds an error code; v6 adds share-group keys (KIP-932),
+//! which get INVALID_REQUEST, as from a Kafka without share groups. Transaction
+//! coordinators do not exist yet.
 
 use std::rc::Rc;
 
@@ -15,6 +17,7 @@ use super::errors;
 use super::{str_bytes, KafkaHandler};
 
 const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_SHARE: i8 = 2;
 
 pub fn handle(handler: Rc<KafkaHandler>, request: FindCoordinatorRequest, version: i16) -> Reply {
     Box::pin(async move {
@@ -39,15 +42,22 @@ pub fn handle(handler: Rc<KafkaHandler>, request: FindCoordinatorRequest, versio
 
 fn coordinator(handler: &KafkaHandler, key: &StrBytes, key_type: i8) -> Coordinator {
     let base = Coordinator::default().with_key(key.clone());
-    if key_type != KEY_TYPE_GROUP {
-        let message = "transactions are not supported yet: there is no transaction coordinator";
-        return base
-            // Not retriable, so a transactional client fails at once with this message
-            // instead of retrying until its timeout.
-            .with_error_code(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    // No coordinator: node -1, port -1, and the reason.
+    let refused = |code: i16, message: &str| {
+        base.clone()
+            .with_error_code(code)
             .with_error_message(Some(str_bytes(message)))
             .with_node_id(BrokerId(-1))
-            .with_port(-1);
+            .with_port(-1)
+    };
+    if key_type == KEY_TYPE_SHARE {
+        return refused(errors::INVALID_REQUEST, "share groups (KIP-932) are not supported");
+    }
+    if key_type != KEY_TYPE_GROUP {
+        // Not retriable, so a transactional client fails at once with this message
+        // instead of retrying until its timeout.
+        let message = "transactions are not supported yet: there is no transaction coordinator";
+        return refused(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED, message);
     }
     if key.is_empty() {
         return base

@@ -1,6 +1,7 @@
-//! InitProducerId (v0-v4), for idempotent producers: a producer id unique across shards
-//! and restarts, or the next epoch of a known one (KIP-360). Transactional ids are refused
-//! with a message until transactions exist.
+//! InitProducerId (v0-v5; v5 only adds an error code transactions would use), for
+//! idempotent producers: a producer id unique across shards and restarts, or the next
+//! epoch of a known one (KIP-360). Transactional ids are refused with a message until
+//! transactions exist.
 
 use std::rc::Rc;
 

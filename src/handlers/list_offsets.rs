@@ -1,8 +1,14 @@
-//! ListOffsets (v1-v6): earliest (-2), latest (-1, the high watermark) and by timestamp.
+//! ListOffsets (v0-v9): earliest (-2), latest (-1, the high watermark), by timestamp, the
+//! largest timestamp (-3, v7+), the earliest local offset (-4, v8+: the earliest, as
+//! nothing is tiered) and the latest tiered offset (-5, v9+: -1, as nothing is tiered).
+//!
+//! v0 answers a list (`old_style_offsets`, at most `max_num_offsets` long) instead of one
+//! offset: shardlog keeps no per-partition segments whose base offsets Kafka listed there,
+//! so the list holds the one offset v1 would answer (none when v1 finds none).
 
 use std::rc::Rc;
 
-use kafka_protocol::messages::list_offsets_request::ListOffsetsRequest;
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsRequest};
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsResponse, ListOffsetsTopicResponse,
 };
@@ -12,6 +18,9 @@ use shardlog_shards::Shard;
 
 use super::errors::{self, partition_error_code};
 
+/// ListOffsets' special timestamp that asks for the latest offset in tiered storage.
+const LATEST_TIERED_TIMESTAMP: i64 = -5;
+
 pub fn handle(shard: Rc<Shard>, request: ListOffsetsRequest, version: i16) -> Reply {
     Box::pin(async move {
         let mut topics = Vec::with_capacity(request.topics.len());
@@ -19,24 +28,7 @@ pub fn handle(shard: Rc<Shard>, request: ListOffsetsRequest, version: i16) -> Re
             let name = topic.name.0.as_str().to_string();
             let mut partitions = Vec::with_capacity(topic.partitions.len());
             for partition in topic.partitions {
-                let response = ListOffsetsPartitionResponse::default()
-                    .with_partition_index(partition.partition_index);
-                let response = match shard
-                    .list_offsets(&name, partition.partition_index, partition.timestamp)
-                    .await
-                {
-                    Ok((offset, timestamp)) => response
-                        .with_error_code(errors::NONE)
-                        .with_offset(offset)
-                        .with_timestamp(timestamp)
-                        // leader_epoch exists from v4 (the encoder refuses it before).
-                        .with_leader_epoch(if version >= 4 { 0 } else { -1 }),
-                    Err(e) => response
-                        .with_error_code(partition_error_code(&e))
-                        .with_offset(-1)
-                        .with_timestamp(-1),
-                };
-                partitions.push(response);
+                partitions.push(list_partition(&shard, &name, &partition, version).await);
             }
             topics.push(
                 ListOffsetsTopicResponse::default()
@@ -46,4 +38,39 @@ pub fn handle(shard: Rc<Shard>, request: ListOffsetsRequest, version: i16) -> Re
         }
         Some(ResponseKind::ListOffsets(ListOffsetsResponse::default().with_topics(topics)))
     })
+}
+
+async fn list_partition(
+    shard: &Shard,
+    topic: &str,
+    partition: &ListOffsetsPartition,
+    version: i16,
+) -> ListOffsetsPartitionResponse {
+    let response =
+        ListOffsetsPartitionResponse::default().with_partition_index(partition.partition_index);
+    let found = shard.list_offsets(topic, partition.partition_index, partition.timestamp).await;
+    match found {
+        Ok((offset, timestamp)) if version == 0 => {
+            let wanted = usize::try_from(partition.max_num_offsets).unwrap_or(0);
+            let offsets = if offset >= 0 { vec![offset] } else { Vec::new() };
+            response
+                .with_error_code(errors::NONE)
+                .with_old_style_offsets(offsets.into_iter().take(wanted).collect())
+                .with_timestamp(timestamp)
+        }
+        Ok((offset, timestamp)) => {
+            // leader_epoch exists from v4 (the encoder refuses it before); nothing is
+            // tiered, so the latest tiered offset has no epoch either.
+            let epoch =
+                if version < 4 || partition.timestamp == LATEST_TIERED_TIMESTAMP { -1 } else { 0 };
+            response
+                .with_error_code(errors::NONE)
+                .with_offset(offset)
+                .with_timestamp(timestamp)
+                .with_leader_epoch(epoch)
+        }
+        Err(e) => {
+            response.with_error_code(partition_error_code(&e)).with_offset(-1).with_timestamp(-1)
+        }
+    }
 }

@@ -59,32 +59,32 @@ const fn api(api_key: ApiKey, advertised_min: i16, accepted_min: i16, max: i16) 
 /// Every API this broker serves, with its versions.
 pub const SUPPORTED_APIS: &[ApiSupport] = &[
     api(ApiKey::Produce, 0, 3, 11),
-    api(ApiKey::Fetch, 4, 4, 12),
-    api(ApiKey::ListOffsets, 1, 1, 6),
+    // v0-v3 carry message format v0/v1 (magic 0/1): refused, and not advertised (as 4.0).
+    api(ApiKey::Fetch, 4, 4, 18),
+    api(ApiKey::ListOffsets, 0, 0, 9),
     api(ApiKey::Metadata, 0, 0, 12),
-    api(ApiKey::ApiVersions, 0, 0, 3),
-    api(ApiKey::CreateTopics, 2, 2, 7),
-    api(ApiKey::DeleteTopics, 1, 1, 6),
-    api(ApiKey::DescribeConfigs, 1, 1, 4),
-    api(ApiKey::FindCoordinator, 0, 0, 4),
+    api(ApiKey::ApiVersions, 0, 0, 4),
+    api(ApiKey::CreateTopics, 0, 0, 7),
+    api(ApiKey::DeleteTopics, 0, 0, 6),
+    api(ApiKey::DescribeConfigs, 0, 0, 4),
+    api(ApiKey::FindCoordinator, 0, 0, 6),
     api(ApiKey::JoinGroup, 0, 0, 9),
     api(ApiKey::SyncGroup, 0, 0, 5),
     api(ApiKey::Heartbeat, 0, 0, 4),
     api(ApiKey::LeaveGroup, 0, 0, 5),
-    api(ApiKey::OffsetCommit, 2, 2, 9),
-    api(ApiKey::OffsetFetch, 1, 1, 9),
+    api(ApiKey::OffsetCommit, 0, 0, 9),
+    api(ApiKey::OffsetFetch, 0, 0, 9),
     api(ApiKey::ListGroups, 0, 0, 5),
     api(ApiKey::DescribeGroups, 0, 0, 5),
     api(ApiKey::DeleteGroups, 0, 0, 2),
     api(ApiKey::OffsetDelete, 0, 0, 0),
-    api(ApiKey::InitProducerId, 0, 0, 4),
+    api(ApiKey::InitProducerId, 0, 0, 5),
     api(ApiKey::AlterConfigs, 0, 0, 2),
     api(ApiKey::IncrementalAlterConfigs, 0, 0, 1),
     api(ApiKey::CreatePartitions, 0, 0, 3),
     api(ApiKey::DeleteRecords, 0, 0, 2),
     api(ApiKey::DescribeCluster, 0, 0, 1),
-    // v0 is missing from the vendored codec (Kafka 4.0 dropped it); v1 is the same layout.
-    api(ApiKey::DescribeLogDirs, 1, 1, 4),
+    api(ApiKey::DescribeLogDirs, 0, 0, 4),
 ];
 
 /// Where clients reach each shard.
@@ -141,7 +141,7 @@ impl RequestHandler for KafkaHandler {
         match request.body {
             RequestKind::Produce(body) => produce::handle(&self.shard, body, version).await,
             RequestKind::Fetch(body) => {
-                fetch::handle(self.shard.clone(), body, self.fetch_max_bytes)
+                fetch::handle(self.shard.clone(), body, version, self.fetch_max_bytes)
             }
             RequestKind::ListOffsets(body) => {
                 list_offsets::handle(self.shard.clone(), body, version)

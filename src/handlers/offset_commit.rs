@@ -1,5 +1,11 @@
-//! OffsetCommit (v2-v9): the commit is written to the coordinator shard's log and
+//! OffsetCommit (v0-v9): the commit is written to the coordinator shard's log and
 //! fdatasync'd before it is answered, so an answered commit survives a crash.
+//!
+//! v0 carries no generation or member (-1 and "": accepted while the group has no
+//! members, as Kafka does for commits from outside a group). v1's per-partition commit
+//! timestamp, when set, is stored as the commit time (offset retention counts from it).
+//! v2-v4's retention time is decoded but not honoured: the group-level
+//! `offsets.retention` applies (docs/compatibility.md).
 
 use std::rc::Rc;
 
@@ -25,6 +31,7 @@ pub fn handle(shard: Rc<Shard>, request: OffsetCommitRequest) -> Reply {
                     offset: p.committed_offset,
                     leader_epoch: p.committed_leader_epoch,
                     metadata: p.committed_metadata.as_ref().map(|m| m.as_str().to_string()),
+                    commit_time_ms: (p.commit_timestamp >= 0).then_some(p.commit_timestamp),
                 });
             }
         }

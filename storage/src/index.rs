@@ -92,6 +92,12 @@ impl PartitionLog {
         (batch.last_offset < self.high_watermark).then_some(i)
     }
 
+    /// The largest record timestamp below the high watermark (None when nothing is).
+    pub fn max_timestamp(&self) -> Option<i64> {
+        let durable = self.batches.partition_point(|b| b.last_offset < self.high_watermark);
+        durable.checked_sub(1).map(|i| self.batches[i].running_max_timestamp)
+    }
+
     /// The cached bytes of batch `i`, if it is in the tail cache.
     pub fn cached_batch(&self, i: usize) -> Option<&Bytes> {
         let first_cached = self.batches.len() - self.cached.len();

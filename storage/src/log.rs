@@ -385,6 +385,11 @@ impl<D: Disk> ShardLog<D> {
         })
     }
 
+    /// The largest record timestamp a consumer can read in `partition` (ListOffsets -3).
+    pub fn max_timestamp(&self, partition: PartitionId) -> Option<i64> {
+        self.inner.state.borrow().core.partitions.get(&partition)?.max_timestamp()
+    }
+
     /// Whole batches from `from` up to the high watermark, at most `max_bytes` (but at
     /// least one batch if any is available, as Kafka KIP-74).
     pub async fn read(

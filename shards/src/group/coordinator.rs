@@ -54,6 +54,8 @@ pub struct OffsetCommitPartition {
     pub offset: i64,
     pub leader_epoch: i32,
     pub metadata: Option<String>,
+    /// The commit time the client stated (OffsetCommit v1), else the broker's clock.
+    pub commit_time_ms: Option<i64>,
 }
 
 /// What ListGroups / DescribeGroups show of a group.
@@ -389,7 +391,7 @@ impl Shard {
                     offset: p.offset,
                     leader_epoch: p.leader_epoch,
                     metadata: p.metadata,
-                    commit_time_ms,
+                    commit_time_ms: p.commit_time_ms.unwrap_or(commit_time_ms),
                 };
                 offsets.push(((p.topic, p.partition), committed));
                 Ok(())

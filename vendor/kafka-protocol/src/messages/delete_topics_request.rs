@@ -17,7 +17,7 @@ use crate::protocol::{
     Encodable, Encoder, HeaderVersion, Message, StrBytes, VersionRange,
 };
 
-/// Valid versions: 1-6
+/// Valid versions: 0-6
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeleteTopicState {
@@ -69,7 +69,7 @@ impl DeleteTopicState {
 #[cfg(feature = "client")]
 impl Encodable for DeleteTopicState {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 6 {
+        if version < 0 || version > 6 {
             bail!("specified version not supported by this message type");
         }
         if version >= 6 {
@@ -135,7 +135,7 @@ impl Encodable for DeleteTopicState {
 #[cfg(feature = "broker")]
 impl Decodable for DeleteTopicState {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 6 {
+        if version < 0 || version > 6 {
             bail!("specified version not supported by this message type");
         }
         let name = if version >= 6 {
@@ -177,11 +177,11 @@ impl Default for DeleteTopicState {
 }
 
 impl Message for DeleteTopicState {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 6 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 6 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1-6
+/// Valid versions: 0-6
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeleteTopicsRequest {
@@ -247,7 +247,7 @@ impl DeleteTopicsRequest {
 #[cfg(feature = "client")]
 impl Encodable for DeleteTopicsRequest {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 6 {
+        if version < 0 || version > 6 {
             bail!("specified version not supported by this message type");
         }
         if version >= 6 {
@@ -317,7 +317,7 @@ impl Encodable for DeleteTopicsRequest {
 #[cfg(feature = "broker")]
 impl Decodable for DeleteTopicsRequest {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 6 {
+        if version < 0 || version > 6 {
             bail!("specified version not supported by this message type");
         }
         let topics = if version >= 6 {
@@ -366,7 +366,7 @@ impl Default for DeleteTopicsRequest {
 }
 
 impl Message for DeleteTopicsRequest {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 6 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 6 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 

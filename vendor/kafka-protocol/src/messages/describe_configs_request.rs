@@ -17,7 +17,7 @@ use crate::protocol::{
     Encodable, Encoder, HeaderVersion, Message, StrBytes, VersionRange,
 };
 
-/// Valid versions: 1-4
+/// Valid versions: 0-4
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribeConfigsRequest {
@@ -83,7 +83,7 @@ impl DescribeConfigsRequest {
 #[cfg(feature = "client")]
 impl Encodable for DescribeConfigsRequest {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 4 {
+        if version < 0 || version > 4 {
             bail!("specified version not supported by this message type");
         }
         if version >= 4 {
@@ -91,7 +91,11 @@ impl Encodable for DescribeConfigsRequest {
         } else {
             types::Array(types::Struct { version }).encode(buf, &self.resources)?;
         }
-        types::Boolean.encode(buf, &self.include_synonyms)?;
+        if version >= 1 {
+            types::Boolean.encode(buf, &self.include_synonyms)?;
+        } else if self.include_synonyms {
+            bail!("A field is set that is not available on the selected protocol version");
+        }
         if version >= 3 {
             types::Boolean.encode(buf, &self.include_documentation)?;
         } else {
@@ -121,7 +125,9 @@ impl Encodable for DescribeConfigsRequest {
         } else {
             total_size += types::Array(types::Struct { version }).compute_size(&self.resources)?;
         }
-        total_size += types::Boolean.compute_size(&self.include_synonyms)?;
+        if version >= 1 {
+            total_size += types::Boolean.compute_size(&self.include_synonyms)?;
+        }
         if version >= 3 {
             total_size += types::Boolean.compute_size(&self.include_documentation)?;
         } else {
@@ -148,7 +154,7 @@ impl Encodable for DescribeConfigsRequest {
 #[cfg(feature = "broker")]
 impl Decodable for DescribeConfigsRequest {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 4 {
+        if version < 0 || version > 4 {
             bail!("specified version not supported by this message type");
         }
         let resources = if version >= 4 {
@@ -156,7 +162,11 @@ impl Decodable for DescribeConfigsRequest {
         } else {
             types::Array(types::Struct { version }).decode(buf)?
         };
-        let include_synonyms = types::Boolean.decode(buf)?;
+        let include_synonyms = if version >= 1 {
+            types::Boolean.decode(buf)?
+        } else {
+            false
+        };
         let include_documentation = if version >= 3 {
             types::Boolean.decode(buf)?
         } else {
@@ -193,11 +203,11 @@ impl Default for DescribeConfigsRequest {
 }
 
 impl Message for DescribeConfigsRequest {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 4 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 4 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1-4
+/// Valid versions: 0-4
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribeConfigsResource {
@@ -263,7 +273,7 @@ impl DescribeConfigsResource {
 #[cfg(feature = "client")]
 impl Encodable for DescribeConfigsResource {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 4 {
+        if version < 0 || version > 4 {
             bail!("specified version not supported by this message type");
         }
         types::Int8.encode(buf, &self.resource_type)?;
@@ -324,7 +334,7 @@ impl Encodable for DescribeConfigsResource {
 #[cfg(feature = "broker")]
 impl Decodable for DescribeConfigsResource {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 4 {
+        if version < 0 || version > 4 {
             bail!("specified version not supported by this message type");
         }
         let resource_type = types::Int8.decode(buf)?;
@@ -369,7 +379,7 @@ impl Default for DescribeConfigsResource {
 }
 
 impl Message for DescribeConfigsResource {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 4 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 4 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 

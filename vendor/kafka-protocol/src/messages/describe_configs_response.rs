@@ -17,7 +17,7 @@ use crate::protocol::{
     Encodable, Encoder, HeaderVersion, Message, StrBytes, VersionRange,
 };
 
-/// Valid versions: 1-4
+/// Valid versions: 0-4
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribeConfigsResourceResult {
@@ -40,6 +40,12 @@ pub struct DescribeConfigsResourceResult {
     ///
     /// Supported API versions: 1-4
     pub config_source: i8,
+
+    /// Whether the config is set to its default (shardlog patch: version 0 only, dropped
+    /// upstream; later versions carry `config_source`).
+    ///
+    /// Supported API versions: 0
+    pub is_default: bool,
 
     /// True if this configuration is sensitive.
     ///
@@ -102,6 +108,13 @@ impl DescribeConfigsResourceResult {
         self.config_source = value;
         self
     }
+    /// Sets `is_default` to the passed value.
+    ///
+    /// Supported API versions: 0
+    pub fn with_is_default(mut self, value: bool) -> Self {
+        self.is_default = value;
+        self
+    }
     /// Sets `is_sensitive` to the passed value.
     ///
     /// True if this configuration is sensitive.
@@ -153,7 +166,7 @@ impl DescribeConfigsResourceResult {
 #[cfg(feature = "broker")]
 impl Encodable for DescribeConfigsResourceResult {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 4 {
+        if version < 0 || version > 4 {
             bail!("specified version not supported by this message type");
         }
         if version >= 4 {
@@ -167,11 +180,15 @@ impl Encodable for DescribeConfigsResourceResult {
             types::String.encode(buf, &self.value)?;
         }
         types::Boolean.encode(buf, &self.read_only)?;
-        types::Int8.encode(buf, &self.config_source)?;
+        if version >= 1 {
+            types::Int8.encode(buf, &self.config_source)?;
+        } else {
+            types::Boolean.encode(buf, &self.is_default)?;
+        }
         types::Boolean.encode(buf, &self.is_sensitive)?;
         if version >= 4 {
             types::CompactArray(types::Struct { version }).encode(buf, &self.synonyms)?;
-        } else {
+        } else if version >= 1 {
             types::Array(types::Struct { version }).encode(buf, &self.synonyms)?;
         }
         if version >= 3 {
@@ -211,12 +228,16 @@ impl Encodable for DescribeConfigsResourceResult {
             total_size += types::String.compute_size(&self.value)?;
         }
         total_size += types::Boolean.compute_size(&self.read_only)?;
-        total_size += types::Int8.compute_size(&self.config_source)?;
+        if version >= 1 {
+            total_size += types::Int8.compute_size(&self.config_source)?;
+        } else {
+            total_size += types::Boolean.compute_size(&self.is_default)?;
+        }
         total_size += types::Boolean.compute_size(&self.is_sensitive)?;
         if version >= 4 {
             total_size +=
                 types::CompactArray(types::Struct { version }).compute_size(&self.synonyms)?;
-        } else {
+        } else if version >= 1 {
             total_size += types::Array(types::Struct { version }).compute_size(&self.synonyms)?;
         }
         if version >= 3 {
@@ -248,7 +269,7 @@ impl Encodable for DescribeConfigsResourceResult {
 #[cfg(feature = "client")]
 impl Decodable for DescribeConfigsResourceResult {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 4 {
+        if version < 0 || version > 4 {
             bail!("specified version not supported by this message type");
         }
         let name = if version >= 4 {
@@ -262,12 +283,18 @@ impl Decodable for DescribeConfigsResourceResult {
             types::String.decode(buf)?
         };
         let read_only = types::Boolean.decode(buf)?;
-        let config_source = types::Int8.decode(buf)?;
+        let (config_source, is_default) = if version >= 1 {
+            (types::Int8.decode(buf)?, false)
+        } else {
+            (-1, types::Boolean.decode(buf)?)
+        };
         let is_sensitive = types::Boolean.decode(buf)?;
         let synonyms = if version >= 4 {
             types::CompactArray(types::Struct { version }).decode(buf)?
-        } else {
+        } else if version >= 1 {
             types::Array(types::Struct { version }).decode(buf)?
+        } else {
+            Default::default()
         };
         let config_type = if version >= 3 {
             types::Int8.decode(buf)?
@@ -298,6 +325,7 @@ impl Decodable for DescribeConfigsResourceResult {
             value,
             read_only,
             config_source,
+            is_default,
             is_sensitive,
             synonyms,
             config_type,
@@ -314,6 +342,7 @@ impl Default for DescribeConfigsResourceResult {
             value: Some(Default::default()),
             read_only: false,
             config_source: -1,
+            is_default: false,
             is_sensitive: false,
             synonyms: Default::default(),
             config_type: 0,
@@ -324,11 +353,11 @@ impl Default for DescribeConfigsResourceResult {
 }
 
 impl Message for DescribeConfigsResourceResult {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 4 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 4 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1-4
+/// Valid versions: 0-4
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribeConfigsResponse {
@@ -380,7 +409,7 @@ impl DescribeConfigsResponse {
 #[cfg(feature = "broker")]
 impl Encodable for DescribeConfigsResponse {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 4 {
+        if version < 0 || version > 4 {
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.throttle_time_ms)?;
@@ -431,7 +460,7 @@ impl Encodable for DescribeConfigsResponse {
 #[cfg(feature = "client")]
 impl Decodable for DescribeConfigsResponse {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 4 {
+        if version < 0 || version > 4 {
             bail!("specified version not supported by this message type");
         }
         let throttle_time_ms = types::Int32.decode(buf)?;
@@ -469,11 +498,11 @@ impl Default for DescribeConfigsResponse {
 }
 
 impl Message for DescribeConfigsResponse {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 4 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 4 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1-4
+/// Valid versions: 0-4
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribeConfigsResult {
@@ -567,7 +596,7 @@ impl DescribeConfigsResult {
 #[cfg(feature = "broker")]
 impl Encodable for DescribeConfigsResult {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 4 {
+        if version < 0 || version > 4 {
             bail!("specified version not supported by this message type");
         }
         types::Int16.encode(buf, &self.error_code)?;
@@ -640,7 +669,7 @@ impl Encodable for DescribeConfigsResult {
 #[cfg(feature = "client")]
 impl Decodable for DescribeConfigsResult {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 4 {
+        if version < 0 || version > 4 {
             bail!("specified version not supported by this message type");
         }
         let error_code = types::Int16.decode(buf)?;
@@ -695,11 +724,11 @@ impl Default for DescribeConfigsResult {
 }
 
 impl Message for DescribeConfigsResult {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 4 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 4 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1-4
+/// Valid versions: 0-4
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribeConfigsSynonym {
@@ -765,7 +794,7 @@ impl DescribeConfigsSynonym {
 #[cfg(feature = "broker")]
 impl Encodable for DescribeConfigsSynonym {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 4 {
+        if version < 0 || version > 4 {
             bail!("specified version not supported by this message type");
         }
         if version >= 4 {
@@ -825,7 +854,7 @@ impl Encodable for DescribeConfigsSynonym {
 #[cfg(feature = "client")]
 impl Decodable for DescribeConfigsSynonym {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 4 {
+        if version < 0 || version > 4 {
             bail!("specified version not supported by this message type");
         }
         let name = if version >= 4 {
@@ -870,7 +899,7 @@ impl Default for DescribeConfigsSynonym {
 }
 
 impl Message for DescribeConfigsSynonym {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 4 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 4 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Older and non-librdkafka clients against a fresh shardlog (issue 20, issue 12):
+#   sarama 1.22 (Debian) configured for Kafka 2.2.0 (its newest) and 2.1.0,
+#   segmentio kafka-go 0.2.1 (Debian: message format v1 only, so produce must be refused),
+#   kafka-python pinned to api_version 1.0.0 and 2.0.0,
+#   kcat 1.7.1 (Debian, librdkafka 2.0.2).
+# Installs what is missing from Debian and PyPI, builds the Go checks offline in GOPATH
+# mode, and prints the request versions each client used (from the broker's debug log).
+# Usage: bash tests/clients/older_clients.sh   (root, for apt-get)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+here=tests/clients
+need_apt=()
+command -v go >/dev/null || need_apt+=(golang-go)
+command -v kcat >/dev/null || need_apt+=(kcat)
+[ -d /usr/share/gocode/src/github.com/Shopify/sarama ] \
+  || need_apt+=(golang-github-shopify-sarama-dev)
+[ -d /usr/share/gocode/src/github.com/segmentio/kafka-go ] \
+  || need_apt+=(golang-github-segmentio-kafka-go-dev)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+python3 -c "import kafka" 2>/dev/null || pip install -q kafka-python
+
+work=$(mktemp -d)
+broker=
+trap '[ -n "$broker" ] && kill -9 $broker 2>/dev/null; rm -rf "$work"' EXIT
+export GO111MODULE=off GOPATH="$work/gopath:/usr/share/gocode" GOCACHE="$work/gocache"
+export GOFLAGS= CGO_CFLAGS="-Wno-deprecated-declarations"
+go build -o "$work/sarama_check" ./$here/go/sarama_check
+go build -o "$work/kafkago_check" ./$here/go/kafkago_check
+cargo build --release -q
+
+port=$((20000 + RANDOM % 10000))
+export BOOTSTRAP=127.0.0.1:$port
+SHARDLOG_LOG=info,shardlog_net=debug ./target/release/shardlog --data-dir "$work/data" \
+  --kafka-addr "$BOOTSTRAP" --admin-addr 127.0.0.1:$((port + 3)) --cores 2 \
+  > "$work/broker.log" 2>&1 &
+broker=$!
+for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+
+failed=0
+run() {
+  local name=$1; shift
+  local limit=(timeout 180)
+  [ "$(type -t "$1")" = function ] && limit=()
+  if "${limit[@]}" "$@"; then echo "PASS $name"; else echo "FAIL $name"; failed=1; fi
+}
+run "sarama 1.22 as Kafka 2.2.0" "$work/sarama_check" -bootstrap "$BOOTSTRAP" -version 2.2.0
+run "sarama 1.22 as Kafka 2.1.0" "$work/sarama_check" -bootstrap "$BOOTSTRAP" -version 2.1.0
+run "kafka-go 0.2.1" "$work/kafkago_check" -bootstrap "$BOOTSTRAP"
+if grep -q "unsupported version 2 of Produce (it carries message format v0/v1" "$work/broker.log"
+then echo "PASS kafka-go's Produce v2 refusal is explained in the broker log"
+else echo "FAIL no explained Produce v2 refusal in the broker log"; failed=1; fi
+run "kafka-python pinned to 1.0.0 and 2.0.0" python3 $here/kafka_python_pinned.py
+printf 'AAPL:189.5\nMSFT:411.2\n' > "$work/ticks.txt"
+kcat_check() {
+  kcat -b "$BOOTSTRAP" -t kcat-old -P -K: -l "$work/ticks.txt" -X client.id=kcat-1.7.1 \
+    && [ "$(kcat -b "$BOOTSTRAP" -t kcat-old -C -o beginning -e -q -f '%k %s\n' \
+         -X client.id=kcat-1.7.1)" = $'AAPL 189.5\nMSFT 411.2' ]
+}
+run "kcat $(kcat -V 2>&1 | sed -n 's/^Version \([^ ]*\).*librdkafka \([^ ]*\).*/\1 (librdkafka \2)/p')" kcat_check
+
+echo "request versions used, per client id:"
+sed -n 's/.* request peer=[^ ]* api=\([A-Za-z]*\) version=\([0-9]*\) client_id="\([^"]*\)".*/\3|\1 v\2/p' \
+  "$work/broker.log" | sort -u | awk -F'|' '
+  { line[$1] = line[$1] " " $2 "," }
+  END { for (c in line) print "  " c ":" line[c] }' | sort
+[ -n "${OLDER_CLIENTS_BROKER_LOG:-}" ] && cp "$work/broker.log" "$OLDER_CLIENTS_BROKER_LOG"
+[ $failed = 0 ] && echo "all older clients ok" || { echo "some older clients failed"; exit 1; }
