@@ -1,6 +1,7 @@
 //! Starting the shards: one pinned glommio executor per core, joined by one mesh.
 
 use std::future::Future;
+use std::time::Duration;
 
 use glommio::{CpuSet, LocalExecutorPoolBuilder, PoolPlacement};
 use tracing::warn;
@@ -16,6 +17,20 @@ where
     G: FnOnce(ShardMeshBuilder) -> F + Clone + Send + 'static,
     F: Future<Output = ()> + 'static,
 {
+    run_shards_polling(nr_shards, Duration::ZERO, shard_main)
+}
+
+/// [`run_shards`], with each executor polling for `poll` before it sleeps (glommio's
+/// spin_before_park; zero: sleep at once). glommio ignores it for unpinned executors.
+pub fn run_shards_polling<G, F>(
+    nr_shards: usize,
+    poll: Duration,
+    shard_main: G,
+) -> Result<(), String>
+where
+    G: FnOnce(ShardMeshBuilder) -> F + Clone + Send + 'static,
+    F: Future<Output = ()> + 'static,
+{
     assert!(nr_shards >= 1);
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let placement = if nr_shards <= cpus {
@@ -25,8 +40,11 @@ where
         PoolPlacement::Unbound(nr_shards)
     };
     let mesh = mesh_builder(nr_shards);
-    let handles = LocalExecutorPoolBuilder::new(placement)
-        .name("shard")
+    let mut builder = LocalExecutorPoolBuilder::new(placement).name("shard");
+    if !poll.is_zero() {
+        builder = builder.spin_before_park(poll);
+    }
+    let handles = builder
         .on_all_shards(move || {
             let mesh = mesh.clone();
             async move { shard_main(mesh).await }
