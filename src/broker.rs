@@ -67,7 +67,8 @@ pub fn run(mut config: Config) -> Result<(), String> {
         "starting shardlog"
     );
     let shutdown = crate::shutdown::install(nr_shards)?;
-    shardlog_shards::runtime::run_shards(nr_shards, move |mesh| {
+    let poll = Duration::from_micros(config.poll_us);
+    shardlog_shards::runtime::run_shards_polling(nr_shards, poll, move |mesh| {
         shard_main(mesh, config, listeners, shutdown)
     })
 }
@@ -150,6 +151,7 @@ async fn start_shard(
     let disk = DmaDisk::open(dir.clone())
         .await
         .map_err(|e| format!("shard {id}: opening {}: {e}", dir.display()))?;
+    disk.set_dsync_writes(config.log_sync == crate::config::LogSync::Dsync);
     // The log takes any batch a segment can hold; the produce path applies the topic's
     // max.message.bytes (or the broker's) below that.
     let log_config = LogConfig {

@@ -52,6 +52,16 @@ pub enum LogFormat {
     Json,
 }
 
+/// How a flush makes its writes durable (docs/storage.md, "Making a flush durable").
+#[derive(clap::ValueEnum, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogSync {
+    /// The flush's DMA writes, then one fdatasync per segment touched.
+    Fdatasync,
+    /// Segment files opened O_DSYNC: each DMA write is durable when it completes.
+    Dsync,
+}
+
 /// The broker's settings. Field name = TOML key = flag without `--` (with `-` for `_`).
 #[derive(Args, Serialize, Deserialize, Clone, Debug)]
 pub struct Config {
@@ -153,6 +163,20 @@ pub struct Config {
     /// larger, so a consumer always makes progress.
     #[arg(long, env = "SHARDLOG_FETCH_MAX_BYTES", default_value_t = 55 << 20)]
     pub fetch_max_bytes: usize,
+
+    /// Poll mode: a shard with nothing to run keeps polling its io_uring for this many
+    /// microseconds before it sleeps (glommio's spin_before_park), so a completion or a
+    /// request that arrives meanwhile is served without a wake-up. Costs a busy core while
+    /// traffic flows; for cores isolated for the broker (docs/tuning.md). 0: off. Only
+    /// takes effect when shards are pinned (no more shards than CPUs).
+    #[arg(long, env = "SHARDLOG_POLL_US", default_value_t = 0)]
+    pub poll_us: u64,
+
+    /// How a flush makes its writes durable: `fdatasync` (write, then fdatasync) or
+    /// `dsync` (segment files opened O_DSYNC, so each write is durable when it
+    /// completes: one operation per flush). Either way an ack waits for durability.
+    #[arg(long, env = "SHARDLOG_LOG_SYNC", value_enum, default_value_t = LogSync::Dsync)]
+    pub log_sync: LogSync,
 }
 
 /// Parses flags and environment and, when the broker is to run (no command), fills the

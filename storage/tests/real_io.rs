@@ -43,10 +43,12 @@ fn append_some(
     start_seed: u64,
     count: u64,
     await_every: u64,
+    dsync_writes: bool,
 ) -> Vec<(PartitionId, Offset)> {
     let (tx, rx) = std::sync::mpsc::channel();
     run(move || async move {
         let disk = DmaDisk::open(path).await.unwrap();
+        disk.set_dsync_writes(dsync_writes);
         let (log, _, _) = ShardLog::open(disk, config()).await.unwrap();
         let mut acked = Vec::new();
         for i in 0..count {
@@ -66,12 +68,24 @@ fn append_some(
 
 #[test]
 fn appends_survive_dropping_the_log_without_close_and_reopen_byte_identical() {
+    appends_survive_a_drop_and_reopen(false);
+}
+
+/// The same with segment files opened O_DSYNC (`--log-sync dsync`): the log's `sync` is
+/// then a no-op, and the reopened log must still find every acknowledged batch.
+#[test]
+fn with_dsync_writes_appends_survive_dropping_the_log_and_reopen_byte_identical() {
+    appends_survive_a_drop_and_reopen(true);
+}
+
+fn appends_survive_a_drop_and_reopen(dsync_writes: bool) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_path_buf();
-    let acked = append_some(path.clone(), 0, 3000, 7);
+    let acked = append_some(path.clone(), 0, 3000, 7, dsync_writes);
     let acked2 = acked.clone();
     run(move || async move {
         let disk = DmaDisk::open(path).await.unwrap();
+        disk.set_dsync_writes(dsync_writes);
         let (log, _, report) = ShardLog::open(disk, config()).await.unwrap();
         assert_eq!(report.checkpoint_position, None);
         let mut expected: Vec<Vec<(Offset, Bytes)>> = vec![Vec::new(); 3];
