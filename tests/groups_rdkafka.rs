@@ -5,10 +5,11 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use common::{create_topic, produce_tagged as produce, Broker};
+use common::{acks_all_producer, create_topic, produce_tagged as produce, runtime, Broker};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
+use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -194,4 +195,74 @@ fn every_client_side_assignor_splits_the_partitions() {
         });
         assert!(!got[0].is_empty() || !got[1].is_empty(), "{strategy}");
     }
+}
+
+/// Polls once; a record received goes into `latency` with the time since it was sent.
+fn receive(
+    consumer: &BaseConsumer,
+    sent: &BTreeMap<String, Instant>,
+    latency: &mut BTreeMap<String, Duration>,
+) {
+    if let Some(message) = consumer.poll(Duration::from_millis(10)) {
+        let m = message.expect("consume error");
+        let value = String::from_utf8(m.payload().unwrap().to_vec()).unwrap();
+        latency.insert(value.clone(), sent[&value].elapsed());
+    }
+}
+
+/// Issue 13's start-up tail, through the client that showed it. A new group's consumer
+/// long-polls partitions that are still empty, with fetch.wait.max.ms at 30 s; records
+/// produced one at a time to each partition in turn, from the moment of the assignment
+/// on, must each be handed over by the flush that makes them durable, not when a 30 s
+/// long poll runs out. (The figures, with librdkafka's own start-up waits, are in
+/// docs/benchmarks.md under "Start-up tail".)
+#[test]
+fn records_sent_right_after_assignment_reach_a_long_polling_group_consumer_before_its_fetch_wait() {
+    const FETCH_WAIT: Duration = Duration::from_secs(30);
+    const RECORDS: usize = 12;
+    let broker = Broker::start(2, &[]);
+    create_topic(&broker, "first-second", 3);
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("group.id", "first-second")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", FETCH_WAIT.as_millis().to_string())
+        .create()
+        .unwrap();
+    consumer.subscribe(&["first-second"]).unwrap();
+    let deadline = Instant::now() + TIMEOUT;
+    while assigned(&consumer) < 3 {
+        assert!(Instant::now() < deadline, "no assignment in {TIMEOUT:?}");
+        assert!(consumer.poll(Duration::from_millis(20)).is_none(), "the topic is empty");
+    }
+
+    let producer = acks_all_producer(&broker);
+    let runtime = runtime();
+    let mut sent = BTreeMap::new();
+    let mut latency = BTreeMap::new();
+    for i in 0..RECORDS {
+        // 100 ms apart, each partition in turn: every record lands on partitions whose
+        // fetch is parked, so each one needs its own wake-up.
+        let value = format!("record-{i}");
+        let record =
+            FutureRecord::<(), _>::to("first-second").payload(&value).partition(i as i32 % 3);
+        sent.insert(value.clone(), Instant::now());
+        runtime.block_on(producer.send(record, TIMEOUT)).map_err(|(e, _)| e).unwrap();
+        let next = Instant::now() + Duration::from_millis(100);
+        while Instant::now() < next {
+            receive(&consumer, &sent, &mut latency);
+        }
+    }
+    // Long enough for a missed wake-up to show as a latency near FETCH_WAIT, not a timeout.
+    let deadline = Instant::now() + FETCH_WAIT + Duration::from_secs(15);
+    while latency.len() < RECORDS && Instant::now() < deadline {
+        receive(&consumer, &sent, &mut latency);
+    }
+    assert_eq!(latency.len(), RECORDS, "every record delivered; latencies: {latency:?}");
+    let worst = latency.values().max().unwrap();
+    assert!(
+        *worst < FETCH_WAIT / 3,
+        "a record waited {worst:?} of a {FETCH_WAIT:?} long poll: {latency:?}"
+    );
 }
