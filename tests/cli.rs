@@ -319,3 +319,20 @@ fn cli_alter_config_without_changes_is_refused() {
     let refused = cli(&broker.bootstrap(), &["topic", "alter-config", "alerts"], "").failed();
     assert!(refused.stderr.contains("nothing to change"), "{}", refused.stderr);
 }
+
+#[test]
+fn cli_disk_check_measures_both_sync_modes_and_leaves_no_scratch_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let run =
+        cli("127.0.0.1:1", &["disk-check", "--dir", data.to_str().unwrap(), "--ops", "20"], "")
+            .ok();
+    for mode in ["(fdatasync)", "(dsync)"] {
+        let line = run.stdout.lines().find(|l| l.contains(mode)).expect(mode);
+        let figures: Vec<u64> =
+            line.split_whitespace().rev().take(2).map(|f| f.parse().expect(line)).collect();
+        assert!(figures.iter().all(|&us| us > 0), "{line}");
+    }
+    assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0, "scratch file removed");
+    cli("127.0.0.1:1", &["disk-check", "--dir", data.to_str().unwrap(), "--ops", "0"], "").failed();
+}

@@ -1,11 +1,13 @@
 //! The admin commands of the `shardlog` binary (`shardlog topic ...`, `group ...`,
 //! `produce`, `consume`): short-lived processes that talk the Kafka protocol to a running
-//! broker through a small blocking client (`client.rs`), never its files.
+//! broker through a small blocking client (`client.rs`), never its files; and
+//! `disk-check`, which measures the data dir's disk (`disk_check.rs`).
 //!
 //! Not a hot path. Errors are messages for a person: what went wrong to what, with Kafka's
 //! error name (`errors.rs`); every failure exits non-zero, none panics.
 
 mod client;
+mod disk_check;
 mod errors;
 mod group;
 mod output;
@@ -52,6 +54,9 @@ pub enum Command {
     Produce(records::ProduceArgs),
     /// Print a topic's records as they arrive.
     Consume(records::ConsumeArgs),
+    /// Measure a durable 4 KiB write on the data dir's disk, both --log-sync ways (no
+    /// broker needed; like rpk iotune).
+    DiskCheck(disk_check::DiskCheckArgs),
 }
 
 /// Runs one admin command; returns the process exit code (0 on success).
@@ -61,6 +66,7 @@ pub fn run(command: Command, admin: &AdminArgs) -> i32 {
         Command::Group(command) => group::run(command, admin),
         Command::Produce(args) => records::produce(args, admin),
         Command::Consume(args) => records::consume(args, admin),
+        Command::DiskCheck(args) => return disk_check::run(args),
     };
     match result {
         Ok(()) => 0,
