@@ -174,8 +174,9 @@ pub struct Config {
 
     /// How a flush makes its writes durable: `fdatasync` (write, then fdatasync) or
     /// `dsync` (segment files opened O_DSYNC, so each write is durable when it
-    /// completes: one operation per flush). Either way an ack waits for durability.
-    #[arg(long, env = "SHARDLOG_LOG_SYNC", value_enum, default_value_t = LogSync::Dsync)]
+    /// completes: one operation per flush; faster on idle cores, much slower on busy ones,
+    /// docs/storage.md). Either way an ack waits for durability.
+    #[arg(long, env = "SHARDLOG_LOG_SYNC", value_enum, default_value_t = LogSync::Fdatasync)]
     pub log_sync: LogSync,
 }
 
