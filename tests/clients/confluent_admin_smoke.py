@@ -5,7 +5,9 @@ import confluent_kafka
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 bootstrap = os.environ["BOOTSTRAP"]
-print(f"confluent-kafka {confluent_kafka.version()[0]}, librdkafka {confluent_kafka.libversion()[0]}")
+version = confluent_kafka.version()  # a string in 2.x, a (string, int) pair in 1.x
+version = version[0] if isinstance(version, tuple) else version
+print(f"confluent-kafka {version}, librdkafka {confluent_kafka.libversion()[0]}")
 admin = AdminClient({"bootstrap.servers": bootstrap})
 topic = f"admin-{uuid.uuid4().hex[:8]}"
 

@@ -28,7 +28,7 @@ cd "$(dirname "$0")/../.."
 repo=$PWD
 table=$repo/tests/clients/librdkafka_tests.tsv
 if [ "${1:-}" = --table ]; then
-  echo "| test | variants | runs | why not |"
+  echo "| test | variants | runs | why excluded, or notes |"
   echo "|---|---|---|---|"
   awk -F'\t' '{ runs = $2 == "ci" ? "yes, in CI" : $2 == "run" ? "yes" : "no"
     gsub(/ /, ", ", $3); printf "| %s | %s | %s | %s |\n", $1, $3, runs, $4 }' "$table"
@@ -116,8 +116,7 @@ free_port_block() {  # a port p with p..p+3 free: bootstrap, two shard ports, ad
 broker=""
 start_broker() {  # auto_create: true|false
   if [ -n "$broker" ]; then
-    kill -9 "$broker" 2>/dev/null || true
-    wait "$broker" 2>/dev/null || true
+    { kill -9 "$broker" && wait "$broker"; } 2>/dev/null || true
   fi
   port=$(free_port_block)
   rm -rf "$work/data"
@@ -189,7 +188,9 @@ shardlog=${SHARDLOG_BIN:-target/release/shardlog}
 [ -x "$shardlog" ] || cargo build --release -q
 work=$(mktemp -d)
 cleanup() {
-  [ -n "$broker" ] && kill -9 "$broker" 2>/dev/null
+  if [ -n "$broker" ]; then
+    { kill -9 "$broker" && wait "$broker"; } 2>/dev/null || true
+  fi
   if [ "${LIBRDKAFKA_KEEP_LOGS:-0}" = 1 ]; then echo "logs kept in $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
