@@ -19,11 +19,13 @@
 //! the signal thread free of glommio.
 
 use std::cell::{Cell, RefCell};
-use std::future::poll_fn;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Poll, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -83,7 +85,11 @@ pub fn install(nr_shards: usize) -> Result<Arc<Shutdown>, String> {
 pub struct ShardStop {
     shared: Arc<Shutdown>,
     stopping: Cell<bool>,
-    waiters: RefCell<Vec<Waker>>,
+    /// One waker per live [`Stopping`] future, removed when that future is dropped: every
+    /// connection awaits a fresh one per request, and wakers kept for dropped futures
+    /// would pile up (a glommio task's refcount is an i16: 32,768 of them abort the shard).
+    waiters: RefCell<BTreeMap<u64, Waker>>,
+    next_waiter: Cell<u64>,
     connections: Cell<usize>,
 }
 
@@ -93,7 +99,8 @@ impl ShardStop {
         let stop = Rc::new(ShardStop {
             shared,
             stopping: Cell::new(false),
-            waiters: RefCell::new(Vec::new()),
+            waiters: RefCell::new(BTreeMap::new()),
+            next_waiter: Cell::new(0),
             connections: Cell::new(0),
         });
         let watcher = stop.clone();
@@ -102,7 +109,7 @@ impl ShardStop {
                 glommio::timer::sleep(POLL_INTERVAL).await;
             }
             watcher.stopping.set(true);
-            for waker in watcher.waiters.take() {
+            for waker in watcher.waiters.take().into_values() {
                 waker.wake();
             }
         })
@@ -111,16 +118,8 @@ impl ShardStop {
     }
 
     /// Resolves once shutdown has been requested.
-    pub async fn stopping(&self) {
-        poll_fn(|cx| {
-            if self.stopping.get() {
-                Poll::Ready(())
-            } else {
-                self.waiters.borrow_mut().push(cx.waker().clone());
-                Poll::Pending
-            }
-        })
-        .await
+    pub fn stopping(&self) -> Stopping<'_> {
+        Stopping { stop: self, waiter: None }
     }
 
     /// Counts a connection as open until the returned guard is dropped.
@@ -160,6 +159,42 @@ impl ShardStop {
         }
         info!("shutdown complete");
         std::process::exit(0);
+    }
+}
+
+/// The future [`ShardStop::stopping`] returns. It keeps at most one waker registered, its
+/// latest, and takes it back when dropped.
+pub struct Stopping<'a> {
+    stop: &'a ShardStop,
+    waiter: Option<u64>,
+}
+
+impl Future for Stopping<'_> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.stop.stopping.get() {
+            return Poll::Ready(());
+        }
+        let key = match self.waiter {
+            Some(key) => key,
+            None => {
+                let key = self.stop.next_waiter.get();
+                self.stop.next_waiter.set(key + 1);
+                self.waiter = Some(key);
+                key
+            }
+        };
+        self.stop.waiters.borrow_mut().insert(key, cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for Stopping<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.waiter {
+            self.stop.waiters.borrow_mut().remove(&key);
+        }
     }
 }
 

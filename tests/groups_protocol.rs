@@ -25,17 +25,22 @@ fn group_on(shard: usize, nr_shards: usize) -> String {
     (0..).map(|i| format!("group-{i}")).find(|g| coordinator_shard(g, nr_shards) == shard).unwrap()
 }
 
+fn join_request(group: &str, member_id: &str) -> RequestKind {
+    RequestKind::JoinGroup(
+        JoinGroupRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_member_id(s(member_id))
+            .with_protocol_type(s("consumer"))
+            .with_protocols(vec![JoinGroupRequestProtocol::default()
+                .with_name(s("range"))
+                .with_metadata(Bytes::from_static(&[0, 0, 0, 0, 0, 0]))]),
+    )
+}
+
 fn join(client: &mut RawClient, group: &str, member_id: &str) -> (i16, String) {
-    let request = JoinGroupRequest::default()
-        .with_group_id(GroupId(s(group)))
-        .with_session_timeout_ms(10_000)
-        .with_rebalance_timeout_ms(10_000)
-        .with_member_id(s(member_id))
-        .with_protocol_type(s("consumer"))
-        .with_protocols(vec![JoinGroupRequestProtocol::default()
-            .with_name(s("range"))
-            .with_metadata(Bytes::from_static(&[0, 0, 0, 0, 0, 0]))]);
-    match client.call(ApiKey::JoinGroup, 5, RequestKind::JoinGroup(request)) {
+    match client.call(ApiKey::JoinGroup, 5, join_request(group, member_id)) {
         ResponseKind::JoinGroup(r) => (r.error_code, r.member_id.to_string()),
         other => panic!("{other:?}"),
     }
@@ -122,4 +127,40 @@ fn group_requests_get_the_right_coordinator_and_error_codes() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// Two consumers that start together both get MEMBER_ID_REQUIRED; the first to come back
+/// must wait for the second (Kafka's hasAllMembersJoined counts pending ids), or it forms
+/// a generation alone and the second forces a rebalance at once (librdkafka test 0118).
+#[test]
+fn consumers_starting_together_land_in_one_first_generation() {
+    let broker = Broker::start(2, &[]);
+    let group = group_on(1, 2);
+    let mut first = RawClient::connect(broker.shard_addr(1));
+    let mut second = RawClient::connect(broker.shard_addr(1));
+    let (code, first_id) = join(&mut first, &group, "");
+    assert_eq!(code, 79, "MEMBER_ID_REQUIRED");
+    let (code, second_id) = join(&mut second, &group, "");
+    assert_eq!(code, 79, "MEMBER_ID_REQUIRED");
+
+    let first_call = first.send(ApiKey::JoinGroup, 5, &join_request(&group, &first_id));
+    let second_call = second.send(ApiKey::JoinGroup, 5, &join_request(&group, &second_id));
+    let ResponseKind::JoinGroup(first_joined) = first.receive(ApiKey::JoinGroup, 5, first_call)
+    else {
+        panic!("not a JoinGroup response")
+    };
+    let ResponseKind::JoinGroup(second_joined) = second.receive(ApiKey::JoinGroup, 5, second_call)
+    else {
+        panic!("not a JoinGroup response")
+    };
+    assert_eq!((first_joined.error_code, second_joined.error_code), (0, 0));
+    assert_eq!(first_joined.generation_id, 1, "the first generation");
+    assert_eq!(second_joined.generation_id, 1, "the same generation");
+    let leader =
+        if first_joined.leader.as_str() == first_id { &first_joined } else { &second_joined };
+    let mut members: Vec<String> = leader.members.iter().map(|m| m.member_id.to_string()).collect();
+    members.sort();
+    let mut expected = vec![first_id, second_id];
+    expected.sort();
+    assert_eq!(members, expected, "the leader is given both members to assign");
 }

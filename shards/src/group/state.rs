@@ -5,8 +5,10 @@
 //! through [`Effect`]s.
 //!
 //! States: Empty -> PreparingRebalance -> CompletingRebalance -> Stable (-> Dead when
-//! deleted). A rebalance completes when every known member has rejoined, or when the
-//! largest rebalance timeout passes (members that did not rejoin are removed).
+//! deleted). A rebalance completes when every known member has rejoined and every member
+//! id handed out with MEMBER_ID_REQUIRED has joined or expired (as Kafka's
+//! `hasAllMembersJoined`: consumers that start together land in one generation), or when
+//! the largest rebalance timeout passes (members that did not rejoin are removed).
 //!
 //! Invariants (asserted):
 //! 1. In CompletingRebalance and Stable there is a leader and it is a member.
@@ -323,7 +325,9 @@ impl Group {
         if self.state != GroupState::PreparingRebalance {
             return;
         }
-        let all_joined = self.members.iter().all(|m| m.joined);
+        // A member told its id (MEMBER_ID_REQUIRED) is about to join: wait for it too, or
+        // it arrives just after the generation and forces a second rebalance at once.
+        let all_joined = self.members.iter().all(|m| m.joined) && self.pending.is_empty();
         if !all_joined && !deadline_passed {
             return;
         }
@@ -525,7 +529,11 @@ impl Group {
     /// Expires silent members and pending ids, and completes an overdue rebalance.
     pub fn tick(&mut self, now_ms: u64) -> Vec<Effect> {
         let mut effects = Vec::new();
+        let pending_before = self.pending.len();
         self.pending.retain(|_, expires| *expires > now_ms);
+        if self.pending.len() < pending_before {
+            self.maybe_complete_rebalance(now_ms, false, &mut effects);
+        }
         let expired: Vec<String> = self
             .members
             .iter()
@@ -684,6 +692,39 @@ mod tests {
         assert_eq!(effects.len(), 1, "b's parked join is answered");
         assert!(matches!(&effects[0], Effect::Join(o) if o.member_id == b && o.members.is_empty()));
         assert_eq!(group.state, GroupState::CompletingRebalance);
+    }
+
+    #[test]
+    fn consumers_told_their_ids_together_land_in_one_first_generation() {
+        let mut group = Group::new("g");
+        let (step, _) = group.join(0, request("", "a"));
+        let Step::Now(a) = step else { panic!("MEMBER_ID_REQUIRED answers now") };
+        let (step, _) = group.join(1, request("", "b"));
+        let Step::Now(b) = step else { panic!("MEMBER_ID_REQUIRED answers now") };
+        let (step, effects) = group.join(2, request(&a.member_id, "a"));
+        assert!(matches!(step, Step::Parked { .. }) && effects.is_empty(), "b is on its way");
+        let (step, effects) = group.join(3, request(&b.member_id, "b"));
+        let Step::Now(b_joined) = step else { panic!("the last join completes the rebalance") };
+        assert_eq!(b_joined.generation, 1);
+        let [Effect::Join(leader)] = effects.as_slice() else { panic!("{effects:?}") };
+        assert_eq!((leader.generation, leader.members.len()), (1, 2));
+        assert_eq!(leader.leader, a.member_id);
+    }
+
+    #[test]
+    fn an_id_never_used_holds_the_rebalance_only_until_its_session_timeout() {
+        let mut group = Group::new("g");
+        let (a, _, _) = {
+            let (step, _) = group.join(0, request("", "gone"));
+            assert!(matches!(step, Step::Now(JoinOutcome { result: Err(_), .. })));
+            new_member(&mut group, 0, "a")
+        };
+        assert_eq!(group.state, GroupState::PreparingRebalance, "waits for the other id");
+        assert!(group.tick(5_000).is_empty(), "the other id is still within its session");
+        let effects = group.tick(10_001);
+        let [Effect::Join(outcome)] = effects.as_slice() else { panic!("{effects:?}") };
+        assert_eq!((outcome.member_id.as_str(), outcome.generation), (a.as_str(), 1));
+        assert_eq!(outcome.members.len(), 1);
     }
 
     #[test]
