@@ -1083,9 +1083,13 @@ fn run_seeds_in_processes(first: u64, count: u64, per_process: u64, jobs: usize)
     results.sort_by_key(|r| r.0);
     let mut total = Stats::default();
     let mut failures = Vec::new();
+    let mut passed_seeds = 0;
     for (from, result, memory) in &results {
         match result {
-            Ok(stats) => total.add(stats),
+            Ok(stats) => {
+                total.add(stats);
+                passed_seeds += per_process.min(first + count - from);
+            }
             Err(failure) => failures.push(failure.as_str()),
         }
         if *from == first || *from + per_process >= first + count {
@@ -1093,7 +1097,7 @@ fn run_seeds_in_processes(first: u64, count: u64, per_process: u64, jobs: usize)
         }
     }
     if !failures.is_empty() {
-        println!("the processes that passed: {}", total.line(count));
+        println!("the processes that passed: {}", total.line(passed_seeds));
         panic!(
             "{} of {} processes failed:\n{}",
             failures.len(),
