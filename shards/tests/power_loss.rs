@@ -1039,6 +1039,45 @@ fn run_seeds_here(seeds: &[u64]) -> Stats {
     total
 }
 
+/// A child process of this test binary that runs seeds `from..from + n`: its stdout, its
+/// stderr and how it ended. One that has not ended after `SHARDLOG_POWER_LOSS_PROCESS_HANG_S`
+/// (default 600; 50 seeds take seconds) is killed and reported as hung: a glommio executor
+/// stuck in its reactor (docs/reliability.md) must fail the run, not hang it.
+fn run_child(exe: &std::path::Path, from: u64, n: u64) -> (String, String, String) {
+    let dir = std::env::temp_dir();
+    let name = |what: &str| dir.join(format!("power-loss-{}-{from}.{what}", std::process::id()));
+    let (out_path, err_path) = (name("out"), name("err"));
+    let mut child = std::process::Command::new(exe)
+        .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
+        .env("SHARDLOG_POWER_LOSS_FIRST_SEED", from.to_string())
+        .env("SHARDLOG_POWER_LOSS_SEEDS", n.to_string())
+        .env("SHARDLOG_POWER_LOSS_SEEDS_PER_PROCESS", n.to_string())
+        .env_remove("SHARDLOG_SEED")
+        .stdout(std::fs::File::create(&out_path).expect("child stdout file"))
+        .stderr(std::fs::File::create(&err_path).expect("child stderr file"))
+        .spawn()
+        .expect("running a child test process");
+    let hang = Duration::from_secs(env_number("SHARDLOG_POWER_LOSS_PROCESS_HANG_S", 600));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for a child") {
+            break status.to_string();
+        }
+        if started.elapsed() > hang {
+            child.kill().ok();
+            child.wait().ok();
+            break format!("hung for {} s (killed)", hang.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let read = |path: &std::path::Path| {
+        let text = String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned();
+        std::fs::remove_file(path).ok();
+        text
+    };
+    (read(&out_path), read(&err_path), status)
+}
+
 /// Runs seeds `first..first + count` in child processes (this test binary, this test
 /// only) of `SEEDS_PER_PROCESS` seeds, `jobs` at a time; sums their figures. A child that
 /// fails or dies (a signal, an abort) fails the run with its seeds and its output.
@@ -1053,23 +1092,14 @@ fn run_seeds_in_processes(first: u64, count: u64, per_process: u64, jobs: usize)
         for _ in 0..jobs.max(1) {
             scope.spawn(|| loop {
                 let Some(&(from, n)) = chunks.get(next.fetch_add(1, SeqCst)) else { return };
-                let output = std::process::Command::new(&exe)
-                    .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
-                    .env("SHARDLOG_POWER_LOSS_FIRST_SEED", from.to_string())
-                    .env("SHARDLOG_POWER_LOSS_SEEDS", n.to_string())
-                    .env("SHARDLOG_POWER_LOSS_SEEDS_PER_PROCESS", n.to_string())
-                    .env_remove("SHARDLOG_SEED")
-                    .output()
-                    .expect("running a child test process");
-                let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-                let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+                let (stdout, stderr, status) = run_child(&exe, from, n);
                 let parsed = Stats::parse(&stdout).filter(|(seeds, _)| *seeds == n);
                 let result = match parsed {
-                    Some((_, stats)) if output.status.success() => Ok(stats),
+                    Some((_, stats)) if status == "exit status: 0" => Ok(stats),
                     _ => Err(format!(
                         "seeds {from}..={}: child {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
                         from + n - 1,
-                        output.status
+                        status
                     )),
                 };
                 let mut memory = stdout.lines().filter_map(|l| l.find("after ").map(|at| &l[at..]));
