@@ -20,10 +20,14 @@
 //! 7. producer ids handed out are never handed out again.
 //!
 //! `SHARDLOG_SEED=N` replays seed N; `SHARDLOG_POWER_LOSS_SEEDS=N` runs N seeds (default
-//! 40: long runs sometimes abort in glommio executor teardown, see docs/reliability.md,
-//! so CI runs fewer per process). A failure names its seed. The seed fixes the workload, the power-loss moments and
-//! the disks' fault choices; the two executors are OS threads, so their interleaving is
-//! not replayed exactly, only the workload.
+//! 1000) from `SHARDLOG_POWER_LOSS_FIRST_SEED` (default 1). More seeds than
+//! `SHARDLOG_POWER_LOSS_SEEDS_PER_PROCESS` (default 50) run in child processes of that many
+//! seeds, `SHARDLOG_POWER_LOSS_JOBS` (default: the CPUs) at a time: glommio 0.9 never frees
+//! a task still parked when its executor is dropped, so a process grows with every seed it
+//! runs (docs/reliability.md). `SHARDLOG_POWER_LOSS_REPORT_EVERY=N` prints the process's
+//! memory every N seeds. A failure names its seed. The seed fixes the workload, the
+//! power-loss moments and the disks' fault choices; the two executors are OS threads, so
+//! their interleaving is not replayed exactly, only the workload.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::rc::Rc;
@@ -918,23 +922,106 @@ fn run_seed(seed: u64) -> Result<Stats, String> {
     Ok(stats)
 }
 
-fn seeds() -> Vec<u64> {
-    if let Ok(seed) = std::env::var("SHARDLOG_SEED") {
-        return vec![seed.parse().expect("SHARDLOG_SEED is a number")];
-    }
-    let count = std::env::var("SHARDLOG_POWER_LOSS_SEEDS")
-        .ok()
-        .map(|s| s.parse().expect("SHARDLOG_POWER_LOSS_SEEDS is a number"))
-        .unwrap_or(40);
-    (1..=count).collect()
+/// VmRSS, VmHWM, open descriptors and threads of this process (Linux /proc).
+fn process_figures() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .map_or("?".to_string(), |l| l[name.len()..].trim().to_string())
+    };
+    let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
+    format!(
+        "VmRSS {}, VmHWM {}, {fds} fds, {} threads",
+        field("VmRSS:"),
+        field("VmHWM:"),
+        field("Threads:")
+    )
 }
 
-#[test]
-fn acknowledged_records_commits_topics_and_producer_state_survive_power_loss() {
-    let started = Instant::now();
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .map_or(default, |s| s.parse().unwrap_or_else(|_| panic!("{name} is a number, not {s:?}")))
+}
+
+/// Seeds per process. glommio 0.9 never frees a task still parked when its executor is
+/// dropped (docs/reliability.md), so every incarnation leaves its shards behind and a
+/// process grows with the seeds it runs: long runs are cut into processes of this many.
+const SEEDS_PER_PROCESS: u64 = 50;
+const TEST_NAME: &str = "acknowledged_records_commits_topics_and_producer_state_survive_power_loss";
+
+impl Stats {
+    fn add(&mut self, other: &Stats) {
+        self.acked_records += other.acked_records;
+        self.acked_batches += other.acked_batches;
+        self.acked_commits += other.acked_commits;
+        self.topics_created += other.topics_created;
+        self.power_losses += other.power_losses;
+        self.dedup_checks += other.dedup_checks;
+        self.in_flight_retried += other.in_flight_retried;
+        self.in_flight_survived += other.in_flight_survived;
+        self.producer_ids += other.producer_ids;
+        self.lost += other.lost;
+        self.duplicated += other.duplicated;
+    }
+
+    /// The figures as one line a parent process reads back (`parse`).
+    fn line(&self, seeds: u64) -> String {
+        let s = self;
+        format!(
+            "POWER-LOSS-TOTALS seeds={seeds} power_losses={} acked_records={} acked_batches={} \
+             acked_commits={} topics_created={} dedup_checks={} in_flight_retried={} \
+             in_flight_survived={} producer_ids={} lost={} duplicated={}",
+            s.power_losses,
+            s.acked_records,
+            s.acked_batches,
+            s.acked_commits,
+            s.topics_created,
+            s.dedup_checks,
+            s.in_flight_retried,
+            s.in_flight_survived,
+            s.producer_ids,
+            s.lost,
+            s.duplicated
+        )
+    }
+
+    fn parse(output: &str) -> Option<(u64, Stats)> {
+        // libtest may print "test <name> ... " on the same line first.
+        let marker = "POWER-LOSS-TOTALS ";
+        let line = output.lines().find_map(|l| l.find(marker).map(|at| &l[at + marker.len()..]))?;
+        let fields: HashMap<&str, u64> = line
+            .split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| Some((k, v.parse().ok()?)))
+            .collect::<Option<_>>()?;
+        let get = |k: &str| fields.get(k).copied();
+        let stats = Stats {
+            power_losses: get("power_losses")?,
+            acked_records: get("acked_records")?,
+            acked_batches: get("acked_batches")?,
+            acked_commits: get("acked_commits")?,
+            topics_created: get("topics_created")?,
+            dedup_checks: get("dedup_checks")?,
+            in_flight_retried: get("in_flight_retried")?,
+            in_flight_survived: get("in_flight_survived")?,
+            producer_ids: get("producer_ids")?,
+            lost: get("lost")?,
+            duplicated: get("duplicated")?,
+        };
+        Some((get("seeds")?, stats))
+    }
+}
+
+/// Runs `seeds` in this process; panics naming the first seed that fails.
+fn run_seeds_here(seeds: &[u64]) -> Stats {
+    let report_every = env_number("SHARDLOG_POWER_LOSS_REPORT_EVERY", 0) as usize;
     let mut total = Stats::default();
-    let seeds = seeds();
-    for &seed in &seeds {
+    for (done, &seed) in seeds.iter().enumerate() {
+        if report_every > 0 && done % report_every == 0 {
+            println!("after {done} seeds: {}", process_figures());
+        }
         let stats = match run_seed(seed) {
             Ok(stats) => stats,
             Err(failure) => panic!(
@@ -946,23 +1033,135 @@ fn acknowledged_records_commits_topics_and_producer_state_survive_power_loss() {
             stats.acked_records >= 20 && stats.acked_commits > 0 && stats.dedup_checks > 0,
             "seed {seed}: the workload acknowledged too little to mean anything: {stats:?}"
         );
-        total.acked_records += stats.acked_records;
-        total.acked_batches += stats.acked_batches;
-        total.acked_commits += stats.acked_commits;
-        total.topics_created += stats.topics_created;
-        total.power_losses += stats.power_losses;
-        total.dedup_checks += stats.dedup_checks;
-        total.in_flight_retried += stats.in_flight_retried;
-        total.in_flight_survived += stats.in_flight_survived;
-        total.producer_ids += stats.producer_ids;
-        total.lost += stats.lost;
-        total.duplicated += stats.duplicated;
+        total.add(&stats);
     }
+    println!("after {} seeds: {}", seeds.len(), process_figures());
+    total
+}
+
+/// A child process of this test binary that runs seeds `from..from + n`: its stdout, its
+/// stderr and how it ended. One that has not ended after `SHARDLOG_POWER_LOSS_PROCESS_HANG_S`
+/// (default 600; 50 seeds take seconds) is killed and reported as hung: a glommio executor
+/// stuck in its reactor (docs/reliability.md) must fail the run, not hang it.
+fn run_child(exe: &std::path::Path, from: u64, n: u64) -> (String, String, String) {
+    let dir = std::env::temp_dir();
+    let name = |what: &str| dir.join(format!("power-loss-{}-{from}.{what}", std::process::id()));
+    let (out_path, err_path) = (name("out"), name("err"));
+    let mut child = std::process::Command::new(exe)
+        .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
+        .env("SHARDLOG_POWER_LOSS_FIRST_SEED", from.to_string())
+        .env("SHARDLOG_POWER_LOSS_SEEDS", n.to_string())
+        .env("SHARDLOG_POWER_LOSS_SEEDS_PER_PROCESS", n.to_string())
+        .env_remove("SHARDLOG_SEED")
+        .stdout(std::fs::File::create(&out_path).expect("child stdout file"))
+        .stderr(std::fs::File::create(&err_path).expect("child stderr file"))
+        .spawn()
+        .expect("running a child test process");
+    let hang = Duration::from_secs(env_number("SHARDLOG_POWER_LOSS_PROCESS_HANG_S", 600));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for a child") {
+            break status.to_string();
+        }
+        if started.elapsed() > hang {
+            child.kill().ok();
+            child.wait().ok();
+            break format!("hung for {} s (killed)", hang.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let read = |path: &std::path::Path| {
+        let text = String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned();
+        std::fs::remove_file(path).ok();
+        text
+    };
+    (read(&out_path), read(&err_path), status)
+}
+
+/// Runs seeds `first..first + count` in child processes (this test binary, this test
+/// only) of `SEEDS_PER_PROCESS` seeds, `jobs` at a time; sums their figures. A child that
+/// fails or dies (a signal, an abort) fails the run with its seeds and its output.
+fn run_seeds_in_processes(first: u64, count: u64, per_process: u64, jobs: usize) -> Stats {
+    let exe = std::env::current_exe().expect("the test binary");
+    let chunks: Vec<(u64, u64)> = (0..count.div_ceil(per_process))
+        .map(|i| (first + i * per_process, per_process.min(count - i * per_process)))
+        .collect();
+    let next = AtomicUsize::new(0);
+    let results = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.max(1) {
+            scope.spawn(|| loop {
+                let Some(&(from, n)) = chunks.get(next.fetch_add(1, SeqCst)) else { return };
+                let (stdout, stderr, status) = run_child(&exe, from, n);
+                let parsed = Stats::parse(&stdout).filter(|(seeds, _)| *seeds == n);
+                let result = match parsed {
+                    Some((_, stats)) if status == "exit status: 0" => Ok(stats),
+                    _ => Err(format!(
+                        "seeds {from}..={}: child {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+                        from + n - 1,
+                        status
+                    )),
+                };
+                let mut memory = stdout.lines().filter_map(|l| l.find("after ").map(|at| &l[at..]));
+                let memory = memory.next_back();
+                let memory = memory.unwrap_or("no figures").to_string();
+                results.lock().unwrap().push((from, result, memory));
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap();
+    results.sort_by_key(|r| r.0);
+    let mut total = Stats::default();
+    let mut failures = Vec::new();
+    let mut passed_seeds = 0;
+    for (from, result, memory) in &results {
+        match result {
+            Ok(stats) => {
+                total.add(stats);
+                passed_seeds += per_process.min(first + count - from);
+            }
+            Err(failure) => failures.push(failure.as_str()),
+        }
+        if *from == first || *from + per_process >= first + count {
+            println!("process from seed {from}: {memory}");
+        }
+    }
+    if !failures.is_empty() {
+        println!("the processes that passed: {}", total.line(passed_seeds));
+        panic!(
+            "{} of {} processes failed:\n{}",
+            failures.len(),
+            results.len(),
+            failures.join("\n=====\n")
+        );
+    }
+    total
+}
+
+#[test]
+fn acknowledged_records_commits_topics_and_producer_state_survive_power_loss() {
+    let started = Instant::now();
+    let (first, count) = match std::env::var("SHARDLOG_SEED") {
+        Ok(_) => (env_number("SHARDLOG_SEED", 0), 1),
+        Err(_) => (
+            env_number("SHARDLOG_POWER_LOSS_FIRST_SEED", 1),
+            env_number("SHARDLOG_POWER_LOSS_SEEDS", 1000),
+        ),
+    };
+    let per_process = env_number("SHARDLOG_POWER_LOSS_SEEDS_PER_PROCESS", SEEDS_PER_PROCESS).max(1);
+    let total = if count <= per_process {
+        run_seeds_here(&(first..first + count).collect::<Vec<_>>())
+    } else {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+        let jobs = env_number("SHARDLOG_POWER_LOSS_JOBS", cpus) as usize;
+        run_seeds_in_processes(first, count, per_process, jobs)
+    };
+    println!("{}", total.line(count));
     println!(
-        "power loss: {} seeds in {:.1} s: {total:?}",
-        seeds.len(),
+        "power loss: {count} seeds (from {first}) in {:.1} s: {total:?}",
         started.elapsed().as_secs_f64()
     );
+    assert_eq!((total.lost, total.duplicated), (0, 0), "records lost or duplicated");
 }
 
 /// Regression (seeds 4 and 5 above found it): a producer-state snapshot taken while

@@ -205,8 +205,13 @@ impl SimDisk {
         let state = &mut *state;
         let tear = state.faults.tear_on_crash;
         let mut flips = std::mem::take(&mut state.faults.flip_bits_on_crash);
+        // The dead handle never reads its files again (every operation fails or hangs
+        // before touching them), so it gives them up: an old incarnation that outlives the
+        // crash (a task parked forever holds this handle) must not pin the disk's contents.
+        let old_files = std::mem::take(&mut state.files);
+        let checkpoints = std::mem::take(&mut state.checkpoints);
         let mut files = BTreeMap::new();
-        for (&base, file) in &state.files {
+        for (&base, file) in &old_files {
             let mut image = file.durable.clone();
             for (offset, bytes) in &file.unsynced {
                 let landed = match state.rng.below(if tear { 3 } else { 2 }) {
@@ -236,7 +241,6 @@ impl SimDisk {
             }
             files.insert(base, SimFile { data: image.clone(), durable: image, unsynced: vec![] });
         }
-        let checkpoints = state.checkpoints.clone();
         let seed = state.rng.next_u64();
         let disk = SimDisk::new(seed);
         {
@@ -390,5 +394,26 @@ impl Disk for SimDisk {
         self.op().await?;
         self.state.borrow_mut().checkpoints.remove(&position);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An old incarnation parked forever on its dead handle (glommio leaks such tasks when
+    /// their executor is dropped) must not keep the disk's contents alive: the handle that
+    /// crashed gives up its files and checkpoints; the new one has them.
+    #[test]
+    fn a_crashed_handle_gives_up_its_files_and_checkpoints() {
+        let disk = SimDisk::new(7);
+        disk.put_segment(0, 8192, b"acknowledged");
+        disk.state.borrow_mut().checkpoints.insert(0, vec![1; 16]);
+        let old = disk.clone();
+        let crashed = disk.crash();
+        assert!(old.segment_bytes(0).is_none(), "the dead handle still holds a segment");
+        assert_eq!(old.checkpoint_count(), 0, "the dead handle still holds checkpoints");
+        assert_eq!(&crashed.segment_bytes(0).unwrap()[..12], b"acknowledged");
+        assert_eq!(crashed.checkpoint_count(), 1);
     }
 }
