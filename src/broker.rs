@@ -147,6 +147,9 @@ async fn start_shard(
     let stop = ShardStop::spawn(shutdown);
     let (mesh, receivers) = Mesh::join(mesh_builder).await;
     let id = mesh.shard_id();
+    // From here on, this executor ending for any reason but the shutdown below (a panic
+    // in one of its tasks, an early return) takes the process down with a message.
+    shardlog_shards::runtime::watch_shard(id);
     let dir = config.data_dir.join(format!("shard-{id:03}"));
     let disk = DmaDisk::open(dir.clone())
         .await
@@ -228,6 +231,7 @@ async fn start_shard(
     first.await;
     // Shutdown was requested: the listeners are closed; drain, checkpoint, close.
     stop.finish(&shard, checkpoints).await;
+    shardlog_shards::runtime::shard_finished();
     Ok(())
 }
 

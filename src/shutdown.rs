@@ -147,6 +147,9 @@ impl ShardStop {
             self.shared.close_failed.store(true, Ordering::SeqCst);
         }
         info!(shard = id, durable_position = shard.log.durable_position(), "log closed");
+        // The shutdown was requested: this executor may end (and shard 0 calls exit below,
+        // which runs this thread's destructors) without the shard watch stopping the process.
+        shardlog_shards::runtime::shard_finished();
         self.shared.closed.fetch_add(1, Ordering::SeqCst);
         if id != 0 {
             // Shard 0 ends the process; this executor just stays idle until then.

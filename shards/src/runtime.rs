@@ -1,5 +1,7 @@
-//! Starting the shards: one pinned glommio executor per core, joined by one mesh.
+//! Starting the shards: one pinned glommio executor per core, joined by one mesh; and the
+//! watch that stops the process when one shard's executor ends while the broker runs.
 
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::time::Duration;
 
@@ -54,4 +56,50 @@ where
         result.map_err(|e| format!("a shard executor failed: {e}"))?;
     }
     Ok(())
+}
+
+/// Exit code of a broker whose shard stopped on its own (as for a fatal storage error).
+pub const SHARD_STOPPED_EXIT_CODE: i32 = 70;
+
+/// Installed on a shard's executor thread by [`watch_shard`]: dropped when the thread ends.
+struct ShardWatch {
+    shard: usize,
+    finished: Cell<bool>,
+}
+
+impl Drop for ShardWatch {
+    fn drop(&mut self) {
+        if !self.finished.get() {
+            // A task panicked (builds that unwind; release builds abort on the panic itself)
+            // or the shard's main future returned without a shutdown: the other shards
+            // would go on serving with this core's partitions dark. Stop everything.
+            eprintln!(
+                "shardlog: shard {}'s executor ended while the broker runs (a task panicked \
+                 or the shard returned early): exiting",
+                self.shard
+            );
+            std::process::exit(SHARD_STOPPED_EXIT_CODE);
+        }
+    }
+}
+
+thread_local! {
+    static WATCH: RefCell<Option<ShardWatch>> = const { RefCell::new(None) };
+}
+
+/// Called on shard `shard`'s executor thread: from now on, if that thread ends before
+/// [`shard_finished`] is called on it, the process prints which shard stopped and exits
+/// with [`SHARD_STOPPED_EXIT_CODE`] (a thread-local destructor runs when the thread ends,
+/// also after a panic unwound out of the executor).
+pub fn watch_shard(shard: usize) {
+    WATCH.with(|w| *w.borrow_mut() = Some(ShardWatch { shard, finished: Cell::new(false) }));
+}
+
+/// A requested shutdown: this shard's executor may now end without stopping the process.
+pub fn shard_finished() {
+    WATCH.with(|w| {
+        if let Some(watch) = w.borrow().as_ref() {
+            watch.finished.set(true);
+        }
+    });
 }
