@@ -250,8 +250,15 @@ impl<H: RequestHandler> Connection<H> {
                     drop(produce_bytes);
                     (response, Instant::now())
                 });
-                let _slot = slot;
-                Ok(InFlight { started, queued, api_key, api_version, correlation_id, reply, _slot })
+                Ok(InFlight {
+                    started,
+                    queued,
+                    api_key,
+                    api_version,
+                    correlation_id,
+                    reply,
+                    _slot: slot,
+                })
             }
             Err(DecodeError::UnsupportedVersion {
                 api_key: ApiKey::ApiVersions,

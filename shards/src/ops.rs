@@ -267,8 +267,8 @@ impl Shard {
                 timeout,
             )
             .await;
-            if let (true, Some(done)) = (woken, self.log.last_flush_done()) {
-                let wake_us = done.elapsed().as_micros() as u64;
+            if woken {
+                let wake_us = self.log.last_flush_done().elapsed().as_micros() as u64;
                 self.probes.fetch_wake_us.borrow_mut().record(wake_us);
             }
         }

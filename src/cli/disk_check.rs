@@ -6,7 +6,6 @@
 //! Runs on the calling thread with blocking syscalls (no broker is running); writes one
 //! 1 MiB scratch file in the directory and removes it.
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -24,36 +23,6 @@ pub struct DiskCheckArgs {
     /// Durable writes measured per mode.
     #[arg(long, default_value_t = 1000)]
     pub ops: usize,
-}
-
-/// A zeroed 4 KiB buffer aligned for O_DIRECT.
-struct Block {
-    ptr: *mut u8,
-}
-
-impl Block {
-    fn layout() -> Layout {
-        Layout::from_size_align(BLOCK, BLOCK).expect("4 KiB aligned layout")
-    }
-
-    fn new() -> Block {
-        // SAFETY: the layout has a non-zero size; freed in Drop with the same layout.
-        let ptr = unsafe { alloc_zeroed(Block::layout()) };
-        assert!(!ptr.is_null(), "allocating a 4 KiB block");
-        Block { ptr }
-    }
-
-    fn bytes(&mut self) -> &mut [u8] {
-        // SAFETY: `ptr` is valid for BLOCK bytes and uniquely borrowed through `self`.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, BLOCK) }
-    }
-}
-
-impl Drop for Block {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { dealloc(self.ptr, Block::layout()) }
-    }
 }
 
 /// Runs the check and prints its table; the exit code (0, or 1 with the reason).
@@ -94,21 +63,23 @@ fn check(args: &DiskCheckArgs) -> Result<(), String> {
 /// one at a time, both ways; latencies in microseconds.
 fn measure(path: &Path, ops: usize) -> Result<(Vec<u64>, Vec<u64>), String> {
     let io = |what: &str, e: std::io::Error| format!("{what} {}: {e}", path.display());
-    let mut block = Block::new();
+    // Heap-backed and 4096-aligned, as the log's own buffers (DmaDisk::alloc_buffer).
+    let mut block = glommio::allocate_dma_buffer_global(BLOCK);
+    block.as_bytes_mut().fill(0);
     {
         let file = open(path, 0).map_err(|e| io("creating", e))?;
         for at in (0..FILE_BYTES).step_by(BLOCK) {
-            file.write_all_at(block.bytes(), at).map_err(|e| io("writing", e))?;
+            file.write_all_at(block.as_bytes(), at).map_err(|e| io("writing", e))?;
         }
         file.sync_all().map_err(|e| io("syncing", e))?;
     }
     let mut timed = |file: &File, sync: bool| -> Result<Vec<u64>, String> {
         let mut us = Vec::with_capacity(ops);
         for i in 0..ops {
-            block.bytes()[0] = i as u8;
+            block.as_bytes_mut()[0] = i as u8;
             let at = (i as u64 * BLOCK as u64) % FILE_BYTES;
             let started = Instant::now();
-            file.write_all_at(block.bytes(), at).map_err(|e| io("writing", e))?;
+            file.write_all_at(block.as_bytes(), at).map_err(|e| io("writing", e))?;
             if sync {
                 file.sync_data().map_err(|e| io("fdatasync of", e))?;
             }

@@ -104,8 +104,6 @@ pub(crate) struct Signal {
     probes: Cell<LogProbes>,
     durable: Cell<u64>,
     flushes: Cell<u64>,
-    /// When the last flush completed (parked readers measure their wake-up from it).
-    last_flush_done: Cell<Option<std::time::Instant>>,
     fatal: RefCell<Option<String>>,
     waiters: RefCell<Vec<Waker>>,
 }
@@ -503,9 +501,9 @@ impl<D: Disk> ShardLog<D> {
         self.inner.signal.wait_until(move |s| s.flushes.get() > seen || s.fatal.borrow().is_some())
     }
 
-    /// When the last flush completed, if one did since the log was opened.
-    pub fn last_flush_done(&self) -> Option<std::time::Instant> {
-        self.inner.signal.last_flush_done.get()
+    /// When the last flush completed (the log's opening, before the first flush).
+    pub fn last_flush_done(&self) -> std::time::Instant {
+        self.inner.state.borrow().last_flush_done
     }
 
     /// Moves log_start_offset forward by whole durable batches (time and size policy) and
@@ -984,13 +982,11 @@ async fn run_flusher<D: Disk>(weak: Weak<Inner<D>>) {
             }
             durable
         };
-        let done = std::time::Instant::now();
+        inner.state.borrow_mut().last_flush_done = std::time::Instant::now();
         inner.signal.durable.set(durable);
         inner.signal.flushes.set(inner.signal.flushes.get() + 1);
-        inner.signal.last_flush_done.set(Some(done));
         inner.signal.wake_all();
         let mut state = inner.state.borrow_mut();
-        state.last_flush_done = done;
         if !state.batcher.has_gathered() {
             inner.wake_maintenance(&mut state);
         }
