@@ -13,6 +13,12 @@ pub enum PartitionError {
     CorruptMessage(String),
     /// The batch is well formed but not acceptable (e.g. counts, unsupported features).
     InvalidRecord(String),
+    /// Some records are not acceptable (KIP-467): each at its index among the produced
+    /// records, all for the same reason; nothing was written.
+    InvalidRecords {
+        message: String,
+        record_indexes: Vec<i32>,
+    },
     MessageTooLarge {
         size: usize,
         max: usize,

@@ -44,7 +44,7 @@ pub fn partition_error_code(error: &PartitionError) -> i16 {
     match error {
         PartitionError::UnknownTopicOrPartition => UNKNOWN_TOPIC_OR_PARTITION,
         PartitionError::CorruptMessage(_) => CORRUPT_MESSAGE,
-        PartitionError::InvalidRecord(_) => INVALID_RECORD,
+        PartitionError::InvalidRecord(_) | PartitionError::InvalidRecords { .. } => INVALID_RECORD,
         PartitionError::MessageTooLarge { .. } => MESSAGE_TOO_LARGE,
         PartitionError::OffsetOutOfRange => OFFSET_OUT_OF_RANGE,
         PartitionError::UnknownProducerId => UNKNOWN_PRODUCER_ID,
@@ -100,6 +100,16 @@ pub fn partition_error_message(error: &PartitionError) -> String {
         PartitionError::UnknownProducerId => {
             "no state for this producer id here (expired or lost): bump the epoch".to_string()
         }
+        PartitionError::InvalidRecord(message) | PartitionError::CorruptMessage(message) => {
+            message.clone()
+        }
+        // Kafka's wording: the count, then at most the first three.
+        PartitionError::InvalidRecords { message, record_indexes } => format!(
+            "One or more records have been rejected due to {} record errors in total, and only \
+             showing the first three errors at most: {:?}: {message}",
+            record_indexes.len(),
+            &record_indexes[..record_indexes.len().min(3)]
+        ),
         other => other.to_string(),
     }
 }
@@ -128,6 +138,11 @@ mod tests {
         codes.sort();
         codes.dedup();
         assert_eq!(codes.len(), errors.len());
+        let keyless =
+            PartitionError::InvalidRecords { message: "no key".into(), record_indexes: vec![0, 9] };
+        assert_eq!(partition_error_code(&keyless), INVALID_RECORD);
+        let message = partition_error_message(&keyless);
+        assert!(message.contains("2 record errors") && message.contains("no key"), "{message}");
     }
 
     #[test]

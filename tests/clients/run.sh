@@ -29,6 +29,7 @@ got=$(kcat -b "$BOOTSTRAP" -t trades -C -o beginning -e -q -f '%k %s\n')
 python3 $here/kafka_python_smoke.py
 python3 $here/confluent_smoke.py
 python3 $here/confluent_admin_smoke.py
+python3 $here/confluent_compacted_smoke.py
 python3 $here/aiokafka_smoke.py
 (cd "$work" && NODE_PATH="$work/node_modules" KAFKAJS_NO_PARTITIONER_WARNING=1 node "$OLDPWD/$here/kafkajs_smoke.js")
 echo "all clients ok"
