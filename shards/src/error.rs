@@ -37,6 +37,8 @@ pub enum PartitionError {
     Storage(String),
     /// acks was not 0, 1 or -1.
     InvalidRequiredAcks(i16),
+    /// The topic's configs forbid the operation (DeleteRecords on a compact-only topic).
+    PolicyViolation(String),
 }
 
 /// Why a topic operation failed.
