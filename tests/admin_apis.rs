@@ -25,7 +25,7 @@ use kafka_protocol::messages::describe_log_dirs_request::{
 use kafka_protocol::messages::describe_log_dirs_response::DescribeLogDirsResult;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
 use kafka_protocol::messages::{ApiKey, BrokerId, RequestKind, ResponseKind};
-use rdkafka::admin::{AdminOptions, NewPartitions};
+use rdkafka::admin::{AdminOptions, NewPartitions, NewTopic, TopicReplication};
 use rdkafka::consumer::Consumer;
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -263,6 +263,31 @@ fn delete_records_moves_the_log_start_durably_through_kill_9_and_checkpoints() {
     broker.kill_and_restart();
     let watermarks = consumer(&broker).fetch_watermarks("trim", 0, TIMEOUT).unwrap();
     assert_eq!(watermarks, (12, 12));
+}
+
+#[test]
+fn delete_records_on_a_compact_only_topic_is_a_policy_violation_and_deletes_nothing() {
+    let broker = Broker::start(2, &[]);
+    let admin = admin_client(&broker);
+    let topics = [
+        NewTopic::new("compacted", 1, TopicReplication::Fixed(1)).set("cleanup.policy", "compact"),
+        NewTopic::new("both", 1, TopicReplication::Fixed(1))
+            .set("cleanup.policy", "compact,delete"),
+    ];
+    let created = runtime().block_on(admin.create_topics(&topics, &AdminOptions::new())).unwrap();
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+    for topic in ["compacted", "both"] {
+        let owner = leaders(&mut RawClient::connect(broker.shard_addr(0)), topic)[0] as usize;
+        let mut client = RawClient::connect(broker.shard_addr(owner));
+        let batch = record_batch(&[(b"k", b"v1"), (b"k", b"v2")], now_ms());
+        assert_eq!(raw_produce(&mut client, topic, 0, batch), (0, 0));
+    }
+    let refused = delete_records(&broker, "compacted", Offset::Offset(1));
+    assert_eq!(refused, Err(RDKafkaErrorCode::PolicyViolation));
+    let watermarks = consumer(&broker).fetch_watermarks("compacted", 0, TIMEOUT).unwrap();
+    assert_eq!(watermarks, (0, 2), "nothing deleted");
+    // With delete listed too, DeleteRecords works as on any topic.
+    assert_eq!(delete_records(&broker, "both", Offset::Offset(1)), Ok(1));
 }
 
 fn now_ms() -> i64 {

@@ -75,8 +75,21 @@ fn send(
     payload: &[u8],
     timestamp: Option<i64>,
 ) -> Result<i64, KafkaError> {
+    send_keyed(producer, topic, None, payload, timestamp)
+}
+
+fn send_keyed(
+    producer: &FutureProducer,
+    topic: &str,
+    key: Option<&[u8]>,
+    payload: &[u8],
+    timestamp: Option<i64>,
+) -> Result<i64, KafkaError> {
     runtime().block_on(async {
-        let mut record = FutureRecord::<(), _>::to(topic).payload(payload);
+        let mut record = FutureRecord::<[u8], _>::to(topic).payload(payload);
+        if let Some(k) = key {
+            record = record.key(k);
+        }
         if let Some(t) = timestamp {
             record = record.timestamp(t);
         }
@@ -151,20 +164,28 @@ fn an_altered_config_set_replaces_the_old_one_and_survives_a_kill_9_restart() {
 }
 
 #[test]
-fn invalid_values_and_compaction_are_refused_and_change_nothing() {
+fn invalid_values_are_refused_and_change_nothing() {
     let broker = Broker::start(1, &[]);
     create(&broker, "strict", &[("retention.ms", "60000")]).unwrap();
     let topic = ResourceSpecifier::Topic("strict");
     alter(&broker, topic, &[("retention.ms", "soon")]);
-    alter(&broker, topic, &[("cleanup.policy", "compact")]);
+    alter(&broker, topic, &[("cleanup.policy", "tidy")]);
+    alter(&broker, topic, &[("min.cleanable.dirty.ratio", "2")]);
     alter(&broker, topic, &[("no.such.key", "1")]);
     let entries = describe(&broker, "strict");
     assert_eq!(entry(&entries, "retention.ms").value.as_deref(), Some("60000"), "unchanged");
     assert_eq!(entry(&entries, "cleanup.policy").value.as_deref(), Some("delete"));
-    assert_eq!(
-        create(&broker, "compacted", &[("cleanup.policy", "compact")]),
-        Err(RDKafkaErrorCode::InvalidConfig)
-    );
+    assert_eq!(entry(&entries, "min.cleanable.dirty.ratio").value.as_deref(), Some("0.5"));
+    for bad in [
+        ("cleanup.policy", "compacted"),
+        ("delete.retention.ms", "-1"),
+        ("min.compaction.lag.ms", "later"),
+        ("max.compaction.lag.ms", "0"),
+    ] {
+        assert_eq!(create(&broker, "compacted", &[bad]), Err(RDKafkaErrorCode::InvalidConfig));
+    }
+    let conflicting = [("min.compaction.lag.ms", "10000"), ("max.compaction.lag.ms", "5000")];
+    assert_eq!(create(&broker, "compacted", &conflicting), Err(RDKafkaErrorCode::InvalidConfig));
     assert_eq!(
         create(&broker, "stamped", &[("message.timestamp.type", "Whenever")]),
         Err(RDKafkaErrorCode::InvalidConfig)
@@ -299,6 +320,143 @@ fn altering_retention_ms_takes_effect_without_a_restart() {
     common::eventually(Duration::from_secs(20), "retention to move the log start", || low() > 0);
 }
 
+// ---- cleanup.policy=compact -------------------------------------------------------------
+
+const COMPACTED: [(&str, &str); 5] = [
+    ("cleanup.policy", "compact"),
+    ("delete.retention.ms", "1000"),
+    ("min.compaction.lag.ms", "10"),
+    ("max.compaction.lag.ms", "60000"),
+    ("min.cleanable.dirty.ratio", "0.1"),
+];
+
+#[test]
+fn a_compacted_topics_configs_are_described_and_survive_a_kill_9_restart() {
+    let mut broker = Broker::start(2, &[]);
+    create(&broker, "changelog", &COMPACTED).unwrap();
+    let check = |broker: &Broker| {
+        let entries = describe(broker, "changelog");
+        for (key, value) in COMPACTED {
+            let described = entry(&entries, key);
+            assert_eq!(described.value.as_deref(), Some(value), "{key}");
+            assert_eq!(described.source, ConfigSource::DynamicTopic, "{key}");
+        }
+    };
+    check(&broker);
+    broker.kill_and_restart();
+    check(&broker);
+    let defaults = describe(&broker, "changelog");
+    create(&broker, "plain", &[]).unwrap();
+    let plain = describe(&broker, "plain");
+    assert_eq!(entry(&plain, "delete.retention.ms").value.as_deref(), Some("86400000"));
+    assert_eq!(entry(&plain, "min.cleanable.dirty.ratio").value.as_deref(), Some("0.5"));
+    assert_eq!(entry(&defaults, "retention.ms").source, ConfigSource::Default);
+}
+
+/// A record batch of (key, value) records; a None key is a null key.
+fn keyed_batch(records: &[(Option<&[u8]>, &[u8])]) -> bytes::Bytes {
+    use shardlog_benches::load::record_batch::RecordBatchWriter;
+    let mut out = Vec::new();
+    let mut writer = RecordBatchWriter::new(&mut out, now_ms());
+    for (key, value) in records {
+        writer.push(*key, value);
+    }
+    writer.finish();
+    bytes::Bytes::from(out)
+}
+
+/// Produce v9 of `records` to partition 0: (error code, record_errors, error message).
+fn produce_raw(client: &mut RawClient, topic: &str, records: bytes::Bytes) -> ProduceAnswer {
+    let ResponseKind::Produce(response) =
+        client.call(ApiKey::Produce, 9, produce_request(topic, 0, records))
+    else {
+        panic!("not a Produce response")
+    };
+    let partition = &response.responses[0].partition_responses[0];
+    let record_errors = partition
+        .record_errors
+        .iter()
+        .map(|e| {
+            let message = e.batch_index_error_message.as_ref().map(|m| m.to_string());
+            (e.batch_index, message.unwrap_or_default())
+        })
+        .collect();
+    let message = partition.error_message.as_ref().map(|m| m.to_string()).unwrap_or_default();
+    ProduceAnswer { code: partition.error_code, record_errors, message }
+}
+
+struct ProduceAnswer {
+    code: i16,
+    record_errors: Vec<(i32, String)>,
+    message: String,
+}
+
+const INVALID_RECORD: i16 = 87;
+
+#[test]
+fn a_compacted_topic_refuses_keyless_records_with_invalid_record_and_writes_nothing() {
+    let broker = Broker::start(2, &[]);
+    create(&broker, "keyed", &COMPACTED).unwrap();
+    let producer = acks_all_producer(&broker);
+    assert_eq!(send_keyed(&producer, "keyed", Some(b"k1"), b"v1", None).unwrap(), 0);
+    let refused = send(&producer, "keyed", b"no key", None).expect_err("a keyless record");
+    assert_eq!(refused.rdkafka_error_code(), Some(RDKafkaErrorCode::InvalidRecord), "{refused}");
+
+    // Through shard 1 (forwarded if shard 0 owns the partition): every keyless record named.
+    let mut client = RawClient::connect(broker.shard_addr(1));
+    let mixed = keyed_batch(&[(Some(b"a"), b"1"), (None, b"2"), (Some(b"b"), b"3"), (None, b"")]);
+    let answer = produce_raw(&mut client, "keyed", mixed);
+    assert_eq!(answer.code, INVALID_RECORD);
+    let indexes: Vec<i32> = answer.record_errors.iter().map(|(i, _)| *i).collect();
+    assert_eq!(indexes, vec![1, 3]);
+    for (_, why) in &answer.record_errors {
+        assert!(why.contains("without key in topic partition keyed-0"), "{why}");
+    }
+    assert!(answer.message.contains("2 record errors"), "{}", answer.message);
+
+    // Nothing of the refused batch was written: the next keyed record takes offset 1, and a
+    // tombstone (a key with a null value is what a delete is) is accepted.
+    let answer = produce_raw(&mut client, "keyed", keyed_batch(&[(Some(b"a"), b"1")]));
+    assert_eq!((answer.code, answer.record_errors.len()), (0, 0), "{}", answer.message);
+    assert_eq!(send_keyed(&producer, "keyed", Some(b"k1"), b"v2", None).unwrap(), 2);
+    let consumer = consumer(&broker, "keyed");
+    let (low, high) = consumer.fetch_watermarks("keyed", 0, TIMEOUT).unwrap();
+    assert_eq!((low, high), (0, 3));
+    for expected in 0..3 {
+        let message = consumer.poll(TIMEOUT).expect("a record").expect("no error");
+        assert_eq!(message.offset(), expected);
+        assert!(message.key().is_some(), "only keyed records were written");
+    }
+
+    // A plain topic takes keyless records as before.
+    create(&broker, "plain", &[]).unwrap();
+    assert_eq!(send(&producer, "plain", b"no key", None).unwrap(), 0);
+}
+
+#[test]
+fn retention_never_trims_a_compact_only_topic_but_does_trim_compact_delete() {
+    let broker = Broker::start(1, &["--retention-check-interval-ms", "100"]);
+    create(&broker, "compact-only", &[("cleanup.policy", "compact"), ("retention.ms", "1000")])
+        .unwrap();
+    let both = [("cleanup.policy", "compact,delete"), ("retention.ms", "1000")];
+    create(&broker, "compact-delete", &both).unwrap();
+    let producer = acks_all_producer(&broker);
+    for topic in ["compact-only", "compact-delete"] {
+        for i in 0..5 {
+            let key = format!("k{i}");
+            let old = Some(now_ms() - 60_000);
+            send_keyed(&producer, topic, Some(key.as_bytes()), b"v", old).unwrap();
+        }
+    }
+    let consumer = consumer(&broker, "compact-only");
+    let low = |topic: &str| consumer.fetch_watermarks(topic, 0, TIMEOUT).unwrap().0;
+    common::eventually(Duration::from_secs(20), "retention of compact,delete", || {
+        low("compact-delete") > 0
+    });
+    // One shard applies retention to all its topics in one pass: this one was passed over.
+    assert_eq!(low("compact-only"), 0);
+}
+
 // ---- raw IncrementalAlterConfigs -------------------------------------------------------
 
 fn s(v: &str) -> StrBytes {
@@ -395,15 +553,20 @@ fn incremental_alter_configs_sets_deletes_appends_and_validates_through_shard_1(
     assert!(message.contains("retention.ms") && message.contains("list"), "{message}");
     let appended = vec![op("cleanup.policy", APPEND, Some("delete"))];
     assert_eq!(incremental(&mut client, TOPIC, "inc", appended, false).0, 0);
+    // librdkafka's test 0011 makes its topic compacted this way.
+    let compact = vec![op("cleanup.policy", APPEND, Some("compact"))];
+    assert_eq!(incremental(&mut client, TOPIC, "inc", compact, false).0, 0);
+    let (value, source, _) = described(&mut client, "inc", "cleanup.policy");
+    assert_eq!((value.as_str(), source), ("delete,compact", DYNAMIC_TOPIC_CONFIG));
     let (code, message) = incremental(
         &mut client,
         TOPIC,
         "inc",
-        vec![op("cleanup.policy", APPEND, Some("compact"))],
+        vec![op("cleanup.policy", APPEND, Some("tidy"))],
         false,
     );
     assert_eq!(code, INVALID_CONFIG);
-    assert!(message.contains("compaction is not supported"), "{message}");
+    assert!(message.contains("not a cleanup policy"), "{message}");
 
     let deleted = vec![op("retention.ms", DELETE, None)];
     assert_eq!(incremental(&mut client, TOPIC, "inc", deleted, false).0, 0);
@@ -456,9 +619,9 @@ fn alter_configs_answers_invalid_config_unknown_topic_and_invalid_request() {
     assert_eq!(code, INVALID_CONFIG);
     assert!(message.contains("retention.ms"), "{message}");
     let (code, message) =
-        alter_raw(&mut client, TOPIC, "raw", &[("cleanup.policy", "compact")], false);
+        alter_raw(&mut client, TOPIC, "raw", &[("min.cleanable.dirty.ratio", "1.5")], false);
     assert_eq!(code, INVALID_CONFIG);
-    assert!(message.contains("compaction is not supported"), "{message}");
+    assert!(message.contains("min.cleanable.dirty.ratio"), "{message}");
     let (code, message) = alter_raw(&mut client, TOPIC, "raw", &[("no.such.key", "1")], false);
     assert_eq!(code, INVALID_CONFIG);
     assert!(message.contains("no.such.key"), "{message}");

@@ -22,6 +22,7 @@ use crate::message::{ShardReply, ShardRequest};
 use crate::metadata::{NewPartitions, TopicTable};
 use crate::ops::append_error;
 use crate::shard::Shard;
+use crate::topic_config::CleanupPolicy;
 
 /// Kafka's sentinel for "up to the high watermark" in DeleteRecords.
 pub const DELETE_TO_HIGH_WATERMARK: Offset = -1;
@@ -105,6 +106,13 @@ impl Shard {
         let partition_id = self
             .local_partition(topic, partition)
             .ok_or(PartitionError::UnknownTopicOrPartition)?;
+        // As Kafka: only a topic whose cleanup.policy lists delete may lose records this way.
+        if self.table().topic(topic).is_some_and(|meta| !CleanupPolicy::of(meta).delete) {
+            return Err(PartitionError::PolicyViolation(format!(
+                "Records of partition {topic}-{partition} can not be deleted due to the \
+                 configured policy (cleanup.policy without delete)"
+            )));
+        }
         let info =
             self.log.partition_info(partition_id).ok_or(PartitionError::UnknownTopicOrPartition)?;
         let target = match offset {

@@ -13,6 +13,12 @@ pub enum PartitionError {
     CorruptMessage(String),
     /// The batch is well formed but not acceptable (e.g. counts, unsupported features).
     InvalidRecord(String),
+    /// Some records are not acceptable (KIP-467): each at its index among the produced
+    /// records, all for the same reason; nothing was written.
+    InvalidRecords {
+        message: String,
+        record_indexes: Vec<i32>,
+    },
     MessageTooLarge {
         size: usize,
         max: usize,
@@ -31,6 +37,8 @@ pub enum PartitionError {
     Storage(String),
     /// acks was not 0, 1 or -1.
     InvalidRequiredAcks(i16),
+    /// The topic's configs forbid the operation (DeleteRecords on a compact-only topic).
+    PolicyViolation(String),
 }
 
 /// Why a topic operation failed.

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use shardlog_storage::{
-    split_batches, with_log_append_time, AppendError, BatchError, Offset, PartitionId, ReadError,
-    RecordBatchHeader, StorageError,
+    for_each_record, split_batches, with_log_append_time, AppendError, BatchError, Offset,
+    PartitionId, ReadError, RecordBatchHeader, RecordsError, StorageError,
 };
 use tracing::error;
 
@@ -121,6 +121,9 @@ impl Shard {
         let max = policy.max_batch_bytes;
         if let Some(size) = batches.iter().map(|(_, b)| b.len()).find(|len| *len > max) {
             return Err(PartitionError::MessageTooLarge { size, max });
+        }
+        if policy.keys_required {
+            check_keys(topic, partition, &batches)?;
         }
         let sequences = match self.check_sequences(partition_id, &batches)? {
             Sequencing::Duplicate { base_offset, last_offset } => {
@@ -416,6 +419,51 @@ fn stamp_log_append_time(batches: &mut [(RecordBatchHeader, Bytes)], now_ms: i64
     }
 }
 
+/// cleanup.policy=compact: every record needs a key, since cleaning keeps the latest value
+/// per key (Kafka's LogValidator). A produce with any keyless record is refused whole,
+/// naming each keyless record's index (KIP-467); nothing is written.
+fn check_keys(
+    topic: &str,
+    partition: i32,
+    batches: &[(RecordBatchHeader, Bytes)],
+) -> Result<(), PartitionError> {
+    let mut keyless = Vec::new();
+    let mut first_index = 0;
+    for (header, bytes) in batches {
+        let walked = for_each_record(bytes, |record| {
+            if record.key.is_none() {
+                keyless.push(first_index + record.index);
+            }
+        });
+        match walked {
+            Ok(()) => {}
+            Err(RecordsError::Compressed(codec)) => {
+                return Err(PartitionError::InvalidRecord(format!(
+                    "compressed record batches (codec {codec}) are not accepted by compacted \
+                     topics yet (cleanup.policy=compact): produce to {topic} uncompressed"
+                )))
+            }
+            Err(RecordsError::Malformed { index }) => {
+                return Err(PartitionError::CorruptMessage(format!(
+                    "record {} of the produced batches is malformed",
+                    first_index + index
+                )))
+            }
+        }
+        first_index += header.records_count;
+    }
+    if keyless.is_empty() {
+        return Ok(());
+    }
+    Err(PartitionError::InvalidRecords {
+        message: format!(
+            "Compacted topic cannot accept message without key in topic partition \
+             {topic}-{partition}."
+        ),
+        record_indexes: keyless,
+    })
+}
+
 /// The outcome of the idempotence checks.
 enum Sequencing {
     NotIdempotent,
@@ -455,5 +503,53 @@ fn read_error(error: ReadError) -> PartitionError {
         ReadError::UnknownPartition(_) => PartitionError::UnknownTopicOrPartition,
         ReadError::OffsetOutOfRange { .. } => PartitionError::OffsetOutOfRange,
         ReadError::Storage(e) => PartitionError::Storage(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shardlog_benches::load::record_batch::RecordBatchWriter;
+
+    fn batches(groups: &[&[Option<&[u8]>]]) -> Vec<(RecordBatchHeader, Bytes)> {
+        let mut out = Vec::new();
+        for keys in groups {
+            let mut writer = RecordBatchWriter::new(&mut out, 1_000);
+            for key in *keys {
+                writer.push(*key, b"value");
+            }
+            writer.finish();
+        }
+        split_batches(&Bytes::from(out)).unwrap()
+    }
+
+    #[test]
+    fn keyless_records_are_named_by_their_index_across_the_produced_batches() {
+        let keyed = batches(&[&[Some(b"a"), Some(b"b")], &[Some(b"c")]]);
+        assert_eq!(check_keys("t", 0, &keyed), Ok(()));
+        let mixed = batches(&[&[Some(b"a"), None], &[None, Some(b"d"), None]]);
+        match check_keys("t", 3, &mixed) {
+            Err(PartitionError::InvalidRecords { message, record_indexes }) => {
+                assert_eq!(record_indexes, vec![1, 2, 4]);
+                assert!(message.contains("t-3"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_compressed_batch_to_a_compacted_topic_is_refused_with_a_reason() {
+        let mut out = Vec::new();
+        let mut writer = RecordBatchWriter::new(&mut out, 1_000);
+        writer.push(Some(b"k"), b"v");
+        writer.finish();
+        out[22] |= 2; // snappy: the records are then not readable here
+        let crc = crc32c::crc32c(&out[21..]);
+        out[17..21].copy_from_slice(&crc.to_be_bytes());
+        let compressed = split_batches(&Bytes::from(out)).unwrap();
+        match check_keys("t", 0, &compressed) {
+            Err(PartitionError::InvalidRecord(why)) => assert!(why.contains("compressed"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! Retention on each shard: every `retention_check_interval`, each local partition's
 //! `retention.ms` / `retention.bytes` (Kafka's names and semantics, -1 = unlimited) move its
 //! log start offset forward by whole batches; segment files are freed by the log once no
-//! partition needs them and a checkpoint covers them.
+//! partition needs them and a checkpoint covers them. Topics whose `cleanup.policy` does not
+//! list `delete` (compact only) are never trimmed by retention.
 
 use std::rc::Rc;
 
@@ -9,6 +10,7 @@ use shardlog_storage::{PartitionId, RetentionPolicy};
 
 use crate::producer_log::wall_ms;
 use crate::shard::Shard;
+use crate::topic_config::CleanupPolicy;
 
 impl Shard {
     /// Applies every local partition's retention once.
@@ -16,6 +18,10 @@ impl Shard {
         let table = self.table();
         let now_ms = wall_ms();
         for meta in table.topics.values() {
+            // cleanup.policy=compact alone: kept whatever its age or size, as in Kafka.
+            if !CleanupPolicy::of(meta).delete {
+                continue;
+            }
             let limit = |key: &str| meta.config_i64(key).filter(|v| *v >= 0);
             let policy = RetentionPolicy {
                 retention_ms: limit("retention.ms"),

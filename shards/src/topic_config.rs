@@ -16,7 +16,11 @@
 //! What is not fully honoured (also in docs/topic-configs.md): `segment.bytes` and
 //! `segment.ms` are validated and stored, but the shard's one log rolls at the broker's
 //! `--segment-bytes`; `flush.ms` cannot make an fdatasync happen sooner (the flusher never
-//! waits on a timer), it bounds how long relaxed acks may continue over unsynced data.
+//! waits on a timer), it bounds how long relaxed acks may continue over unsynced data;
+//! `cleanup.policy=compact` requires keys and turns retention off (unless `delete` is listed
+//! too), but no log cleaner runs yet, so nothing is compacted and the compaction keys
+//! (`min.cleanable.dirty.ratio`, `min.compaction.lag.ms`, `max.compaction.lag.ms`,
+//! `delete.retention.ms`) are validated and stored only.
 
 use crate::error::TopicError;
 use crate::metadata::{TopicMeta, TopicTable};
@@ -28,6 +32,7 @@ pub enum ConfigType {
     String = 2,
     Int = 3,
     Long = 5,
+    Double = 6,
     List = 7,
 }
 
@@ -61,7 +66,17 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         "delete",
         ConfigType::List,
         None,
-        "How old segments are cleaned: only \"delete\" (retention); compaction is not supported.",
+        "delete: retention.ms / retention.bytes remove old batches; compact: records need a \
+         key, and retention does not apply unless delete is listed too (the log cleaner that \
+         keeps only the latest value per key does not run yet: see docs/topic-configs.md).",
+    ),
+    def(
+        "delete.retention.ms",
+        "86400000",
+        ConfigType::Long,
+        None,
+        "Compacted topics: how long a tombstone (null value) is kept after cleaning reaches it \
+         (stored; the log cleaner does not run yet).",
     ),
     def(
         "flush.messages",
@@ -80,6 +95,14 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
          than this, produces wait for fdatasync until the flusher catches up.",
     ),
     def(
+        "max.compaction.lag.ms",
+        "9223372036854775807",
+        ConfigType::Long,
+        None,
+        "Compacted topics: longest time a record may stay uncleaned (stored; the log cleaner \
+         does not run yet).",
+    ),
+    def(
         "max.message.bytes",
         "1048588",
         ConfigType::Int,
@@ -93,6 +116,22 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         None,
         "CreateTime keeps the producer's timestamps; LogAppendTime stamps each batch with the \
          broker's append time.",
+    ),
+    def(
+        "min.cleanable.dirty.ratio",
+        "0.5",
+        ConfigType::Double,
+        None,
+        "Compacted topics: the share of uncleaned bytes that makes a partition cleanable \
+         (stored; the log cleaner does not run yet).",
+    ),
+    def(
+        "min.compaction.lag.ms",
+        "0",
+        ConfigType::Long,
+        None,
+        "Compacted topics: shortest time a record stays uncleaned (stored; the log cleaner \
+         does not run yet).",
     ),
     def(
         "retention.bytes",
@@ -154,6 +193,23 @@ pub fn validate_topic_configs(configs: &[(String, String)]) -> Result<(), TopicE
             ))
         })?;
     }
+    validate_compaction_lags(configs)
+}
+
+/// Kafka's cross-key rule: `min.compaction.lag.ms` <= `max.compaction.lag.ms`.
+fn validate_compaction_lags(configs: &[(String, String)]) -> Result<(), TopicError> {
+    let value = |key: &str| -> i64 {
+        let explicit = configs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+        let def = topic_config_def(key).expect("a compaction key");
+        explicit.unwrap_or(def.default).parse().expect("validated above")
+    };
+    let (min, max) = (value("min.compaction.lag.ms"), value("max.compaction.lag.ms"));
+    if min > max {
+        return Err(TopicError::InvalidConfig(format!(
+            "conflicting configs: min.compaction.lag.ms ({min}) is greater than \
+             max.compaction.lag.ms ({max})"
+        )));
+    }
     Ok(())
 }
 
@@ -172,8 +228,15 @@ fn validate_value(def: &TopicConfigDef, value: &str) -> Result<(), String> {
     };
     match def.name {
         "cleanup.policy" => validate_cleanup_policy(value),
-        "flush.messages" | "segment.ms" => at_least(1),
-        "flush.ms" | "max.message.bytes" => at_least(0),
+        "flush.messages" | "segment.ms" | "max.compaction.lag.ms" => at_least(1),
+        "flush.ms" | "max.message.bytes" | "delete.retention.ms" | "min.compaction.lag.ms" => {
+            at_least(0)
+        }
+        "min.cleanable.dirty.ratio" => match value.parse::<f64>() {
+            Ok(ratio) if (0.0..=1.0).contains(&ratio) => Ok(()),
+            Ok(_) => Err("must be between 0 and 1".into()),
+            Err(_) => Err("not a number".into()),
+        },
         "retention.bytes" | "retention.ms" => at_least(-1),
         // Kafka 4.0's minimum; smaller segments only multiply files.
         "segment.bytes" => at_least(1 << 20),
@@ -192,16 +255,31 @@ fn validate_value(def: &TopicConfigDef, value: &str) -> Result<(), String> {
 fn validate_cleanup_policy(value: &str) -> Result<(), String> {
     let items = list_items(value);
     if items.is_empty() {
-        return Err("must not be empty (only delete is supported)".into());
+        return Err("must not be empty (delete, compact or both)".into());
     }
     for item in items {
         match item {
-            "delete" => {}
-            "compact" => return Err("compaction is not supported".into()),
-            other => return Err(format!("{other:?} is not a cleanup policy (delete)")),
+            "delete" | "compact" => {}
+            other => return Err(format!("{other:?} is not a cleanup policy (delete, compact)")),
         }
     }
     Ok(())
+}
+
+/// A topic's `cleanup.policy`, as the list of Kafka's two policies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CleanupPolicy {
+    /// Retention (`retention.ms`, `retention.bytes`) deletes old batches.
+    pub delete: bool,
+    /// Every record needs a key; the latest value per key is what cleaning keeps.
+    pub compact: bool,
+}
+
+impl CleanupPolicy {
+    pub fn of(meta: &TopicMeta) -> CleanupPolicy {
+        let items = list_items(meta.config("cleanup.policy").unwrap_or("delete"));
+        CleanupPolicy { delete: items.contains(&"delete"), compact: items.contains(&"compact") }
+    }
 }
 
 /// The items of a list-typed value (comma-separated, blanks trimmed, empties dropped).
@@ -355,6 +433,8 @@ pub struct ProducePolicy {
     pub log_append_time: bool,
     /// write.caching=true: the bounds of relaxed acks.
     pub write_caching: Option<RelaxedAckBounds>,
+    /// cleanup.policy lists compact: every record needs a key (INVALID_RECORD otherwise).
+    pub keys_required: bool,
 }
 
 /// How far relaxed acks (write.caching=true) may run ahead of fdatasync.
@@ -379,6 +459,7 @@ impl ProducePolicy {
                     flush_messages: number("flush.messages"),
                 }
             }),
+            keys_required: CleanupPolicy::of(meta).compact,
         }
     }
 }
@@ -424,9 +505,23 @@ mod tests {
             ("write.caching", "yes", false),
             ("cleanup.policy", "delete", true),
             ("cleanup.policy", " delete , delete", true),
-            ("cleanup.policy", "compact", false),
-            ("cleanup.policy", "delete,compact", false),
+            ("cleanup.policy", "compact", true),
+            ("cleanup.policy", "delete,compact", true),
+            ("cleanup.policy", "compact, delete", true),
+            ("cleanup.policy", "compacted", false),
             ("cleanup.policy", "", false),
+            ("delete.retention.ms", "0", true),
+            ("delete.retention.ms", "-1", false),
+            ("min.compaction.lag.ms", "0", true),
+            ("min.compaction.lag.ms", "-5", false),
+            ("max.compaction.lag.ms", "0", false),
+            ("max.compaction.lag.ms", "1", true),
+            ("min.cleanable.dirty.ratio", "0", true),
+            ("min.cleanable.dirty.ratio", "0.01", true),
+            ("min.cleanable.dirty.ratio", "1", true),
+            ("min.cleanable.dirty.ratio", "1.5", false),
+            ("min.cleanable.dirty.ratio", "-0.1", false),
+            ("min.cleanable.dirty.ratio", "half", false),
             ("foo.bar", "1", false),
         ];
         for (key, value, ok) in table {
@@ -440,9 +535,38 @@ mod tests {
     }
 
     #[test]
-    fn compaction_is_refused_with_its_reason() {
-        let why = message(validate_topic_configs(&kv(&[("cleanup.policy", "compact")])));
-        assert!(why.contains("compaction is not supported"), "{why}");
+    fn a_min_compaction_lag_above_the_max_is_refused_naming_both_keys() {
+        let configs = kv(&[("min.compaction.lag.ms", "5000"), ("max.compaction.lag.ms", "1000")]);
+        let why = message(validate_topic_configs(&configs));
+        assert!(why.contains("min.compaction.lag.ms") && why.contains("max.compaction.lag.ms"));
+        let configs = kv(&[("min.compaction.lag.ms", "1000"), ("max.compaction.lag.ms", "1000")]);
+        assert!(validate_topic_configs(&configs).is_ok());
+        // Against the other key's default too (max defaults to i64::MAX).
+        assert!(validate_topic_configs(&kv(&[("min.compaction.lag.ms", "99999999")])).is_ok());
+        assert!(validate_topic_configs(&kv(&[("max.compaction.lag.ms", "1")])).is_ok());
+        let why = message(validate_topic_configs(&kv(&[("cleanup.policy", "tidy")])));
+        assert!(why.contains("cleanup.policy") && why.contains("\"tidy\""), "{why}");
+    }
+
+    #[test]
+    fn cleanup_policy_lists_delete_compact_or_both() {
+        let meta = |configs: &[(&str, &str)]| TopicMeta {
+            name: "t".into(),
+            topic_number: 1,
+            topic_id: [0; 16],
+            partition_shards: vec![0],
+            configs: kv(configs),
+        };
+        let policy = |configs: &[(&str, &str)]| {
+            let p = CleanupPolicy::of(&meta(configs));
+            (p.delete, p.compact)
+        };
+        assert_eq!(policy(&[]), (true, false), "the default is delete");
+        assert_eq!(policy(&[("cleanup.policy", "compact")]), (false, true));
+        assert_eq!(policy(&[("cleanup.policy", "compact, delete")]), (true, true));
+        let produce = ProducePolicy::of(&meta(&[("cleanup.policy", "compact")]), 1000);
+        assert!(produce.keys_required);
+        assert!(!ProducePolicy::of(&meta(&[]), 1000).keys_required);
     }
 
     #[test]
@@ -474,7 +598,12 @@ mod tests {
                 vec![op("cleanup.policy", Append, Some("delete"))],
                 Ok(kv(&[("retention.ms", "1000"), ("cleanup.policy", "delete")])),
             ),
-            (vec![op("cleanup.policy", Append, Some("compact"))], Err(())),
+            (
+                vec![op("cleanup.policy", Append, Some("compact"))],
+                Ok(kv(&[("retention.ms", "1000"), ("cleanup.policy", "delete,compact")])),
+            ),
+            (vec![op("cleanup.policy", Append, Some("tidy"))], Err(())),
+            // An empty list is refused.
             (vec![op("cleanup.policy", Subtract, Some("delete"))], Err(())),
             (vec![op("retention.ms", Append, Some("1"))], Err(())),
             (vec![op("retention.ms", Subtract, Some("1"))], Err(())),

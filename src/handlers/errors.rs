@@ -25,6 +25,7 @@ pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
 pub const INVALID_CONFIG: i16 = 40;
 pub const INVALID_REQUEST: i16 = 42;
 pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
+pub const POLICY_VIOLATION: i16 = 44;
 pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 pub const INVALID_PRODUCER_EPOCH: i16 = 47;
 pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
@@ -44,7 +45,7 @@ pub fn partition_error_code(error: &PartitionError) -> i16 {
     match error {
         PartitionError::UnknownTopicOrPartition => UNKNOWN_TOPIC_OR_PARTITION,
         PartitionError::CorruptMessage(_) => CORRUPT_MESSAGE,
-        PartitionError::InvalidRecord(_) => INVALID_RECORD,
+        PartitionError::InvalidRecord(_) | PartitionError::InvalidRecords { .. } => INVALID_RECORD,
         PartitionError::MessageTooLarge { .. } => MESSAGE_TOO_LARGE,
         PartitionError::OffsetOutOfRange => OFFSET_OUT_OF_RANGE,
         PartitionError::UnknownProducerId => UNKNOWN_PRODUCER_ID,
@@ -53,6 +54,7 @@ pub fn partition_error_code(error: &PartitionError) -> i16 {
         PartitionError::UnsupportedForMessageFormat => UNSUPPORTED_FOR_MESSAGE_FORMAT,
         PartitionError::Storage(_) => KAFKA_STORAGE_ERROR,
         PartitionError::InvalidRequiredAcks(_) => INVALID_REQUIRED_ACKS,
+        PartitionError::PolicyViolation(_) => POLICY_VIOLATION,
     }
 }
 
@@ -100,6 +102,16 @@ pub fn partition_error_message(error: &PartitionError) -> String {
         PartitionError::UnknownProducerId => {
             "no state for this producer id here (expired or lost): bump the epoch".to_string()
         }
+        PartitionError::InvalidRecord(message)
+        | PartitionError::CorruptMessage(message)
+        | PartitionError::PolicyViolation(message) => message.clone(),
+        // Kafka's wording: the count, then at most the first three.
+        PartitionError::InvalidRecords { message, record_indexes } => format!(
+            "One or more records have been rejected due to {} record errors in total, and only \
+             showing the first three errors at most: {:?}: {message}",
+            record_indexes.len(),
+            &record_indexes[..record_indexes.len().min(3)]
+        ),
         other => other.to_string(),
     }
 }
@@ -122,12 +134,18 @@ mod tests {
             PartitionError::UnsupportedForMessageFormat,
             PartitionError::Storage(String::new()),
             PartitionError::InvalidRequiredAcks(2),
+            PartitionError::PolicyViolation(String::new()),
         ];
         let mut codes: Vec<i16> = errors.iter().map(partition_error_code).collect();
         assert!(codes.iter().all(|c| *c != NONE));
         codes.sort();
         codes.dedup();
         assert_eq!(codes.len(), errors.len());
+        let keyless =
+            PartitionError::InvalidRecords { message: "no key".into(), record_indexes: vec![0, 9] };
+        assert_eq!(partition_error_code(&keyless), INVALID_RECORD);
+        let message = partition_error_message(&keyless);
+        assert!(message.contains("2 record errors") && message.contains("no key"), "{message}");
     }
 
     #[test]

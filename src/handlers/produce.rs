@@ -9,7 +9,7 @@ use std::rc::Rc;
 
 use kafka_protocol::messages::produce_request::ProduceRequest;
 use kafka_protocol::messages::produce_response::{
-    PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
 };
 use kafka_protocol::messages::ResponseKind;
 use shardlog_net::Reply;
@@ -50,10 +50,14 @@ pub async fn handle(shard: &Rc<Shard>, request: ProduceRequest, _version: i16) -
             let mut partition_responses = Vec::with_capacity(partitions.len());
             for (index, wait) in partitions {
                 let result = match wait {
-                    Ok(wait) => wait.await.map_err(|e: PartitionError| {
-                        (partition_error_code(&e), partition_error_message(&e))
+                    Ok(wait) => wait.await.map_err(|e: PartitionError| Refused {
+                        code: partition_error_code(&e),
+                        message: partition_error_message(&e),
+                        record_errors: record_errors(&e),
                     }),
-                    Err(refused) => Err(refused),
+                    Err((code, message)) => {
+                        Err(Refused { code, message, record_errors: Vec::new() })
+                    }
                 };
                 partition_responses.push(partition_response(index, result));
             }
@@ -67,9 +71,31 @@ pub async fn handle(shard: &Rc<Shard>, request: ProduceRequest, _version: i16) -
     })
 }
 
+/// A partition's refusal as the response carries it.
+struct Refused {
+    code: i16,
+    message: String,
+    /// KIP-467 (Produce v8+): the records that caused the refusal, by index.
+    record_errors: Vec<BatchIndexAndErrorMessage>,
+}
+
+fn record_errors(error: &PartitionError) -> Vec<BatchIndexAndErrorMessage> {
+    match error {
+        PartitionError::InvalidRecords { message, record_indexes } => record_indexes
+            .iter()
+            .map(|index| {
+                BatchIndexAndErrorMessage::default()
+                    .with_batch_index(*index)
+                    .with_batch_index_error_message(Some(str_bytes(message)))
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 fn partition_response(
     index: i32,
-    result: Result<shardlog_shards::ProduceAck, (i16, String)>,
+    result: Result<shardlog_shards::ProduceAck, Refused>,
 ) -> PartitionProduceResponse {
     let response =
         PartitionProduceResponse::default().with_index(index).with_log_append_time_ms(-1);
@@ -79,10 +105,11 @@ fn partition_response(
             .with_base_offset(ack.base_offset)
             .with_log_start_offset(ack.log_start_offset)
             .with_log_append_time_ms(ack.log_append_time_ms),
-        Err((code, message)) => response
-            .with_error_code(code)
+        Err(refused) => response
+            .with_error_code(refused.code)
             .with_base_offset(-1)
             .with_log_start_offset(-1)
-            .with_error_message(Some(str_bytes(&message))),
+            .with_error_message(Some(str_bytes(&refused.message)))
+            .with_record_errors(refused.record_errors),
     }
 }

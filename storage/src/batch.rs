@@ -221,6 +221,72 @@ pub(crate) fn first_record_at_or_after(batch: &[u8], timestamp_ms: i64) -> Optio
     None
 }
 
+/// Why the records of a batch could not be walked (`for_each_record`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordsError {
+    /// The records are compressed (codec bits of `attributes`): not decoded here.
+    Compressed(i16),
+    /// The record at this index (0-based, in the batch) overruns the batch or its own length.
+    Malformed { index: i32 },
+}
+
+/// One record of an uncompressed batch: slices of the batch, nothing copied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordView<'a> {
+    /// Index of the record in its batch (Kafka's `batch_index` of KIP-467).
+    pub index: i32,
+    pub offset_delta: i64,
+    pub timestamp_delta: i64,
+    /// None: a null key.
+    pub key: Option<&'a [u8]>,
+    /// None: a null value (a tombstone in a compacted topic).
+    pub value: Option<&'a [u8]>,
+}
+
+/// Walks the records of an uncompressed, validated batch in order. Allocates nothing; the
+/// records must exactly fill the batch, each within its own length.
+pub fn for_each_record<'a>(
+    batch: &'a [u8],
+    mut f: impl FnMut(RecordView<'a>),
+) -> Result<(), RecordsError> {
+    let header = RecordBatchHeader::parse_unvalidated(batch)
+        .map_err(|_| RecordsError::Malformed { index: 0 })?;
+    if header.compression() != 0 {
+        return Err(RecordsError::Compressed(header.compression()));
+    }
+    let mut at = RECORD_BATCH_HEADER_BYTES;
+    for index in 0..header.records_count {
+        let malformed = RecordsError::Malformed { index };
+        let length = read_varlong(batch, &mut at).ok_or(malformed)?;
+        let end = usize::try_from(length).ok().and_then(|l| at.checked_add(l)).ok_or(malformed)?;
+        let record = batch.get(..end).ok_or(malformed)?;
+        at += 1; // attributes (unused)
+        let timestamp_delta = read_varlong(record, &mut at).ok_or(malformed)?;
+        let offset_delta = read_varlong(record, &mut at).ok_or(malformed)?;
+        let key = read_nullable_bytes(record, &mut at).ok_or(malformed)?;
+        let value = read_nullable_bytes(record, &mut at).ok_or(malformed)?;
+        f(RecordView { index, offset_delta, timestamp_delta, key, value });
+        // Headers are skipped with the rest of the record.
+        at = end;
+    }
+    if at != batch.len() {
+        return Err(RecordsError::Malformed { index: header.records_count - 1 });
+    }
+    Ok(())
+}
+
+/// A varint length then that many bytes; length -1 is null.
+fn read_nullable_bytes<'a>(record: &'a [u8], at: &mut usize) -> Option<Option<&'a [u8]>> {
+    let length = read_varlong(record, at)?;
+    if length == -1 {
+        return Some(None);
+    }
+    let end = at.checked_add(usize::try_from(length).ok()?)?;
+    let bytes = record.get(*at..end)?;
+    *at = end;
+    Some(Some(bytes))
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -354,6 +420,24 @@ pub(crate) mod tests {
         let moved = with_base_offset(&batch, 4242);
         let header = RecordBatchHeader::parse_validated(&moved).unwrap();
         assert_eq!(header.base_offset, 4242);
+    }
+
+    #[test]
+    fn records_are_walked_with_their_keys_and_values() {
+        let batch = record_batch(&[b"a", b"bb"], 100, 10);
+        let mut seen = Vec::new();
+        for_each_record(&batch, |r| seen.push((r.index, r.offset_delta, r.key, r.value))).unwrap();
+        assert_eq!(seen, vec![(0, 0, None, Some(&b"a"[..])), (1, 1, None, Some(&b"bb"[..]))]);
+        // One byte short of the last record: malformed at its index.
+        let mut short = batch.to_vec();
+        short.truncate(short.len() - 1);
+        assert_eq!(for_each_record(&short, |_| {}), Err(RecordsError::Malformed { index: 1 }));
+        // A byte too many after the last record.
+        let long = [&batch[..], &[0]].concat();
+        assert_eq!(for_each_record(&long, |_| {}), Err(RecordsError::Malformed { index: 1 }));
+        let mut compressed = batch.to_vec();
+        compressed[22] |= 1; // gzip
+        assert_eq!(for_each_record(&compressed, |_| {}), Err(RecordsError::Compressed(1)));
     }
 
     #[test]

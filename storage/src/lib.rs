@@ -185,7 +185,8 @@ mod state;
 
 pub use any::{AnyBuffer, AnyDisk};
 pub use batch::{
-    split_batches, with_log_append_time, RecordBatchHeader, RECORD_BATCH_HEADER_BYTES,
+    for_each_record, split_batches, with_log_append_time, RecordBatchHeader, RecordView,
+    RecordsError, RECORD_BATCH_HEADER_BYTES,
 };
 pub use disk::{Disk, DmaDisk, IoBuffer, SegmentFile, IOPOLL_PROBE_FILE};
 pub use frame::{EntryKind, ENTRY_HEADER_BYTES, FORMAT_VERSION, PAGE_BYTES};

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Smoke-tests shardlog with the pure and wrapped clients people run: kcat, kafka-python,
-# confluent-kafka (the newest from PyPI, with its AdminClient), aiokafka, kafkajs. Not part
+# confluent-kafka (the newest from PyPI, with its AdminClient), aiokafka, kafkajs, and
+# quixstreams and faust stateful apps (killed, restarted, state from the changelog). Not part
 # of `cargo test` (it installs packages from PyPI, npm and Debian); run by hand:
 # bash tests/clients/run.sh
 set -euo pipefail
@@ -11,6 +12,9 @@ python3 -c "import kafka, aiokafka" 2>/dev/null || pip install -q kafka-python a
 # The newest confluent-kafka, whose wheel carries the newest librdkafka: the rdkafka crate
 # the Rust tests use pins an older one.
 pip install -q -U confluent-kafka
+# Stream processors with state in compacted changelog topics (issue 21).
+python3 -c "import quixstreams" 2>/dev/null || pip install -q quixstreams
+python3 -c "import faust" 2>/dev/null || pip install -q faust-streaming
 work=$(mktemp -d)
 (cd "$work" && npm init -y >/dev/null && npm install -q kafkajs >/dev/null)
 cargo build --release -q
@@ -29,6 +33,9 @@ got=$(kcat -b "$BOOTSTRAP" -t trades -C -o beginning -e -q -f '%k %s\n')
 python3 $here/kafka_python_smoke.py
 python3 $here/confluent_smoke.py
 python3 $here/confluent_admin_smoke.py
+python3 $here/confluent_compacted_smoke.py
+python3 $here/stateful_apps.py quixstreams
+python3 $here/stateful_apps.py faust
 python3 $here/aiokafka_smoke.py
 (cd "$work" && NODE_PATH="$work/node_modules" KAFKAJS_NO_PARTITIONER_WARNING=1 node "$OLDPWD/$here/kafkajs_smoke.js")
 echo "all clients ok"
