@@ -31,8 +31,8 @@
 //! 2. Up-conversion yields one v2 batch with base offset 0, offset deltas 0..n, the
 //!    records' keys, values and timestamps (-1 for magic 0), no headers, producer id -1.
 //! 3. Down-conversion yields whole messages only, never above `max_bytes` except that the
-//!    first converted batch is always whole (so a consumer always makes progress);
-//!    control batches are skipped and record headers dropped, as Kafka does.
+//!    first message (or compressed wrapper) is always there, so a consumer always makes
+//!    progress; control batches are skipped and record headers dropped, as Kafka does.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy};
@@ -386,19 +386,17 @@ pub fn record_batches_to_message_set(
             .map_err(|e| corrupt(format!("stored batch cannot be decoded: {e}")))?
             .records;
         let messages = to_messages(&records, magic, log_append_time);
-        let room = max_bytes.saturating_sub(out.len());
-        let first = out.is_empty();
         if codec == Codec::None {
             let wanted = messages.iter().filter(|m| m.offset >= fetch_offset);
             for message in wanted {
-                if !first && entry_size(message) > max_bytes.saturating_sub(out.len()) {
+                if !out.is_empty() && entry_size(message) > max_bytes.saturating_sub(out.len()) {
                     return Ok(out.freeze());
                 }
                 write_message(&mut out, message);
             }
         } else {
             let wrapper = wrap(&messages, magic, codec, log_append_time)?;
-            if !first && entry_size(&wrapper) > room {
+            if !out.is_empty() && entry_size(&wrapper) > max_bytes.saturating_sub(out.len()) {
                 break;
             }
             write_message(&mut out, &wrapper);
@@ -504,4 +502,300 @@ pub fn encode_message_set(messages: &[LegacyMessage], codec: Codec) -> Bytes {
         write_message(&mut out, &wrapper);
     }
     out.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::records::{Compression, RecordBatchEncoder, RecordEncodeOptions};
+    use kafka_protocol::records::{TimestampType, NO_PRODUCER_EPOCH, NO_PRODUCER_ID};
+
+    fn message(
+        offset: i64,
+        magic: i8,
+        timestamp: i64,
+        key: Option<&str>,
+        value: &str,
+    ) -> LegacyMessage {
+        LegacyMessage {
+            offset,
+            magic,
+            attributes: 0,
+            timestamp: if magic == 0 { -1 } else { timestamp },
+            key: key.map(|k| Bytes::copy_from_slice(k.as_bytes())),
+            value: Some(Bytes::copy_from_slice(value.as_bytes())),
+        }
+    }
+
+    /// `n` messages from offset `first`, every third with a null key, one null value.
+    fn messages(first: i64, n: i64, magic: i8) -> Vec<LegacyMessage> {
+        (0..n)
+            .map(|i| {
+                let key = format!("key-{i}");
+                let mut m = message(first + i, magic, 1_700_000_000_000 + 7 * i, None, "");
+                m.key = (i % 3 != 0).then(|| Bytes::from(key));
+                m.value = (i != 4).then(|| Bytes::from(format!("value-{i}:\0\u{1}\u{ff}")));
+                m
+            })
+            .collect()
+    }
+
+    /// The stored form of a converted batch: its base offset rewritten, as the log does.
+    fn stored_at(batch: &Bytes, base_offset: i64) -> Bytes {
+        let mut stored = BytesMut::from(&batch[..]);
+        stored[0..8].copy_from_slice(&base_offset.to_be_bytes());
+        stored.freeze()
+    }
+
+    fn header_i64(batch: &[u8], at: usize) -> i64 {
+        i64::from_be_bytes(batch[at..at + 8].try_into().unwrap())
+    }
+
+    #[test]
+    fn an_uncompressed_magic_1_set_round_trips_byte_identical() {
+        let sent = encode_message_set(&messages(0, 10, 1), Codec::None);
+        let batch = message_set_to_record_batch(&sent).unwrap();
+        assert_eq!(batch[16], 2, "magic");
+        assert_eq!(
+            u32::from_be_bytes(batch[17..21].try_into().unwrap()),
+            crc32c::crc32c(&batch[21..])
+        );
+        assert_eq!(i32::from_be_bytes(batch[53..57].try_into().unwrap()), -1, "base sequence");
+        let fetched = record_batches_to_message_set(&batch, 1, 0, usize::MAX).unwrap();
+        assert_eq!(fetched, sent);
+        // At the offsets the log gave them.
+        let expected = encode_message_set(&messages(100, 10, 1), Codec::None);
+        let fetched = record_batches_to_message_set(&stored_at(&batch, 100), 1, 100, usize::MAX);
+        assert_eq!(fetched.unwrap(), expected);
+    }
+
+    #[test]
+    fn magic_0_has_no_timestamps_and_magic_1_keeps_them() {
+        let sent = encode_message_set(&messages(0, 3, 0), Codec::None);
+        let batch = message_set_to_record_batch(&sent).unwrap();
+        assert_eq!(
+            (header_i64(&batch, 27), header_i64(&batch, 35)),
+            (-1, -1),
+            "base/max timestamp"
+        );
+        let as_v1 =
+            read_message_set(&record_batches_to_message_set(&batch, 1, 0, usize::MAX).unwrap());
+        assert!(as_v1.unwrap().iter().all(|m| m.magic == 1 && m.timestamp == -1));
+        assert_eq!(record_batches_to_message_set(&batch, 0, 0, usize::MAX).unwrap(), sent);
+
+        let sent = messages(0, 3, 1);
+        let batch = message_set_to_record_batch(&encode_message_set(&sent, Codec::None)).unwrap();
+        assert_eq!(header_i64(&batch, 27), sent[0].timestamp);
+        assert_eq!(header_i64(&batch, 35), sent[2].timestamp);
+        let as_v0 = record_batches_to_message_set(&batch, 0, 0, usize::MAX).unwrap();
+        let as_v0 = read_message_set(&as_v0).unwrap();
+        assert!(as_v0.iter().all(|m| m.magic == 0 && m.timestamp == -1));
+        assert_eq!(
+            as_v0.iter().map(|m| &m.value).collect::<Vec<_>>(),
+            sent.iter().map(|m| &m.value).collect::<Vec<_>>()
+        );
+    }
+
+    /// A fetched wrapper opened as a client does: inner offsets made absolute.
+    fn open_wrapper(set: &Bytes) -> (Codec, Vec<LegacyMessage>) {
+        let wrappers = read_message_set(set).unwrap();
+        assert_eq!(wrappers.len(), 1, "one wrapper message");
+        let wrapper = &wrappers[0];
+        let codec = Codec::from_attributes(wrapper.attributes).unwrap();
+        let inner = codec.decompress(wrapper.value.clone().unwrap()).unwrap();
+        let mut inner = read_message_set(&inner).unwrap();
+        if wrapper.magic == 1 {
+            let base = wrapper.offset - inner.last().unwrap().offset;
+            inner.iter_mut().for_each(|m| m.offset += base);
+        }
+        (codec, inner)
+    }
+
+    #[test]
+    fn compressed_wrapper_sets_convert_both_ways_with_their_codec() {
+        for codec in [Codec::Gzip, Codec::Snappy, Codec::Lz4] {
+            for magic in [0, 1] {
+                let sent = messages(0, 6, magic);
+                let set = encode_message_set(&sent, codec);
+                let batch = message_set_to_record_batch(&set).unwrap();
+                assert_eq!(batch[22] & 0x07, codec as u8, "{codec:?} kept");
+                let records = RecordBatchDecoder::decode(&mut batch.clone()).unwrap().records;
+                assert_eq!(records.len(), 6);
+                assert!(records
+                    .iter()
+                    .zip(&sent)
+                    .all(|(r, m)| r.key == m.key && r.value == m.value));
+
+                let fetched =
+                    record_batches_to_message_set(&stored_at(&batch, 40), magic, 42, usize::MAX);
+                let (fetched_codec, inner) = open_wrapper(&fetched.unwrap());
+                assert_eq!(fetched_codec, codec);
+                let expected = messages(40, 6, magic);
+                assert_eq!(
+                    inner, expected,
+                    "{codec:?} magic {magic}: the whole batch, at its offsets"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_bad_crc_a_truncated_message_or_a_bad_magic_is_refused() {
+        let set = encode_message_set(&messages(0, 2, 1), Codec::None);
+        let mut flipped = BytesMut::from(&set[..]);
+        let last = flipped.len() - 1;
+        flipped[last] ^= 0x01;
+        let err = message_set_to_record_batch(&flipped.freeze()).unwrap_err();
+        assert!(matches!(&err, LegacyFormatError::Corrupt(m) if m.contains("CRC")), "{err:?}");
+
+        for cut in [1, 5, set.len() - 20] {
+            let err = message_set_to_record_batch(&set.slice(..set.len() - cut)).unwrap_err();
+            assert!(matches!(err, LegacyFormatError::Corrupt(_)), "cut {cut}: {err:?}");
+        }
+
+        let mut magic_3 = BytesMut::from(&set[..]);
+        magic_3[16] = 3;
+        let err = message_set_to_record_batch(&magic_3.freeze()).unwrap_err();
+        assert!(matches!(err, LegacyFormatError::Corrupt(_)), "{err:?}");
+
+        let record = Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: NO_PRODUCER_ID,
+            producer_epoch: NO_PRODUCER_EPOCH,
+            timestamp_type: TimestampType::Creation,
+            offset: 0,
+            sequence: 0,
+            timestamp: 0,
+            key: None,
+            value: Some(Bytes::from_static(b"v2")),
+            headers: Default::default(),
+        };
+        let mut v2 = BytesMut::new();
+        let options = RecordEncodeOptions { version: 2, compression: Compression::None };
+        RecordBatchEncoder::encode(&mut v2, [&record], &options).unwrap();
+        let err = message_set_to_record_batch(&v2.freeze()).unwrap_err();
+        assert!(matches!(err, LegacyFormatError::Invalid(_)), "{err:?}");
+    }
+
+    #[test]
+    fn nested_compression_mixed_magic_and_zstd_are_refused() {
+        let inner = encode_message_set(&messages(0, 2, 1), Codec::Gzip);
+        let mut wrapper = message(1, 1, 5, None, "");
+        wrapper.attributes = Codec::Gzip as u8;
+        wrapper.value = Some(Codec::Gzip.compress(&inner).unwrap());
+        let err = message_set_to_record_batch(&encode_message_set(&[wrapper.clone()], Codec::None));
+        assert!(matches!(err, Err(LegacyFormatError::Invalid(_))), "{err:?}");
+
+        wrapper.value = Some(
+            Codec::Gzip.compress(&encode_message_set(&messages(0, 2, 0), Codec::None)).unwrap(),
+        );
+        let err = message_set_to_record_batch(&encode_message_set(&[wrapper.clone()], Codec::None));
+        assert!(matches!(err, Err(LegacyFormatError::Invalid(_))), "{err:?}");
+
+        wrapper.attributes = 4;
+        let err = message_set_to_record_batch(&encode_message_set(&[wrapper], Codec::None));
+        assert!(matches!(err, Err(LegacyFormatError::UnsupportedCompression(_))), "{err:?}");
+    }
+
+    #[test]
+    fn an_empty_set_converts_to_nothing_both_ways() {
+        assert_eq!(message_set_to_record_batch(&Bytes::new()).unwrap(), Bytes::new());
+        assert_eq!(record_batches_to_message_set(&Bytes::new(), 1, 0, 100).unwrap(), Bytes::new());
+    }
+
+    #[test]
+    fn down_conversion_gives_whole_messages_within_max_bytes_and_at_least_one() {
+        let sent = messages(0, 10, 1);
+        let batch = message_set_to_record_batch(&encode_message_set(&sent, Codec::None)).unwrap();
+        let one = encode_message_set(&sent[..1], Codec::None).len();
+        let fetched = record_batches_to_message_set(&batch, 1, 0, 3 * one).unwrap();
+        let read = read_message_set(&fetched).unwrap();
+        assert!(!read.is_empty() && fetched.len() <= 3 * one, "{} bytes", fetched.len());
+        assert_eq!(read, sent[..read.len()]);
+        // The first message is there even when it alone is over the limit.
+        let fetched = record_batches_to_message_set(&batch, 1, 0, 1).unwrap();
+        assert_eq!(read_message_set(&fetched).unwrap(), sent[..1]);
+        // Records below the fetch offset of an uncompressed batch are left out, and a
+        // limit can end the set inside the next batch.
+        let two = Bytes::from([batch.to_vec(), stored_at(&batch, 10).to_vec()].concat());
+        let up_to_10 = encode_message_set(&sent[7..], Codec::None).len() + one;
+        let fetched = record_batches_to_message_set(&two, 1, 7, up_to_10).unwrap();
+        let offsets: Vec<i64> =
+            read_message_set(&fetched).unwrap().iter().map(|m| m.offset).collect();
+        assert_eq!(offsets, vec![7, 8, 9, 10]);
+        let fetched = record_batches_to_message_set(&two, 1, 7, usize::MAX).unwrap();
+        assert_eq!(read_message_set(&fetched).unwrap().len(), 13);
+        // A partial batch at the end is dropped.
+        let partial = two.slice(..two.len() - 5);
+        let fetched = record_batches_to_message_set(&partial, 1, 0, usize::MAX).unwrap();
+        assert_eq!(read_message_set(&fetched).unwrap().len(), 10);
+    }
+
+    #[test]
+    fn log_append_time_batches_give_that_time_to_every_message() {
+        let batch =
+            message_set_to_record_batch(&encode_message_set(&messages(0, 3, 1), Codec::None));
+        let mut stored = BytesMut::from(&batch.unwrap()[..]);
+        stored[22] |= LOG_APPEND_TIME;
+        stored[35..43].copy_from_slice(&99_000i64.to_be_bytes());
+        let crc = crc32c::crc32c(&stored[21..]);
+        stored[17..21].copy_from_slice(&crc.to_be_bytes());
+        let fetched = record_batches_to_message_set(&stored.freeze(), 1, 0, usize::MAX).unwrap();
+        let read = read_message_set(&fetched).unwrap();
+        assert!(read.iter().all(|m| m.timestamp == 99_000 && m.attributes == LOG_APPEND_TIME));
+    }
+
+    #[test]
+    fn control_batches_are_skipped_and_zstd_is_refused_down() {
+        let batch =
+            message_set_to_record_batch(&encode_message_set(&messages(0, 2, 1), Codec::None))
+                .unwrap();
+        let with_attributes = |bits: u8| {
+            let mut stored = BytesMut::from(&batch[..]);
+            stored[22] |= bits;
+            let crc = crc32c::crc32c(&stored[21..]);
+            stored[17..21].copy_from_slice(&crc.to_be_bytes());
+            stored.freeze()
+        };
+        let control = with_attributes(CONTROL_BATCH);
+        let both = Bytes::from([control.to_vec(), stored_at(&batch, 2).to_vec()].concat());
+        let fetched = record_batches_to_message_set(&both, 1, 0, usize::MAX).unwrap();
+        let offsets: Vec<i64> =
+            read_message_set(&fetched).unwrap().iter().map(|m| m.offset).collect();
+        assert_eq!(offsets, vec![2, 3]);
+        let zstd = with_attributes(4);
+        let err = record_batches_to_message_set(&zstd, 1, 0, usize::MAX).unwrap_err();
+        assert!(matches!(err, LegacyFormatError::UnsupportedCompression(_)), "{err:?}");
+    }
+
+    #[test]
+    fn arbitrary_bytes_convert_or_fail_without_panicking() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let seeds = [
+            encode_message_set(&messages(0, 3, 1), Codec::None),
+            encode_message_set(&messages(0, 3, 0), Codec::Gzip),
+            message_set_to_record_batch(&encode_message_set(&messages(0, 3, 1), Codec::Snappy))
+                .unwrap(),
+        ];
+        for round in 0..3000 {
+            let mut data = BytesMut::from(&seeds[round % seeds.len()][..]);
+            for _ in 0..1 + next() % 4 {
+                let at = (next() as usize) % data.len();
+                data[at] = next() as u8;
+            }
+            let cut = (next() as usize) % (data.len() + 1);
+            let data = data.freeze().slice(..cut);
+            let _ = message_set_to_record_batch(&data);
+            let _ = record_batches_to_message_set(&data, (round % 2) as i8, 0, 1 << 20);
+        }
+    }
 }
