@@ -98,7 +98,12 @@ impl Codec {
         }
     }
 
-    fn decompress(self, mut compressed: Bytes) -> Result<Bytes, String> {
+    /// Decompresses a wrapper message's value; `magic` matters for lz4 (below).
+    fn decompress(self, compressed: Bytes, magic: i8) -> Result<Bytes, String> {
+        let mut compressed = match self {
+            Codec::Lz4 if magic == 0 => lz4_with_header_checksum(&compressed, false)?,
+            _ => compressed,
+        };
         let take = |b: &mut Bytes| Ok(b.split_off(0));
         let plain = match self {
             Codec::None => return Ok(compressed),
@@ -109,7 +114,8 @@ impl Codec {
         plain.map_err(|e| e.to_string())
     }
 
-    fn compress(self, plain: &[u8]) -> Result<Bytes, String> {
+    /// Compresses an inner message set; `magic` matters for lz4 (below).
+    fn compress(self, plain: &[u8], magic: i8) -> Result<Bytes, String> {
         let mut out = BytesMut::new();
         let put = |b: &mut BytesMut| {
             b.put_slice(plain);
@@ -122,8 +128,75 @@ impl Codec {
             Codec::Lz4 => Lz4::compress(&mut out, put),
         };
         done.map_err(|e| e.to_string())?;
-        Ok(out.freeze())
+        match self {
+            Codec::Lz4 if magic == 0 => lz4_with_header_checksum(&out, true),
+            _ => Ok(out.freeze()),
+        }
     }
+}
+
+/// Kafka before 0.10 wrote the LZ4 frame's header checksum over the frame's magic number
+/// too (KAFKA-3160), and magic-0 messages keep that: Kafka ignores the checksum when it
+/// reads magic 0 and writes the old one when it writes magic 0 (librdkafka does the same).
+/// Returns `frame` with its header checksum byte set to the old (`broken`) or the standard
+/// value, which the lz4 library checks.
+fn lz4_with_header_checksum(frame: &[u8], broken: bool) -> Result<Bytes, String> {
+    const LZ4_FRAME_MAGIC: [u8; 4] = [0x04, 0x22, 0x4d, 0x18];
+    if frame.len() < 7 || frame[..4] != LZ4_FRAME_MAGIC {
+        return Err("not an LZ4 frame".to_string());
+    }
+    let flags = frame[4];
+    // FLG, BD, then an 8-byte content size (FLG bit 3) and a 4-byte dictionary id (bit 0).
+    let descriptor_end =
+        6 + if flags & 0x08 != 0 { 8 } else { 0 } + if flags & 0x01 != 0 { 4 } else { 0 };
+    if frame.len() <= descriptor_end {
+        return Err("LZ4 frame shorter than its header".to_string());
+    }
+    let covered = if broken { &frame[..descriptor_end] } else { &frame[4..descriptor_end] };
+    let mut fixed = BytesMut::from(frame);
+    fixed[descriptor_end] = (xxh32(covered) >> 8) as u8;
+    Ok(fixed.freeze())
+}
+
+/// XXH32 with seed 0 (the LZ4 frame format's checksum), for the few header bytes above.
+fn xxh32(data: &[u8]) -> u32 {
+    const P1: u32 = 2_654_435_761;
+    const P2: u32 = 2_246_822_519;
+    const P3: u32 = 3_266_489_917;
+    const P4: u32 = 668_265_263;
+    const P5: u32 = 374_761_393;
+    let lane = |b: &[u8]| u32::from_le_bytes(b.try_into().expect("4 bytes"));
+    let mut stripes = data.chunks_exact(16);
+    let mut hash = if data.len() >= 16 {
+        let mut v = [P1.wrapping_add(P2), P2, 0, 0u32.wrapping_sub(P1)];
+        for stripe in &mut stripes {
+            for (i, acc) in v.iter_mut().enumerate() {
+                let input = lane(&stripe[4 * i..4 * i + 4]);
+                *acc = acc.wrapping_add(input.wrapping_mul(P2)).rotate_left(13).wrapping_mul(P1);
+            }
+        }
+        let [a, b, c, d] = v;
+        a.rotate_left(1)
+            .wrapping_add(b.rotate_left(7))
+            .wrapping_add(c.rotate_left(12))
+            .wrapping_add(d.rotate_left(18))
+    } else {
+        P5
+    };
+    hash = hash.wrapping_add(data.len() as u32);
+    let rest = stripes.remainder();
+    let mut words = rest.chunks_exact(4);
+    for word in &mut words {
+        hash = hash.wrapping_add(lane(word).wrapping_mul(P3)).rotate_left(17).wrapping_mul(P4);
+    }
+    for &byte in words.remainder() {
+        hash = hash.wrapping_add(u32::from(byte).wrapping_mul(P5)).rotate_left(11).wrapping_mul(P1);
+    }
+    hash ^= hash >> 15;
+    hash = hash.wrapping_mul(P2);
+    hash ^= hash >> 13;
+    hash = hash.wrapping_mul(P3);
+    hash ^ (hash >> 16)
 }
 
 /// One magic-0/1 message as read from the wire (keys and values share the input).
@@ -252,7 +325,7 @@ fn unwrap_messages(
                 message.offset
             )));
         };
-        let inner = message_codec.decompress(compressed).map_err(|e| {
+        let inner = message_codec.decompress(compressed, message.magic).map_err(|e| {
             corrupt(format!(
                 "cannot decompress {message_codec:?} message at offset {}: {e}",
                 message.offset
@@ -288,7 +361,8 @@ pub fn message_set_to_record_batch(set: &Bytes) -> Result<Bytes, LegacyFormatErr
     for (delta, record) in records.iter().enumerate() {
         write_record(&mut plain, record, delta as i64, record.timestamp - base_timestamp);
     }
-    let body = codec.compress(&plain).map_err(|e| {
+    // A v2 batch's lz4 frame has the standard header checksum.
+    let body = codec.compress(&plain, 2).map_err(|e| {
         corrupt(format!("cannot compress the converted records with {codec:?}: {e}"))
     })?;
     let max_timestamp = records.iter().map(|r| r.timestamp).max().expect("one record or more");
@@ -441,7 +515,7 @@ fn wrap(
         write_message(&mut inner, &LegacyMessage { offset, ..message.clone() });
     }
     let value = codec
-        .compress(&inner)
+        .compress(&inner, magic)
         .map_err(|e| corrupt(format!("cannot compress with {codec:?}: {e}")))?;
     let max_timestamp = messages.iter().map(|m| m.timestamp).max().unwrap_or(-1);
     Ok(LegacyMessage {
@@ -602,7 +676,7 @@ mod tests {
         assert_eq!(wrappers.len(), 1, "one wrapper message");
         let wrapper = &wrappers[0];
         let codec = Codec::from_attributes(wrapper.attributes).unwrap();
-        let inner = codec.decompress(wrapper.value.clone().unwrap()).unwrap();
+        let inner = codec.decompress(wrapper.value.clone().unwrap(), wrapper.magic).unwrap();
         let mut inner = read_message_set(&inner).unwrap();
         if wrapper.magic == 1 {
             let base = wrapper.offset - inner.last().unwrap().offset;
@@ -637,6 +711,30 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn xxh32_matches_its_reference_vectors() {
+        assert_eq!(xxh32(b""), 0x02cc_5d05);
+        assert_eq!(xxh32(b"a"), 0x550d_7456);
+        assert_eq!(xxh32(b"abc"), 0x32d1_53ff);
+        assert_eq!(xxh32(b"Nobody inspects the spammish repetition"), 0xe229_3b2f);
+    }
+
+    /// Magic-0 lz4 sets carry Kafka's old header checksum (KAFKA-3160), as librdkafka
+    /// writes them for message format v0 (kcat with broker.version.fallback=0.9.0 was
+    /// refused before): read whatever the byte says, written back the old way.
+    #[test]
+    fn magic_0_lz4_frames_keep_the_old_header_checksum() {
+        let plain = b"lz4 lz4 lz4 lz4 lz4 lz4 lz4 lz4 lz4 lz4 lz4 lz4".repeat(8);
+        let standard = Codec::Lz4.compress(&plain, 1).unwrap();
+        assert_eq!(lz4_with_header_checksum(&standard, false).unwrap(), standard);
+        let old = Codec::Lz4.compress(&plain, 0).unwrap();
+        assert_ne!(old, standard, "the header checksum byte differs");
+        assert_eq!(old.len(), standard.len());
+        assert!(Codec::Lz4.decompress(old.clone(), 1).is_err(), "lz4 checks the byte");
+        assert_eq!(Codec::Lz4.decompress(old, 0).unwrap(), plain);
+        assert_eq!(Codec::Lz4.decompress(standard, 0).unwrap(), plain, "either is read");
     }
 
     #[test]
@@ -685,12 +783,12 @@ mod tests {
         let inner = encode_message_set(&messages(0, 2, 1), Codec::Gzip);
         let mut wrapper = message(1, 1, 5, None, "");
         wrapper.attributes = Codec::Gzip as u8;
-        wrapper.value = Some(Codec::Gzip.compress(&inner).unwrap());
+        wrapper.value = Some(Codec::Gzip.compress(&inner, 1).unwrap());
         let err = message_set_to_record_batch(&encode_message_set(&[wrapper.clone()], Codec::None));
         assert!(matches!(err, Err(LegacyFormatError::Invalid(_))), "{err:?}");
 
         wrapper.value = Some(
-            Codec::Gzip.compress(&encode_message_set(&messages(0, 2, 0), Codec::None)).unwrap(),
+            Codec::Gzip.compress(&encode_message_set(&messages(0, 2, 0), Codec::None), 1).unwrap(),
         );
         let err = message_set_to_record_batch(&encode_message_set(&[wrapper.clone()], Codec::None));
         assert!(matches!(err, Err(LegacyFormatError::Invalid(_))), "{err:?}");
