@@ -36,7 +36,7 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy};
-use kafka_protocol::records::{Record, RecordBatchDecoder, IEEE};
+use kafka_protocol::records::{Record, RecordBatchDecoder};
 
 /// Why a message set could not be converted, by the Kafka error it answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -255,7 +255,7 @@ fn read_message(offset: i64, body: Bytes) -> Result<LegacyMessage, LegacyFormatE
         _ => return Err(corrupt(format!("message at offset {offset} has magic {magic}"))),
     }
     let stored_crc = u32::from_be_bytes(body[0..4].try_into().expect("4 bytes"));
-    let crc = IEEE.checksum(&body[4..]);
+    let crc = crc32fast::hash(&body[4..]);
     if crc != stored_crc {
         return Err(corrupt(format!(
             "message at offset {offset}: CRC {stored_crc:#010x} stored, {crc:#010x} computed"
@@ -395,27 +395,44 @@ fn write_record(
     offset_delta: i64,
     timestamp_delta: i64,
 ) {
-    let mut body = BytesMut::new();
-    body.put_i8(0); // attributes
-    put_varint(&mut body, timestamp_delta);
-    put_varint(&mut body, offset_delta);
-    for field in [&record.key, &record.value] {
-        match field {
-            Some(bytes) => {
-                put_varint(&mut body, bytes.len() as i64);
-                body.put_slice(bytes);
-            }
-            None => put_varint(&mut body, -1),
+    // The length prefix comes first: size the body from its fields instead of building
+    // it in a buffer of its own (no allocation per record).
+    let fields = [&record.key, &record.value];
+    let field_len = |f: &Option<Bytes>| f.as_ref().map_or(-1, |b| b.len() as i64);
+    let body_len = 1
+        + varint_len(timestamp_delta)
+        + varint_len(offset_delta)
+        + fields
+            .iter()
+            .map(|f| varint_len(field_len(f)) + field_len(f).max(0) as usize)
+            .sum::<usize>()
+        + varint_len(0);
+    put_varint(out, body_len as i64);
+    out.put_i8(0); // attributes
+    put_varint(out, timestamp_delta);
+    put_varint(out, offset_delta);
+    for field in fields {
+        put_varint(out, field_len(field));
+        if let Some(bytes) = field {
+            out.put_slice(bytes);
         }
     }
-    put_varint(&mut body, 0); // headers
-    put_varint(out, body.len() as i64);
-    out.put_slice(&body);
+    put_varint(out, 0); // headers
+}
+
+fn zigzag(value: i64) -> u64 {
+    ((value << 1) ^ (value >> 63)) as u64
+}
+
+/// Bytes [`put_varint`] writes for `value`.
+fn varint_len(value: i64) -> usize {
+    let bits = 64 - zigzag(value).leading_zeros() as usize;
+    bits.max(1).div_ceil(7)
 }
 
 /// Kafka's zigzag varint (as protobuf's sint64).
 fn put_varint(out: &mut BytesMut, value: i64) {
-    let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
+    let mut zigzag = zigzag(value);
     while zigzag >= 0x80 {
         out.put_u8((zigzag as u8) | 0x80);
         zigzag >>= 7;
@@ -557,7 +574,7 @@ pub fn write_message(out: &mut BytesMut, message: &LegacyMessage) {
             None => out.put_i32(-1),
         }
     }
-    let crc = IEEE.checksum(&out[body_at..]);
+    let crc = crc32fast::hash(&out[body_at..]);
     let size = (out.len() - size_at - 4) as i32;
     out[size_at..size_at + 4].copy_from_slice(&size.to_be_bytes());
     out[size_at + 4..size_at + 8].copy_from_slice(&crc.to_be_bytes());
@@ -710,6 +727,15 @@ mod tests {
                     "{codec:?} magic {magic}: the whole batch, at its offsets"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn varint_len_is_what_put_varint_writes() {
+        for value in [0, 1, -1, 63, 64, -64, -65, 300, i64::from(i32::MAX), i64::MIN, i64::MAX] {
+            let mut out = BytesMut::new();
+            put_varint(&mut out, value);
+            assert_eq!(varint_len(value), out.len(), "{value}");
         }
     }
 
