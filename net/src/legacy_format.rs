@@ -122,7 +122,7 @@ impl Codec {
             Ok(())
         };
         let done = match self {
-            Codec::None => Ok(out.put_slice(plain)),
+            Codec::None => return Ok(Bytes::copy_from_slice(plain)),
             Codec::Gzip => Gzip::compress(&mut out, put),
             Codec::Snappy => Snappy::compress(&mut out, put),
             Codec::Lz4 => Lz4::compress(&mut out, put),
