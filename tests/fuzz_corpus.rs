@@ -65,7 +65,7 @@ fn write_legacy_seed_corpus() {
             .collect();
         for codec in [Codec::None, Codec::Gzip, Codec::Snappy, Codec::Lz4] {
             let set = encode_message_set(&messages, codec);
-            let batch = message_set_to_record_batch(&set).unwrap();
+            let batch = message_set_to_record_batch(&set, 1 << 20).unwrap();
             let name = format!("seed-magic{magic}-{codec:?}");
             std::fs::write(dir.join(format!("{name}-up")), [&[magic << 1][..], &set].concat())
                 .unwrap();

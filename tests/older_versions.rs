@@ -302,7 +302,7 @@ fn open_message_set(set: &Bytes) -> Vec<LegacyMessage> {
         // The broker's own conversion reads a wrapper back into one batch: reuse it to
         // decompress, then read the records of that batch.
         let one = legacy_format::encode_message_set(std::slice::from_ref(&message), Codec::None);
-        let batch = legacy_format::message_set_to_record_batch(&one).unwrap();
+        let batch = legacy_format::message_set_to_record_batch(&one, 1 << 20).unwrap();
         let records = RecordBatchDecoder::decode(&mut batch.clone()).unwrap().records;
         let base = message.offset - (records.len() as i64 - 1);
         for (i, r) in records.iter().enumerate() {

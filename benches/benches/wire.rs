@@ -96,13 +96,14 @@ fn legacy_format_benches(c: &mut Criterion) {
     group.throughput(Throughput::Bytes((RECORDS * VALUE_BYTES) as u64));
     for codec in [Codec::None, Codec::Gzip] {
         let set = encode_message_set(&messages, codec);
-        let batch = message_set_to_record_batch(&set).expect("valid set");
+        let batch = message_set_to_record_batch(&set, 1 << 26).expect("valid set");
         group.bench_function(format!("up_magic1_{codec:?}_16k"), |b| {
-            b.iter(|| message_set_to_record_batch(black_box(&set)).expect("valid set"))
+            b.iter(|| message_set_to_record_batch(black_box(&set), 1 << 26).expect("valid set"))
         });
         group.bench_function(format!("down_magic1_{codec:?}_16k"), |b| {
             b.iter(|| {
-                record_batches_to_message_set(black_box(&batch), 1, 0, 1 << 20).expect("valid")
+                record_batches_to_message_set(black_box(&batch), 1, 0, 1 << 20, 1 << 26)
+                    .expect("valid")
             })
         });
     }

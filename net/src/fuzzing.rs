@@ -67,6 +67,10 @@ fn header_bytes(api_key: ApiKey, version: i16) -> BytesMut {
     out
 }
 
+/// What the `legacy` target lets compressed records decompress to (the broker uses
+/// `--max-request-bytes`): small, so that a compression bomb is found, not run.
+const MAX_RECORDS_BYTES: usize = 1 << 22;
+
 /// The message format v0/v1 conversions (`legacy_format`): `data[0]` bit 0 picks the
 /// direction (0: a Produce v0-v2 message set up to a batch; 1: stored batches down, as
 /// Fetch v0-v3 read them), bit 1 the magic to convert down to; the rest is the input.
@@ -77,15 +81,15 @@ pub fn legacy_message_set(data: &[u8]) {
     let input = Bytes::copy_from_slice(input);
     let magic = ((flags >> 1) & 1) as i8;
     if flags & 1 == 1 {
-        let _ = record_batches_to_message_set(&input, magic, 0, 1 << 20);
+        let _ = record_batches_to_message_set(&input, magic, 0, 1 << 20, MAX_RECORDS_BYTES);
         return;
     }
-    let Ok(batch) = message_set_to_record_batch(&input) else { return };
+    let Ok(batch) = message_set_to_record_batch(&input, MAX_RECORDS_BYTES) else { return };
     if batch.is_empty() {
         return;
     }
     let decoded = kafka_protocol::records::RecordBatchDecoder::decode(&mut batch.clone());
     assert!(decoded.is_ok(), "an up-converted batch does not decode: {decoded:?}");
-    let down = record_batches_to_message_set(&batch, magic, 0, usize::MAX);
+    let down = record_batches_to_message_set(&batch, magic, 0, usize::MAX, MAX_RECORDS_BYTES);
     assert!(down.is_ok(), "an up-converted batch does not convert back: {down:?}");
 }

@@ -35,7 +35,7 @@
 //!    progress; control batches are skipped and record headers dropped, as Kafka does.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy};
+use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy};
 use kafka_protocol::records::{Record, RecordBatchDecoder};
 
 /// Why a message set could not be converted, by the Kafka error it answers.
@@ -48,6 +48,9 @@ pub enum LegacyFormatError {
     Invalid(String),
     /// zstd, which message format v0/v1 cannot carry: UNSUPPORTED_COMPRESSION_TYPE.
     UnsupportedCompression(String),
+    /// Compressed records that decompress to more than the caller's limit:
+    /// MESSAGE_TOO_LARGE (a few compressed bytes must not make the broker allocate GBs).
+    TooLarge(String),
 }
 
 impl std::fmt::Display for LegacyFormatError {
@@ -55,10 +58,13 @@ impl std::fmt::Display for LegacyFormatError {
         match self {
             LegacyFormatError::Corrupt(m)
             | LegacyFormatError::Invalid(m)
-            | LegacyFormatError::UnsupportedCompression(m) => f.write_str(m),
+            | LegacyFormatError::UnsupportedCompression(m)
+            | LegacyFormatError::TooLarge(m) => f.write_str(m),
         }
     }
 }
+
+impl std::error::Error for LegacyFormatError {}
 
 fn corrupt(message: String) -> LegacyFormatError {
     LegacyFormatError::Corrupt(message)
@@ -98,20 +104,30 @@ impl Codec {
         }
     }
 
-    /// Decompresses a wrapper message's value; `magic` matters for lz4 (below).
-    fn decompress(self, compressed: Bytes, magic: i8) -> Result<Bytes, String> {
-        let mut compressed = match self {
-            Codec::Lz4 if magic == 0 => lz4_with_header_checksum(&compressed, false)?,
-            _ => compressed,
-        };
-        let take = |b: &mut Bytes| Ok(b.split_off(0));
-        let plain = match self {
-            Codec::None => return Ok(compressed),
-            Codec::Gzip => Gzip::decompress(&mut compressed, take),
-            Codec::Snappy => Snappy::decompress(&mut compressed, take),
-            Codec::Lz4 => Lz4::decompress(&mut compressed, take),
-        };
-        plain.map_err(|e| e.to_string())
+    /// Decompresses a wrapper message's value (or a stored batch's records), never to
+    /// more than `limit` bytes; `magic` matters for lz4 (below). The codec crate's own
+    /// decompressors have no bound, so the streams are read here.
+    fn decompress(
+        self,
+        compressed: Bytes,
+        magic: i8,
+        limit: usize,
+    ) -> Result<Bytes, LegacyFormatError> {
+        let failed = |e: std::io::Error| corrupt(format!("cannot decompress {self:?}: {e}"));
+        match self {
+            Codec::None => Ok(compressed),
+            Codec::Gzip => read_bounded(flate2::read::MultiGzDecoder::new(&compressed[..]), limit)
+                .map_err(|e| e.unwrap_or_else(failed)),
+            Codec::Snappy => snappy_decompress(&compressed, limit),
+            Codec::Lz4 => {
+                let frame = match magic {
+                    0 => lz4_with_header_checksum(&compressed, false).map_err(corrupt)?,
+                    _ => compressed,
+                };
+                let decoder = lz4::Decoder::new(&frame[..]).map_err(failed)?;
+                read_bounded(decoder, limit).map_err(|e| e.unwrap_or_else(failed))
+            }
+        }
     }
 
     /// Compresses an inner message set; `magic` matters for lz4 (below).
@@ -133,6 +149,58 @@ impl Codec {
             _ => Ok(out.freeze()),
         }
     }
+}
+
+/// Reads `reader` to its end; `Err(Ok(..))` past `limit` bytes, `Err(Err(io))` on a bad
+/// stream.
+fn read_bounded(
+    reader: impl std::io::Read,
+    limit: usize,
+) -> Result<Bytes, Result<LegacyFormatError, std::io::Error>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    reader.take(limit as u64 + 1).read_to_end(&mut out).map_err(Err)?;
+    if out.len() > limit {
+        return Err(Ok(too_large(limit)));
+    }
+    Ok(Bytes::from(out))
+}
+
+fn too_large(limit: usize) -> LegacyFormatError {
+    LegacyFormatError::TooLarge(format!("compressed records decompress to more than {limit} bytes"))
+}
+
+/// Kafka's snappy: xerial-framed blocks (what Kafka's Java client writes), or one raw
+/// snappy block (accepted by Kafka too). Each block's length is read from its header
+/// before anything is allocated for it.
+fn snappy_decompress(data: &[u8], limit: usize) -> Result<Bytes, LegacyFormatError> {
+    const XERIAL_HEADER_BYTES: usize = 16;
+    let failed = |e: snap::Error| corrupt(format!("cannot decompress Snappy: {e}"));
+    let mut out = Vec::new();
+    let mut push = |block: &[u8]| {
+        let len = snap::raw::decompress_len(block).map_err(failed)?;
+        if len > limit - out.len() {
+            return Err(too_large(limit));
+        }
+        let at = out.len();
+        out.resize(at + len, 0);
+        snap::raw::Decoder::new().decompress(block, &mut out[at..]).map_err(failed)?;
+        Ok(())
+    };
+    if data.len() < XERIAL_HEADER_BYTES || data[..8] != *b"\x82SNAPPY\x00" {
+        push(data)?;
+        return Ok(Bytes::from(out));
+    }
+    let mut rest = &data[XERIAL_HEADER_BYTES..];
+    while !rest.is_empty() {
+        let truncated = || corrupt("truncated xerial snappy block".to_string());
+        let len_bytes: [u8; 4] = rest.get(..4).ok_or_else(truncated)?.try_into().expect("4");
+        let len = u32::from_be_bytes(len_bytes) as usize;
+        let block = rest.get(4..4 + len).ok_or_else(truncated)?;
+        push(block)?;
+        rest = &rest[4 + len..];
+    }
+    Ok(Bytes::from(out))
 }
 
 /// Kafka before 0.10 wrote the LZ4 frame's header checksum over the frame's magic number
@@ -308,6 +376,7 @@ fn read_bytes(
 /// The records of a message set, with wrappers opened, and the codec to store them with.
 fn unwrap_messages(
     messages: Vec<LegacyMessage>,
+    max_records_bytes: usize,
 ) -> Result<(Vec<LegacyMessage>, Codec), LegacyFormatError> {
     let mut records = Vec::with_capacity(messages.len());
     let mut codec = Codec::None;
@@ -325,12 +394,7 @@ fn unwrap_messages(
                 message.offset
             )));
         };
-        let inner = message_codec.decompress(compressed, message.magic).map_err(|e| {
-            corrupt(format!(
-                "cannot decompress {message_codec:?} message at offset {}: {e}",
-                message.offset
-            ))
-        })?;
+        let inner = message_codec.decompress(compressed, message.magic, max_records_bytes)?;
         for inner_message in read_message_set(&inner)? {
             if inner_message.magic != message.magic {
                 return Err(LegacyFormatError::Invalid(format!(
@@ -351,8 +415,11 @@ fn unwrap_messages(
 
 /// Converts a Produce v0-v2 message set into one v2 record batch (invariant 2), with the
 /// compression the producer used. An empty set converts to an empty `Bytes`.
-pub fn message_set_to_record_batch(set: &Bytes) -> Result<Bytes, LegacyFormatError> {
-    let (records, codec) = unwrap_messages(read_message_set(set)?)?;
+pub fn message_set_to_record_batch(
+    set: &Bytes,
+    max_records_bytes: usize,
+) -> Result<Bytes, LegacyFormatError> {
+    let (records, codec) = unwrap_messages(read_message_set(set)?, max_records_bytes)?;
     if records.is_empty() {
         return Ok(Bytes::new());
     }
@@ -449,6 +516,7 @@ pub fn record_batches_to_message_set(
     magic: i8,
     fetch_offset: i64,
     max_bytes: usize,
+    max_records_bytes: usize,
 ) -> Result<Bytes, LegacyFormatError> {
     assert!(magic == 0 || magic == 1, "down-conversion to magic {magic}");
     let mut out = BytesMut::new();
@@ -473,10 +541,15 @@ pub fn record_batches_to_message_set(
         };
         let log_append_time = (attributes & LOG_APPEND_TIME != 0)
             .then(|| i64::from_be_bytes(batch[35..43].try_into().expect("8 bytes")));
-        let records = RecordBatchDecoder::decode(&mut batch.clone())
-            .map_err(|e| corrupt(format!("stored batch cannot be decoded: {e}")))?
-            .records;
+        let records = match decode_stored_batch(&batch, codec, max_records_bytes) {
+            Ok(records) => records,
+            Err(e) if out.is_empty() => return Err(e),
+            Err(_) => break,
+        };
         let messages = to_messages(&records, magic, log_append_time);
+        if messages.is_empty() {
+            continue;
+        }
         if codec == Codec::None {
             let wanted = messages.iter().filter(|m| m.offset >= fetch_offset);
             for message in wanted {
@@ -497,6 +570,27 @@ pub fn record_batches_to_message_set(
         }
     }
     Ok(out.freeze())
+}
+
+/// The records of one stored v2 batch, decompressed to at most `limit` bytes.
+fn decode_stored_batch(
+    batch: &Bytes,
+    codec: Codec,
+    limit: usize,
+) -> Result<Vec<Record>, LegacyFormatError> {
+    let failure = std::cell::RefCell::new(None);
+    let decompress = |records: &mut Bytes, _| {
+        codec.decompress(records.clone(), 2, limit).map_err(|e| {
+            failure.replace(Some(e.clone()));
+            e.into()
+        })
+    };
+    match RecordBatchDecoder::decode_with_custom_compression(&mut batch.clone(), Some(decompress)) {
+        Ok(set) => Ok(set.records),
+        Err(e) => Err(failure
+            .take()
+            .unwrap_or_else(|| corrupt(format!("stored batch cannot be decoded: {e}")))),
+    }
 }
 
 /// The records of one stored batch as messages of `magic`; headers are dropped.
@@ -598,6 +692,22 @@ pub fn encode_message_set(messages: &[LegacyMessage], codec: Codec) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the tests allow compressed records to decompress to.
+    const LIMIT: usize = 1 << 26;
+
+    fn up(set: &Bytes) -> Result<Bytes, LegacyFormatError> {
+        message_set_to_record_batch(set, LIMIT)
+    }
+
+    fn down(
+        stored: &Bytes,
+        magic: i8,
+        fetch_offset: i64,
+        max_bytes: usize,
+    ) -> Result<Bytes, LegacyFormatError> {
+        record_batches_to_message_set(stored, magic, fetch_offset, max_bytes, LIMIT)
+    }
     use kafka_protocol::records::{Compression, RecordBatchEncoder, RecordEncodeOptions};
     use kafka_protocol::records::{TimestampType, NO_PRODUCER_EPOCH, NO_PRODUCER_ID};
 
@@ -645,40 +755,39 @@ mod tests {
     #[test]
     fn an_uncompressed_magic_1_set_round_trips_byte_identical() {
         let sent = encode_message_set(&messages(0, 10, 1), Codec::None);
-        let batch = message_set_to_record_batch(&sent).unwrap();
+        let batch = up(&sent).unwrap();
         assert_eq!(batch[16], 2, "magic");
         assert_eq!(
             u32::from_be_bytes(batch[17..21].try_into().unwrap()),
             crc32c::crc32c(&batch[21..])
         );
         assert_eq!(i32::from_be_bytes(batch[53..57].try_into().unwrap()), -1, "base sequence");
-        let fetched = record_batches_to_message_set(&batch, 1, 0, usize::MAX).unwrap();
+        let fetched = down(&batch, 1, 0, usize::MAX).unwrap();
         assert_eq!(fetched, sent);
         // At the offsets the log gave them.
         let expected = encode_message_set(&messages(100, 10, 1), Codec::None);
-        let fetched = record_batches_to_message_set(&stored_at(&batch, 100), 1, 100, usize::MAX);
+        let fetched = down(&stored_at(&batch, 100), 1, 100, usize::MAX);
         assert_eq!(fetched.unwrap(), expected);
     }
 
     #[test]
     fn magic_0_has_no_timestamps_and_magic_1_keeps_them() {
         let sent = encode_message_set(&messages(0, 3, 0), Codec::None);
-        let batch = message_set_to_record_batch(&sent).unwrap();
+        let batch = up(&sent).unwrap();
         assert_eq!(
             (header_i64(&batch, 27), header_i64(&batch, 35)),
             (-1, -1),
             "base/max timestamp"
         );
-        let as_v1 =
-            read_message_set(&record_batches_to_message_set(&batch, 1, 0, usize::MAX).unwrap());
+        let as_v1 = read_message_set(&down(&batch, 1, 0, usize::MAX).unwrap());
         assert!(as_v1.unwrap().iter().all(|m| m.magic == 1 && m.timestamp == -1));
-        assert_eq!(record_batches_to_message_set(&batch, 0, 0, usize::MAX).unwrap(), sent);
+        assert_eq!(down(&batch, 0, 0, usize::MAX).unwrap(), sent);
 
         let sent = messages(0, 3, 1);
-        let batch = message_set_to_record_batch(&encode_message_set(&sent, Codec::None)).unwrap();
+        let batch = up(&encode_message_set(&sent, Codec::None)).unwrap();
         assert_eq!(header_i64(&batch, 27), sent[0].timestamp);
         assert_eq!(header_i64(&batch, 35), sent[2].timestamp);
-        let as_v0 = record_batches_to_message_set(&batch, 0, 0, usize::MAX).unwrap();
+        let as_v0 = down(&batch, 0, 0, usize::MAX).unwrap();
         let as_v0 = read_message_set(&as_v0).unwrap();
         assert!(as_v0.iter().all(|m| m.magic == 0 && m.timestamp == -1));
         assert_eq!(
@@ -693,7 +802,7 @@ mod tests {
         assert_eq!(wrappers.len(), 1, "one wrapper message");
         let wrapper = &wrappers[0];
         let codec = Codec::from_attributes(wrapper.attributes).unwrap();
-        let inner = codec.decompress(wrapper.value.clone().unwrap(), wrapper.magic).unwrap();
+        let inner = codec.decompress(wrapper.value.clone().unwrap(), wrapper.magic, LIMIT).unwrap();
         let mut inner = read_message_set(&inner).unwrap();
         if wrapper.magic == 1 {
             let base = wrapper.offset - inner.last().unwrap().offset;
@@ -708,7 +817,7 @@ mod tests {
             for magic in [0, 1] {
                 let sent = messages(0, 6, magic);
                 let set = encode_message_set(&sent, codec);
-                let batch = message_set_to_record_batch(&set).unwrap();
+                let batch = up(&set).unwrap();
                 assert_eq!(batch[22] & 0x07, codec as u8, "{codec:?} kept");
                 let records = RecordBatchDecoder::decode(&mut batch.clone()).unwrap().records;
                 assert_eq!(records.len(), 6);
@@ -717,8 +826,7 @@ mod tests {
                     .zip(&sent)
                     .all(|(r, m)| r.key == m.key && r.value == m.value));
 
-                let fetched =
-                    record_batches_to_message_set(&stored_at(&batch, 40), magic, 42, usize::MAX);
+                let fetched = down(&stored_at(&batch, 40), magic, 42, usize::MAX);
                 let (fetched_codec, inner) = open_wrapper(&fetched.unwrap());
                 assert_eq!(fetched_codec, codec);
                 let expected = messages(40, 6, magic);
@@ -758,9 +866,9 @@ mod tests {
         let old = Codec::Lz4.compress(&plain, 0).unwrap();
         assert_ne!(old, standard, "the header checksum byte differs");
         assert_eq!(old.len(), standard.len());
-        assert!(Codec::Lz4.decompress(old.clone(), 1).is_err(), "lz4 checks the byte");
-        assert_eq!(Codec::Lz4.decompress(old, 0).unwrap(), plain);
-        assert_eq!(Codec::Lz4.decompress(standard, 0).unwrap(), plain, "either is read");
+        assert!(Codec::Lz4.decompress(old.clone(), 1, LIMIT).is_err(), "lz4 checks the byte");
+        assert_eq!(Codec::Lz4.decompress(old, 0, LIMIT).unwrap(), plain);
+        assert_eq!(Codec::Lz4.decompress(standard, 0, LIMIT).unwrap(), plain, "either is read");
     }
 
     #[test]
@@ -769,17 +877,17 @@ mod tests {
         let mut flipped = BytesMut::from(&set[..]);
         let last = flipped.len() - 1;
         flipped[last] ^= 0x01;
-        let err = message_set_to_record_batch(&flipped.freeze()).unwrap_err();
+        let err = up(&flipped.freeze()).unwrap_err();
         assert!(matches!(&err, LegacyFormatError::Corrupt(m) if m.contains("CRC")), "{err:?}");
 
         for cut in [1, 5, set.len() - 20] {
-            let err = message_set_to_record_batch(&set.slice(..set.len() - cut)).unwrap_err();
+            let err = up(&set.slice(..set.len() - cut)).unwrap_err();
             assert!(matches!(err, LegacyFormatError::Corrupt(_)), "cut {cut}: {err:?}");
         }
 
         let mut magic_3 = BytesMut::from(&set[..]);
         magic_3[16] = 3;
-        let err = message_set_to_record_batch(&magic_3.freeze()).unwrap_err();
+        let err = up(&magic_3.freeze()).unwrap_err();
         assert!(matches!(err, LegacyFormatError::Corrupt(_)), "{err:?}");
 
         let record = Record {
@@ -800,7 +908,7 @@ mod tests {
         let mut v2 = BytesMut::new();
         let options = RecordEncodeOptions { version: 2, compression: Compression::None };
         RecordBatchEncoder::encode(&mut v2, [&record], &options).unwrap();
-        let err = message_set_to_record_batch(&v2.freeze()).unwrap_err();
+        let err = up(&v2.freeze()).unwrap_err();
         assert!(matches!(err, LegacyFormatError::Invalid(_)), "{err:?}");
     }
 
@@ -810,73 +918,88 @@ mod tests {
         let mut wrapper = message(1, 1, 5, None, "");
         wrapper.attributes = Codec::Gzip as u8;
         wrapper.value = Some(Codec::Gzip.compress(&inner, 1).unwrap());
-        let err = message_set_to_record_batch(&encode_message_set(&[wrapper.clone()], Codec::None));
+        let err = up(&encode_message_set(&[wrapper.clone()], Codec::None));
         assert!(matches!(err, Err(LegacyFormatError::Invalid(_))), "{err:?}");
 
         wrapper.value = Some(
             Codec::Gzip.compress(&encode_message_set(&messages(0, 2, 0), Codec::None), 1).unwrap(),
         );
-        let err = message_set_to_record_batch(&encode_message_set(&[wrapper.clone()], Codec::None));
+        let err = up(&encode_message_set(&[wrapper.clone()], Codec::None));
         assert!(matches!(err, Err(LegacyFormatError::Invalid(_))), "{err:?}");
 
         wrapper.attributes = 4;
-        let err = message_set_to_record_batch(&encode_message_set(&[wrapper], Codec::None));
+        let err = up(&encode_message_set(&[wrapper], Codec::None));
         assert!(matches!(err, Err(LegacyFormatError::UnsupportedCompression(_))), "{err:?}");
+    }
+
+    /// A few KB that decompress to 4 MiB are refused (MESSAGE_TOO_LARGE) before the
+    /// broker allocates past its limit, in both directions and with every codec.
+    #[test]
+    fn compressed_records_past_the_limit_are_too_large() {
+        let mut big = message(0, 1, 5, None, "");
+        big.value = Some(Bytes::from(vec![0u8; 4 << 20]));
+        for codec in [Codec::Gzip, Codec::Snappy, Codec::Lz4] {
+            let set = encode_message_set(std::slice::from_ref(&big), codec);
+            assert!(set.len() < 1 << 20, "{codec:?}: {} bytes", set.len());
+            let err = message_set_to_record_batch(&set, 1 << 20).unwrap_err();
+            assert!(matches!(err, LegacyFormatError::TooLarge(_)), "{codec:?}: {err:?}");
+            let batch = up(&set).unwrap();
+            let err = record_batches_to_message_set(&batch, 1, 0, 1 << 20, 1 << 20).unwrap_err();
+            assert!(matches!(err, LegacyFormatError::TooLarge(_)), "{codec:?} down: {err:?}");
+            assert!(record_batches_to_message_set(&batch, 1, 0, 1 << 20, 5 << 20).is_ok());
+        }
     }
 
     #[test]
     fn an_empty_set_converts_to_nothing_both_ways() {
-        assert_eq!(message_set_to_record_batch(&Bytes::new()).unwrap(), Bytes::new());
-        assert_eq!(record_batches_to_message_set(&Bytes::new(), 1, 0, 100).unwrap(), Bytes::new());
+        assert_eq!(up(&Bytes::new()).unwrap(), Bytes::new());
+        assert_eq!(down(&Bytes::new(), 1, 0, 100).unwrap(), Bytes::new());
     }
 
     #[test]
     fn down_conversion_gives_whole_messages_within_max_bytes_and_at_least_one() {
         let sent = messages(0, 10, 1);
-        let batch = message_set_to_record_batch(&encode_message_set(&sent, Codec::None)).unwrap();
+        let batch = up(&encode_message_set(&sent, Codec::None)).unwrap();
         let one = encode_message_set(&sent[..1], Codec::None).len();
-        let fetched = record_batches_to_message_set(&batch, 1, 0, 3 * one).unwrap();
+        let fetched = down(&batch, 1, 0, 3 * one).unwrap();
         let read = read_message_set(&fetched).unwrap();
         assert!(!read.is_empty() && fetched.len() <= 3 * one, "{} bytes", fetched.len());
         assert_eq!(read, sent[..read.len()]);
         // The first message is there even when it alone is over the limit.
-        let fetched = record_batches_to_message_set(&batch, 1, 0, 1).unwrap();
+        let fetched = down(&batch, 1, 0, 1).unwrap();
         assert_eq!(read_message_set(&fetched).unwrap(), sent[..1]);
         // Records below the fetch offset of an uncompressed batch are left out, and a
         // limit can end the set inside the next batch.
         let two = Bytes::from([batch.to_vec(), stored_at(&batch, 10).to_vec()].concat());
         let up_to_10 = encode_message_set(&sent[7..], Codec::None).len() + one;
-        let fetched = record_batches_to_message_set(&two, 1, 7, up_to_10).unwrap();
+        let fetched = down(&two, 1, 7, up_to_10).unwrap();
         let offsets: Vec<i64> =
             read_message_set(&fetched).unwrap().iter().map(|m| m.offset).collect();
         assert_eq!(offsets, vec![7, 8, 9, 10]);
-        let fetched = record_batches_to_message_set(&two, 1, 7, usize::MAX).unwrap();
+        let fetched = down(&two, 1, 7, usize::MAX).unwrap();
         assert_eq!(read_message_set(&fetched).unwrap().len(), 13);
         // A partial batch at the end is dropped.
         let partial = two.slice(..two.len() - 5);
-        let fetched = record_batches_to_message_set(&partial, 1, 0, usize::MAX).unwrap();
+        let fetched = down(&partial, 1, 0, usize::MAX).unwrap();
         assert_eq!(read_message_set(&fetched).unwrap().len(), 10);
     }
 
     #[test]
     fn log_append_time_batches_give_that_time_to_every_message() {
-        let batch =
-            message_set_to_record_batch(&encode_message_set(&messages(0, 3, 1), Codec::None));
+        let batch = up(&encode_message_set(&messages(0, 3, 1), Codec::None));
         let mut stored = BytesMut::from(&batch.unwrap()[..]);
         stored[22] |= LOG_APPEND_TIME;
         stored[35..43].copy_from_slice(&99_000i64.to_be_bytes());
         let crc = crc32c::crc32c(&stored[21..]);
         stored[17..21].copy_from_slice(&crc.to_be_bytes());
-        let fetched = record_batches_to_message_set(&stored.freeze(), 1, 0, usize::MAX).unwrap();
+        let fetched = down(&stored.freeze(), 1, 0, usize::MAX).unwrap();
         let read = read_message_set(&fetched).unwrap();
         assert!(read.iter().all(|m| m.timestamp == 99_000 && m.attributes == LOG_APPEND_TIME));
     }
 
     #[test]
     fn control_batches_are_skipped_and_zstd_is_refused_down() {
-        let batch =
-            message_set_to_record_batch(&encode_message_set(&messages(0, 2, 1), Codec::None))
-                .unwrap();
+        let batch = up(&encode_message_set(&messages(0, 2, 1), Codec::None)).unwrap();
         let with_attributes = |bits: u8| {
             let mut stored = BytesMut::from(&batch[..]);
             stored[22] |= bits;
@@ -886,12 +1009,12 @@ mod tests {
         };
         let control = with_attributes(CONTROL_BATCH);
         let both = Bytes::from([control.to_vec(), stored_at(&batch, 2).to_vec()].concat());
-        let fetched = record_batches_to_message_set(&both, 1, 0, usize::MAX).unwrap();
+        let fetched = down(&both, 1, 0, usize::MAX).unwrap();
         let offsets: Vec<i64> =
             read_message_set(&fetched).unwrap().iter().map(|m| m.offset).collect();
         assert_eq!(offsets, vec![2, 3]);
         let zstd = with_attributes(4);
-        let err = record_batches_to_message_set(&zstd, 1, 0, usize::MAX).unwrap_err();
+        let err = down(&zstd, 1, 0, usize::MAX).unwrap_err();
         assert!(matches!(err, LegacyFormatError::UnsupportedCompression(_)), "{err:?}");
     }
 
@@ -907,8 +1030,7 @@ mod tests {
         let seeds = [
             encode_message_set(&messages(0, 3, 1), Codec::None),
             encode_message_set(&messages(0, 3, 0), Codec::Gzip),
-            message_set_to_record_batch(&encode_message_set(&messages(0, 3, 1), Codec::Snappy))
-                .unwrap(),
+            up(&encode_message_set(&messages(0, 3, 1), Codec::Snappy)).unwrap(),
         ];
         for round in 0..3000 {
             let mut data = BytesMut::from(&seeds[round % seeds.len()][..]);
@@ -918,8 +1040,8 @@ mod tests {
             }
             let cut = (next() as usize) % (data.len() + 1);
             let data = data.freeze().slice(..cut);
-            let _ = message_set_to_record_batch(&data);
-            let _ = record_batches_to_message_set(&data, (round % 2) as i8, 0, 1 << 20);
+            let _ = up(&data);
+            let _ = down(&data, (round % 2) as i8, 0, 1 << 20);
         }
     }
 }

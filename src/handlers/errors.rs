@@ -65,6 +65,7 @@ pub fn legacy_format_error_code(error: &LegacyFormatError) -> i16 {
         LegacyFormatError::Corrupt(_) => CORRUPT_MESSAGE,
         LegacyFormatError::Invalid(_) => INVALID_RECORD,
         LegacyFormatError::UnsupportedCompression(_) => UNSUPPORTED_COMPRESSION_TYPE,
+        LegacyFormatError::TooLarge(_) => MESSAGE_TOO_LARGE,
     }
 }
 

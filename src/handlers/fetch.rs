@@ -35,13 +35,15 @@ use super::str_bytes;
 /// Kafka's fetch.max.wait.ms upper bound is the client's business; this caps a hostile one.
 const MAX_WAIT_CAP: Duration = Duration::from_secs(60);
 
-/// `fetch_max_bytes` caps the request's own `max_bytes` (--fetch-max-bytes).
-pub fn handle(
-    shard: Rc<Shard>,
-    request: FetchRequest,
-    version: i16,
-    fetch_max_bytes: usize,
-) -> Reply {
+/// The broker's limits on a Fetch.
+pub struct Limits {
+    /// Caps the request's own `max_bytes` (--fetch-max-bytes).
+    pub fetch_max_bytes: usize,
+    /// What a stored compressed batch may decompress to for Fetch v0-v3.
+    pub max_records_bytes: usize,
+}
+
+pub fn handle(shard: Rc<Shard>, request: FetchRequest, version: i16, limits: Limits) -> Reply {
     Box::pin(async move {
         if request.session_id != 0 && request.session_epoch != -1 {
             let response = FetchResponse::default()
@@ -83,9 +85,12 @@ pub fn handle(
         }
         let max_wait = Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
         let min_bytes = request.min_bytes.max(0) as usize;
-        let max_bytes = (request.max_bytes.max(0) as usize).min(fetch_max_bytes);
-        let mut legacy =
-            (version < 4).then(|| LegacyFetch { reads: reads.clone(), budget: max_bytes });
+        let max_bytes = (request.max_bytes.max(0) as usize).min(limits.fetch_max_bytes);
+        let mut legacy = (version < 4).then(|| LegacyFetch {
+            reads: reads.clone(),
+            budget: max_bytes,
+            max_records_bytes: limits.max_records_bytes,
+        });
         let results = shard.fetch(reads, max_wait, min_bytes, max_bytes).await;
         let mut responses: Vec<FetchableTopicResponse> = Vec::new();
         for mut data in results {
@@ -156,6 +161,7 @@ struct LegacyFetch {
     reads: Vec<PartitionRead>,
     /// What is left of the request's `max_bytes` (v3; v0-v2 have no such limit).
     budget: usize,
+    max_records_bytes: usize,
 }
 
 impl LegacyFetch {
@@ -174,8 +180,15 @@ impl LegacyFetch {
         };
         let magic = if version < 2 { 0 } else { 1 };
         let limit = read.partition_max_bytes.min(self.budget);
-        match legacy_format::record_batches_to_message_set(stored, magic, read.fetch_offset, limit)
-        {
+        let fetch_offset = read.fetch_offset;
+        let max_records_bytes = self.max_records_bytes;
+        match legacy_format::record_batches_to_message_set(
+            stored,
+            magic,
+            fetch_offset,
+            limit,
+            max_records_bytes,
+        ) {
             Ok(message_set) => {
                 self.budget = self.budget.saturating_sub(message_set.len());
                 Ok(message_set)

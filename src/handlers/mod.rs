@@ -112,6 +112,9 @@ pub struct KafkaHandler {
     pub stop: Rc<crate::shutdown::ShardStop>,
     /// Cap on the record bytes of one Fetch response (--fetch-max-bytes).
     pub fetch_max_bytes: usize,
+    /// What the compressed records of a message format v0/v1 conversion may decompress to
+    /// (--max-request-bytes: no topic accepts a larger batch).
+    pub max_records_bytes: usize,
 }
 
 impl RequestHandler for KafkaHandler {
@@ -140,9 +143,15 @@ impl RequestHandler for KafkaHandler {
     async fn handle(self: Rc<Self>, request: Request) -> Reply {
         let version = request.api_version;
         match request.body {
-            RequestKind::Produce(body) => produce::handle(&self.shard, body, version).await,
+            RequestKind::Produce(body) => {
+                produce::handle(&self.shard, body, version, self.max_records_bytes).await
+            }
             RequestKind::Fetch(body) => {
-                fetch::handle(self.shard.clone(), body, version, self.fetch_max_bytes)
+                let limits = fetch::Limits {
+                    fetch_max_bytes: self.fetch_max_bytes,
+                    max_records_bytes: self.max_records_bytes,
+                };
+                fetch::handle(self.shard.clone(), body, version, limits)
             }
             RequestKind::ListOffsets(body) => {
                 list_offsets::handle(self.shard.clone(), body, version)

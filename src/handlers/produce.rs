@@ -22,7 +22,13 @@ use shardlog_shards::{PartitionError, Shard};
 use super::errors::{self, partition_error_code, partition_error_message};
 use super::str_bytes;
 
-pub async fn handle(shard: &Rc<Shard>, request: ProduceRequest, version: i16) -> Reply {
+/// `max_records_bytes`: what a compressed v0/v1 message set may decompress to.
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: ProduceRequest,
+    version: i16,
+    max_records_bytes: usize,
+) -> Reply {
     let acks = request.acks;
     let refuse_all = if request.transactional_id.is_some() {
         Some((errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported yet"))
@@ -40,7 +46,7 @@ pub async fn handle(shard: &Rc<Shard>, request: ProduceRequest, version: i16) ->
                 (Some((code, message)), _) => Err((code, message.to_string())),
                 (None, None) => Err((errors::CORRUPT_MESSAGE, "records are null".to_string())),
                 (None, Some(records)) if version < 3 => {
-                    match legacy_format::message_set_to_record_batch(&records) {
+                    match legacy_format::message_set_to_record_batch(&records, max_records_bytes) {
                         Ok(batch) => Ok(shard.produce(&name, data.index, batch, acks).await),
                         Err(e) => {
                             // Produce v0-v2 responses carry no error message: say it here.
