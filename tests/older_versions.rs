@@ -573,3 +573,20 @@ fn produce_and_fetch_v0_to_v2_match_kafka_wire_layouts() {
     expected.0.extend_from_slice(&at_2);
     assert_eq!(response, expected.0, "Fetch v1 from offset 2");
 }
+
+/// A gzip set of a few KB whose records decompress past --max-request-bytes (no topic
+/// could take such a batch) is refused with MESSAGE_TOO_LARGE, not decompressed whole.
+#[test]
+fn a_compression_bomb_in_produce_v2_is_message_too_large() {
+    let broker = Broker::start(1, &["--max-request-bytes", "1048576"]);
+    let mut client = RawClient::connect(broker.shard_addr(0));
+    create_topic(&mut client, "bomb");
+    let mut bomb = legacy(0, 1, None, "");
+    bomb.value = Some(Bytes::from(vec![0u8; 8 << 20]));
+    let set = encode_message_set(&[bomb], Codec::Gzip);
+    assert!(set.len() < 64 << 10, "{} bytes", set.len());
+    let (code, base_offset, _) = produce_legacy(&mut client, 2, "bomb", set);
+    assert_eq!((code, base_offset), (10, -1), "MESSAGE_TOO_LARGE");
+    let small = encode_message_set(&[legacy(0, 1, None, "ok")], Codec::Gzip);
+    assert_eq!(produce_legacy(&mut client, 2, "bomb", small).0, 0);
+}
