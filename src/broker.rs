@@ -206,6 +206,7 @@ async fn start_shard(
         log_dir: dir.clone(),
         stop: stop.clone(),
         fetch_max_bytes: config.fetch_max_bytes,
+        max_records_bytes: config.max_request_bytes,
     });
     let limits = ConnectionLimits {
         max_frame_bytes: config.max_request_bytes,

@@ -36,6 +36,46 @@ fn every_request_in_the_fuzz_corpus_decodes_or_fails_without_panicking() {
 }
 
 #[test]
+fn every_legacy_message_set_in_the_fuzz_corpus_converts_or_fails_without_panicking() {
+    let replayed = replay("legacy", net::legacy_message_set);
+    assert!(replayed >= 8, "only {replayed} legacy inputs: is fuzz/corpus/legacy committed?");
+}
+
+/// Writes the seeds of the `legacy` target: message sets of both magics, plain and with
+/// each codec (to convert up), and their converted batches (to convert down). Run once by
+/// hand: `cargo test --release -p shardlog --test fuzz_corpus -- --ignored`.
+#[test]
+#[ignore]
+fn write_legacy_seed_corpus() {
+    use shardlog_net::legacy_format::{
+        encode_message_set, message_set_to_record_batch, Codec, LegacyMessage,
+    };
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/legacy");
+    std::fs::create_dir_all(&dir).unwrap();
+    for magic in [0u8, 1] {
+        let messages: Vec<LegacyMessage> = (0..3)
+            .map(|i| LegacyMessage {
+                offset: i,
+                magic: magic as i8,
+                attributes: 0,
+                timestamp: if magic == 0 { -1 } else { 1000 + i },
+                key: (i != 0).then(|| bytes::Bytes::from(format!("k{i}"))),
+                value: Some(bytes::Bytes::from(format!("value {i}"))),
+            })
+            .collect();
+        for codec in [Codec::None, Codec::Gzip, Codec::Snappy, Codec::Lz4] {
+            let set = encode_message_set(&messages, codec);
+            let batch = message_set_to_record_batch(&set, 1 << 20).unwrap();
+            let name = format!("seed-magic{magic}-{codec:?}");
+            std::fs::write(dir.join(format!("{name}-up")), [&[magic << 1][..], &set].concat())
+                .unwrap();
+            let down = [&[1 | (magic << 1)][..], &batch].concat();
+            std::fs::write(dir.join(format!("{name}-down")), down).unwrap();
+        }
+    }
+}
+
+#[test]
 fn every_batch_in_the_fuzz_corpus_validates_or_fails_without_panicking() {
     let replayed = replay("batch", storage::batches);
     assert!(replayed >= 5, "only {replayed} batch inputs: is fuzz/corpus/batch committed?");

@@ -1,7 +1,9 @@
 //! Per-batch pieces of the produce path, one criterion group each: decoding a Produce
 //! request (the broker's own `shardlog_net::decode_request`), CRC-32C over a
 //! 16 KiB record batch, the storage crate's batch validation (`split_batches`: lengths,
-//! header, CRC), and building a batch as the load generator does.
+//! header, CRC), and building a batch as the load generator does. A second group prices
+//! the message format v0/v1 conversions of Produce v0-v2 / Fetch v0-v3
+//! (`shardlog_net::legacy_format`) on the same 16 x 1 KiB records, plain and gzip.
 //!
 //! Run: `cargo bench -p shardlog-benches --bench wire`. Under `cargo test` (test mode)
 //! each benchmark runs once, so they are compiled and exercised by the test suite.
@@ -74,5 +76,39 @@ fn benches(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(wire, benches);
+fn legacy_format_benches(c: &mut Criterion) {
+    use shardlog_net::legacy_format::{
+        encode_message_set, message_set_to_record_batch, record_batches_to_message_set, Codec,
+        LegacyMessage,
+    };
+    let value = Bytes::from(vec![b'x'; VALUE_BYTES]);
+    let messages: Vec<LegacyMessage> = (0..RECORDS as i64)
+        .map(|i| LegacyMessage {
+            offset: i,
+            magic: 1,
+            attributes: 0,
+            timestamp: 1_700_000_000_000 + i,
+            key: Some(Bytes::from(format!("{}", i % 1000))),
+            value: Some(value.clone()),
+        })
+        .collect();
+    let mut group = c.benchmark_group("legacy_format");
+    group.throughput(Throughput::Bytes((RECORDS * VALUE_BYTES) as u64));
+    for codec in [Codec::None, Codec::Gzip] {
+        let set = encode_message_set(&messages, codec);
+        let batch = message_set_to_record_batch(&set, 1 << 26).expect("valid set");
+        group.bench_function(format!("up_magic1_{codec:?}_16k"), |b| {
+            b.iter(|| message_set_to_record_batch(black_box(&set), 1 << 26).expect("valid set"))
+        });
+        group.bench_function(format!("down_magic1_{codec:?}_16k"), |b| {
+            b.iter(|| {
+                record_batches_to_message_set(black_box(&batch), 1, 0, 1 << 20, 1 << 26)
+                    .expect("valid")
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(wire, benches, legacy_format_benches);
 criterion_main!(wire);

@@ -50,22 +50,7 @@ impl std::fmt::Display for DecodeError {
             DecodeError::TooShort(n) => write!(f, "frame of {n} bytes is shorter than a header"),
             DecodeError::UnknownApiKey(k) => write!(f, "unknown api key {k}"),
             DecodeError::UnsupportedVersion { api_key, api_version, .. } => {
-                write!(f, "unsupported version {api_version} of {api_key:?}")?;
-                let old_format = match api_key {
-                    ApiKey::Produce => *api_version < 3,
-                    ApiKey::Fetch => *api_version < 4,
-                    _ => false,
-                };
-                if old_format {
-                    // Say why, so that the operator of an old client knows what to change.
-                    write!(
-                        f,
-                        " (it carries message format v0/v1, which shardlog does not store: \
-                         the client must use record batches, Kafka 0.11+ / Produce v3+ / \
-                         Fetch v4+)"
-                    )?;
-                }
-                Ok(())
+                write!(f, "unsupported version {api_version} of {api_key:?}")
             }
             DecodeError::Malformed { api_key, api_version, reason } => {
                 write!(f, "malformed {api_key:?} v{api_version}: {reason}")

@@ -5,12 +5,14 @@
 //! every API that `kafka-protocol` knows: a superset of the broker's `SUPPORTED_APIS`, so
 //! every decoder the broker can reach is covered. Decoding must return Ok or a
 //! [`DecodeError`](crate::DecodeError): a panic or an unbounded allocation is a bug.
+//! A third target, `legacy`, runs the message format v0/v1 conversions.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 use kafka_protocol::protocol::{Encodable, StrBytes};
 
 use crate::codec::decode_request;
+use crate::legacy_format::{message_set_to_record_batch, record_batches_to_message_set};
 
 /// Every API at every version the codec knows: what a hostile client can make us decode.
 fn every_version(api_key: ApiKey) -> Option<(i16, i16)> {
@@ -63,4 +65,31 @@ fn header_bytes(api_key: ApiKey, version: i16) -> BytesMut {
         .encode(&mut out, api_key.request_header_version(version))
         .expect("a default header encodes at every version");
     out
+}
+
+/// What the `legacy` target lets compressed records decompress to (the broker uses
+/// `--max-request-bytes`): small, so that a compression bomb is found, not run.
+const MAX_RECORDS_BYTES: usize = 1 << 22;
+
+/// The message format v0/v1 conversions (`legacy_format`): `data[0]` bit 0 picks the
+/// direction (0: a Produce v0-v2 message set up to a batch; 1: stored batches down, as
+/// Fetch v0-v3 read them), bit 1 the magic to convert down to; the rest is the input.
+/// Either must end in Ok or an error; a set that converts up must give a batch that the
+/// codec decodes and that converts back down.
+pub fn legacy_message_set(data: &[u8]) {
+    let [flags, input @ ..] = data else { return };
+    let input = Bytes::copy_from_slice(input);
+    let magic = ((flags >> 1) & 1) as i8;
+    if flags & 1 == 1 {
+        let _ = record_batches_to_message_set(&input, magic, 0, 1 << 20, MAX_RECORDS_BYTES);
+        return;
+    }
+    let Ok(batch) = message_set_to_record_batch(&input, MAX_RECORDS_BYTES) else { return };
+    if batch.is_empty() {
+        return;
+    }
+    let decoded = kafka_protocol::records::RecordBatchDecoder::decode(&mut batch.clone());
+    assert!(decoded.is_ok(), "an up-converted batch does not decode: {decoded:?}");
+    let down = record_batches_to_message_set(&batch, magic, 0, usize::MAX, MAX_RECORDS_BYTES);
+    assert!(down.is_ok(), "an up-converted batch does not convert back: {down:?}");
 }

@@ -23,6 +23,7 @@
 mod codec;
 mod connection;
 pub mod fuzzing;
+pub mod legacy_format;
 mod limits;
 pub mod partitioner;
 

@@ -1,5 +1,6 @@
 //! Kafka error codes, and the one mapping from internal errors to them.
 
+use shardlog_net::legacy_format::LegacyFormatError;
 use shardlog_shards::{GroupError, PartitionError, TopicError};
 
 pub const NONE: i16 = 0;
@@ -34,6 +35,7 @@ pub const UNKNOWN_PRODUCER_ID: i16 = 59;
 pub const NON_EMPTY_GROUP: i16 = 68;
 pub const GROUP_ID_NOT_FOUND: i16 = 69;
 pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+pub const UNSUPPORTED_COMPRESSION_TYPE: i16 = 76;
 pub const MEMBER_ID_REQUIRED: i16 = 79;
 pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 pub const INVALID_RECORD: i16 = 87;
@@ -55,6 +57,17 @@ pub fn partition_error_code(error: &PartitionError) -> i16 {
         PartitionError::Storage(_) => KAFKA_STORAGE_ERROR,
         PartitionError::InvalidRequiredAcks(_) => INVALID_REQUIRED_ACKS,
         PartitionError::PolicyViolation(_) => POLICY_VIOLATION,
+    }
+}
+
+/// The Kafka error code for a message set that could not be converted to or from
+/// message format v0/v1 (Produce v0-v2, Fetch v0-v3).
+pub fn legacy_format_error_code(error: &LegacyFormatError) -> i16 {
+    match error {
+        LegacyFormatError::Corrupt(_) => CORRUPT_MESSAGE,
+        LegacyFormatError::Invalid(_) => INVALID_RECORD,
+        LegacyFormatError::UnsupportedCompression(_) => UNSUPPORTED_COMPRESSION_TYPE,
+        LegacyFormatError::TooLarge(_) => MESSAGE_TOO_LARGE,
     }
 }
 

@@ -1,7 +1,7 @@
-//! Fetch (v4-v18): the read hot path, top to bottom.
+//! Fetch (v0-v18): the read hot path, top to bottom.
 //!
 //! Each partition is read on its owner shard from the stored batch bytes (no
-//! re-encoding), never above the high watermark. With fewer than `min_bytes` available
+//! re-encoding from v4 on), never above the high watermark. With fewer than `min_bytes` available
 //! the request parks until a flush moves a high watermark or `max_wait_ms` passes.
 //!
 //! Fetch sessions (KIP-227): this broker declines them by answering session id 0, which
@@ -9,8 +9,11 @@
 //! gets FETCH_SESSION_ID_NOT_FOUND.
 //!
 //! v13+ name topics by id: ids are resolved through this shard's topic table, and an
-//! unknown id gets UNKNOWN_TOPIC_ID on each of its partitions. Fetch v0-v3 (message
-//! format v0/v1) are refused before decoding: the log stores magic-2 batches only.
+//! unknown id gets UNKNOWN_TOPIC_ID on each of its partitions.
+//!
+//! v0-v3 read message format v0 (v0-v1) or v1 (v2-v3): the stored batches are converted
+//! down (`shardlog_net::legacy_format`), which copies every record; the converted bytes
+//! count against `partition_max_bytes` and, in v3, the request's `max_bytes`.
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -22,7 +25,7 @@ use kafka_protocol::messages::fetch_response::{
 };
 use kafka_protocol::messages::{ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use shardlog_net::Reply;
+use shardlog_net::{legacy_format, Reply};
 use shardlog_shards::{PartitionRead, Shard};
 use uuid::Uuid;
 
@@ -32,13 +35,15 @@ use super::str_bytes;
 /// Kafka's fetch.max.wait.ms upper bound is the client's business; this caps a hostile one.
 const MAX_WAIT_CAP: Duration = Duration::from_secs(60);
 
-/// `fetch_max_bytes` caps the request's own `max_bytes` (--fetch-max-bytes).
-pub fn handle(
-    shard: Rc<Shard>,
-    request: FetchRequest,
-    version: i16,
-    fetch_max_bytes: usize,
-) -> Reply {
+/// The broker's limits on a Fetch.
+pub struct Limits {
+    /// Caps the request's own `max_bytes` (--fetch-max-bytes).
+    pub fetch_max_bytes: usize,
+    /// What a stored compressed batch may decompress to for Fetch v0-v3.
+    pub max_records_bytes: usize,
+}
+
+pub fn handle(shard: Rc<Shard>, request: FetchRequest, version: i16, limits: Limits) -> Reply {
     Box::pin(async move {
         if request.session_id != 0 && request.session_epoch != -1 {
             let response = FetchResponse::default()
@@ -80,10 +85,33 @@ pub fn handle(
         }
         let max_wait = Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
         let min_bytes = request.min_bytes.max(0) as usize;
-        let max_bytes = (request.max_bytes.max(0) as usize).min(fetch_max_bytes);
+        let max_bytes = (request.max_bytes.max(0) as usize).min(limits.fetch_max_bytes);
+        let mut legacy = (version < 4).then(|| LegacyFetch {
+            reads: reads.clone(),
+            budget: max_bytes,
+            max_records_bytes: limits.max_records_bytes,
+        });
         let results = shard.fetch(reads, max_wait, min_bytes, max_bytes).await;
         let mut responses: Vec<FetchableTopicResponse> = Vec::new();
-        for data in results {
+        for mut data in results {
+            if let (Some(legacy), Ok(fetched)) = (&mut legacy, &mut data.result) {
+                match legacy.down_convert(version, &data.topic, data.partition, &fetched.records) {
+                    Ok(message_set) => fetched.records = message_set,
+                    Err(code) => {
+                        let failed = PartitionData::default()
+                            .with_error_code(code)
+                            .with_high_watermark(fetched.high_watermark)
+                            .with_records(Some(Bytes::new()));
+                        push_partition(
+                            &mut responses,
+                            &ids,
+                            &data.topic,
+                            failed.with_partition_index(data.partition),
+                        );
+                        continue;
+                    }
+                }
+            }
             let partition = match data.result {
                 Ok(fetched) => PartitionData::default()
                     .with_error_code(errors::NONE)
@@ -99,25 +127,78 @@ pub fn handle(
             .with_partition_index(data.partition)
             .with_aborted_transactions(read_committed.then(Vec::new))
             .with_preferred_read_replica((-1).into());
-            match responses.last_mut() {
-                Some(last) if last.topic.0.as_str() == data.topic => {
-                    last.partitions.push(partition)
-                }
-                _ => {
-                    let id = ids.iter().find(|(name, _)| *name == data.topic);
-                    responses.push(
-                        FetchableTopicResponse::default()
-                            .with_topic(TopicName(str_bytes(&data.topic)))
-                            .with_topic_id(id.map_or(Uuid::nil(), |(_, id)| *id))
-                            .with_partitions(vec![partition]),
-                    )
-                }
-            }
+            push_partition(&mut responses, &ids, &data.topic, partition);
         }
         responses.extend(unknown_ids);
         let response = FetchResponse::default().with_session_id(0).with_responses(responses);
         Some(ResponseKind::Fetch(response))
     })
+}
+
+/// Adds `partition` to the response, under its topic's entry (results come grouped by topic).
+fn push_partition(
+    responses: &mut Vec<FetchableTopicResponse>,
+    ids: &[(String, Uuid)],
+    topic: &str,
+    partition: PartitionData,
+) {
+    match responses.last_mut() {
+        Some(last) if last.topic.0.as_str() == topic => last.partitions.push(partition),
+        _ => {
+            let id = ids.iter().find(|(name, _)| name == topic);
+            responses.push(
+                FetchableTopicResponse::default()
+                    .with_topic(TopicName(str_bytes(topic)))
+                    .with_topic_id(id.map_or(Uuid::nil(), |(_, id)| *id))
+                    .with_partitions(vec![partition]),
+            )
+        }
+    }
+}
+
+/// Fetch v0-v3: what down-conversion needs to know of the request.
+struct LegacyFetch {
+    reads: Vec<PartitionRead>,
+    /// What is left of the request's `max_bytes` (v3; v0-v2 have no such limit).
+    budget: usize,
+    max_records_bytes: usize,
+}
+
+impl LegacyFetch {
+    /// One partition's stored batches as a message set of magic 0 (Fetch v0-v1) or 1
+    /// (v2-v3); an error code when they cannot be converted.
+    fn down_convert(
+        &mut self,
+        version: i16,
+        topic: &str,
+        partition: i32,
+        stored: &Bytes,
+    ) -> Result<Bytes, i16> {
+        let Some(read) = self.reads.iter().find(|r| r.topic == topic && r.partition == partition)
+        else {
+            return Ok(Bytes::new());
+        };
+        let magic = if version < 2 { 0 } else { 1 };
+        let limit = read.partition_max_bytes.min(self.budget);
+        let fetch_offset = read.fetch_offset;
+        let max_records_bytes = self.max_records_bytes;
+        match legacy_format::record_batches_to_message_set(
+            stored,
+            magic,
+            fetch_offset,
+            limit,
+            max_records_bytes,
+        ) {
+            Ok(message_set) => {
+                self.budget = self.budget.saturating_sub(message_set.len());
+                Ok(message_set)
+            }
+            Err(e) => {
+                tracing::warn!(topic, partition, "cannot down-convert to magic {magic}: {e}");
+                Err(errors::legacy_format_error_code(&e))
+            }
+        }
+    }
 }
 
 /// The answer for a topic id this broker does not know (v13+).

@@ -42,9 +42,9 @@ use shardlog_net::{Reply, Request, RequestHandler, RequestStages};
 use shardlog_shards::Shard;
 
 /// One served API: the versions advertised in ApiVersions, and the lowest version
-/// actually accepted. They differ only for Produce, which is advertised from v0 because
-/// librdkafka gates features on overlapping ranges (KAFKA-18659), while only v3+ can
-/// carry the magic-2 batches the log stores.
+/// actually accepted. They are the same for every API today; they differed for Produce
+/// while v0-v2 were refused but still advertised, because librdkafka gates features on
+/// overlapping ranges (KAFKA-18659). Keep Produce advertised from v0 whatever is served.
 pub struct ApiSupport {
     pub api_key: ApiKey,
     pub advertised_min: i16,
@@ -58,9 +58,10 @@ const fn api(api_key: ApiKey, advertised_min: i16, accepted_min: i16, max: i16) 
 
 /// Every API this broker serves, with its versions.
 pub const SUPPORTED_APIS: &[ApiSupport] = &[
-    api(ApiKey::Produce, 0, 3, 11),
-    // v0-v3 carry message format v0/v1 (magic 0/1): refused, and not advertised (as 4.0).
-    api(ApiKey::Fetch, 4, 4, 18),
+    // Produce v0-v2 and Fetch v0-v3 carry message format v0/v1 (magic 0/1): converted to
+    // and from the stored v2 batches, as Kafka 3.x does (`shardlog_net::legacy_format`).
+    api(ApiKey::Produce, 0, 0, 11),
+    api(ApiKey::Fetch, 0, 0, 18),
     api(ApiKey::ListOffsets, 0, 0, 9),
     api(ApiKey::Metadata, 0, 0, 12),
     api(ApiKey::ApiVersions, 0, 0, 4),
@@ -111,6 +112,9 @@ pub struct KafkaHandler {
     pub stop: Rc<crate::shutdown::ShardStop>,
     /// Cap on the record bytes of one Fetch response (--fetch-max-bytes).
     pub fetch_max_bytes: usize,
+    /// What the compressed records of a message format v0/v1 conversion may decompress to
+    /// (--max-request-bytes: no topic accepts a larger batch).
+    pub max_records_bytes: usize,
 }
 
 impl RequestHandler for KafkaHandler {
@@ -139,9 +143,15 @@ impl RequestHandler for KafkaHandler {
     async fn handle(self: Rc<Self>, request: Request) -> Reply {
         let version = request.api_version;
         match request.body {
-            RequestKind::Produce(body) => produce::handle(&self.shard, body, version).await,
+            RequestKind::Produce(body) => {
+                produce::handle(&self.shard, body, version, self.max_records_bytes).await
+            }
             RequestKind::Fetch(body) => {
-                fetch::handle(self.shard.clone(), body, version, self.fetch_max_bytes)
+                let limits = fetch::Limits {
+                    fetch_max_bytes: self.fetch_max_bytes,
+                    max_records_bytes: self.max_records_bytes,
+                };
+                fetch::handle(self.shard.clone(), body, version, limits)
             }
             RequestKind::ListOffsets(body) => {
                 list_offsets::handle(self.shard.clone(), body, version)

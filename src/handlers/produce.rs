@@ -1,4 +1,8 @@
-//! Produce (v3-v11; advertised from v0): the write hot path, top to bottom.
+//! Produce (v0-v11): the write hot path, top to bottom.
+//!
+//! v0-v2 carry a message set of format v0/v1 (magic 0/1): each partition's set is
+//! converted to one v2 record batch (`shardlog_net::legacy_format`) and then takes the
+//! same path as a v3+ batch; a set that does not convert is refused for its partition.
 //!
 //! Phase one, in arrival order: for each partition, route to the owner shard, where the
 //! batches are validated and queued in the shard log (offsets assigned). Phase two: wait
@@ -12,13 +16,19 @@ use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
 };
 use kafka_protocol::messages::ResponseKind;
-use shardlog_net::Reply;
+use shardlog_net::{legacy_format, Reply};
 use shardlog_shards::{PartitionError, Shard};
 
 use super::errors::{self, partition_error_code, partition_error_message};
 use super::str_bytes;
 
-pub async fn handle(shard: &Rc<Shard>, request: ProduceRequest, _version: i16) -> Reply {
+/// `max_records_bytes`: what a compressed v0/v1 message set may decompress to.
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: ProduceRequest,
+    version: i16,
+    max_records_bytes: usize,
+) -> Reply {
     let acks = request.acks;
     let refuse_all = if request.transactional_id.is_some() {
         Some((errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported yet"))
@@ -35,6 +45,16 @@ pub async fn handle(shard: &Rc<Shard>, request: ProduceRequest, _version: i16) -
             let wait = match (refuse_all, data.records) {
                 (Some((code, message)), _) => Err((code, message.to_string())),
                 (None, None) => Err((errors::CORRUPT_MESSAGE, "records are null".to_string())),
+                (None, Some(records)) if version < 3 => {
+                    match legacy_format::message_set_to_record_batch(&records, max_records_bytes) {
+                        Ok(batch) => Ok(shard.produce(&name, data.index, batch, acks).await),
+                        Err(e) => {
+                            // Produce v0-v2 responses carry no error message: say it here.
+                            tracing::debug!(topic = %name, partition = data.index, "refused message set: {e}");
+                            Err((errors::legacy_format_error_code(&e), e.to_string()))
+                        }
+                    }
+                }
                 (None, Some(records)) => Ok(shard.produce(&name, data.index, records, acks).await),
             };
             partitions.push((data.index, wait));

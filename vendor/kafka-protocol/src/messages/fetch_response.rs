@@ -17,18 +17,18 @@ use crate::protocol::{
     Encodable, Encoder, HeaderVersion, Message, StrBytes, VersionRange,
 };
 
-/// Valid versions: 4-18
+/// Valid versions: 0-18
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct AbortedTransaction {
     /// The producer id associated with the aborted transaction.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub producer_id: super::ProducerId,
 
     /// The first offset in the aborted transaction.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub first_offset: i64,
 
     /// Other tagged fields
@@ -40,7 +40,7 @@ impl AbortedTransaction {
     ///
     /// The producer id associated with the aborted transaction.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub fn with_producer_id(mut self, value: super::ProducerId) -> Self {
         self.producer_id = value;
         self
@@ -49,7 +49,7 @@ impl AbortedTransaction {
     ///
     /// The first offset in the aborted transaction.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub fn with_first_offset(mut self, value: i64) -> Self {
         self.first_offset = value;
         self
@@ -69,7 +69,7 @@ impl AbortedTransaction {
 #[cfg(feature = "broker")]
 impl Encodable for AbortedTransaction {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         types::Int64.encode(buf, &self.producer_id)?;
@@ -111,7 +111,7 @@ impl Encodable for AbortedTransaction {
 #[cfg(feature = "client")]
 impl Decodable for AbortedTransaction {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         let producer_id = types::Int64.decode(buf)?;
@@ -145,11 +145,11 @@ impl Default for AbortedTransaction {
 }
 
 impl Message for AbortedTransaction {
-    const VERSIONS: VersionRange = VersionRange { min: 4, max: 18 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 18 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 4-18
+/// Valid versions: 0-18
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct EpochEndOffset {
@@ -201,7 +201,7 @@ impl EpochEndOffset {
 #[cfg(feature = "broker")]
 impl Encodable for EpochEndOffset {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         if version >= 12 {
@@ -267,7 +267,7 @@ impl Encodable for EpochEndOffset {
 #[cfg(feature = "client")]
 impl Decodable for EpochEndOffset {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         let epoch = if version >= 12 {
@@ -309,17 +309,17 @@ impl Default for EpochEndOffset {
 }
 
 impl Message for EpochEndOffset {
-    const VERSIONS: VersionRange = VersionRange { min: 4, max: 18 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 18 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 4-18
+/// Valid versions: 0-18
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct FetchResponse {
     /// The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub throttle_time_ms: i32,
 
     /// The top level response error code.
@@ -334,7 +334,7 @@ pub struct FetchResponse {
 
     /// The response topics.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub responses: Vec<FetchableTopicResponse>,
 
     /// Endpoints for all current-leaders enumerated in PartitionData, with errors NOT_LEADER_OR_FOLLOWER & FENCED_LEADER_EPOCH.
@@ -351,7 +351,7 @@ impl FetchResponse {
     ///
     /// The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
         self.throttle_time_ms = value;
         self
@@ -378,7 +378,7 @@ impl FetchResponse {
     ///
     /// The response topics.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub fn with_responses(mut self, value: Vec<FetchableTopicResponse>) -> Self {
         self.responses = value;
         self
@@ -407,10 +407,12 @@ impl FetchResponse {
 #[cfg(feature = "broker")]
 impl Encodable for FetchResponse {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
-        types::Int32.encode(buf, &self.throttle_time_ms)?;
+        if version >= 1 {
+            types::Int32.encode(buf, &self.throttle_time_ms)?;
+        }
         if version >= 7 {
             types::Int16.encode(buf, &self.error_code)?;
         }
@@ -462,7 +464,9 @@ impl Encodable for FetchResponse {
     }
     fn compute_size(&self, version: i16) -> Result<usize> {
         let mut total_size = 0;
-        total_size += types::Int32.compute_size(&self.throttle_time_ms)?;
+        if version >= 1 {
+            total_size += types::Int32.compute_size(&self.throttle_time_ms)?;
+        }
         if version >= 7 {
             total_size += types::Int16.compute_size(&self.error_code)?;
         }
@@ -517,10 +521,14 @@ impl Encodable for FetchResponse {
 #[cfg(feature = "client")]
 impl Decodable for FetchResponse {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
-        let throttle_time_ms = types::Int32.decode(buf)?;
+        let throttle_time_ms = if version >= 1 {
+            types::Int32.decode(buf)?
+        } else {
+            0
+        };
         let error_code = if version >= 7 {
             types::Int16.decode(buf)?
         } else {
@@ -584,17 +592,17 @@ impl Default for FetchResponse {
 }
 
 impl Message for FetchResponse {
-    const VERSIONS: VersionRange = VersionRange { min: 4, max: 18 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 18 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 4-18
+/// Valid versions: 0-18
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct FetchableTopicResponse {
     /// The topic name.
     ///
-    /// Supported API versions: 4-12
+    /// Supported API versions: 0-12
     pub topic: super::TopicName,
 
     /// The unique topic ID.
@@ -604,7 +612,7 @@ pub struct FetchableTopicResponse {
 
     /// The topic partitions.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub partitions: Vec<PartitionData>,
 
     /// Other tagged fields
@@ -616,7 +624,7 @@ impl FetchableTopicResponse {
     ///
     /// The topic name.
     ///
-    /// Supported API versions: 4-12
+    /// Supported API versions: 0-12
     pub fn with_topic(mut self, value: super::TopicName) -> Self {
         self.topic = value;
         self
@@ -634,7 +642,7 @@ impl FetchableTopicResponse {
     ///
     /// The topic partitions.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub fn with_partitions(mut self, value: Vec<PartitionData>) -> Self {
         self.partitions = value;
         self
@@ -654,7 +662,7 @@ impl FetchableTopicResponse {
 #[cfg(feature = "broker")]
 impl Encodable for FetchableTopicResponse {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         if version <= 12 {
@@ -723,7 +731,7 @@ impl Encodable for FetchableTopicResponse {
 #[cfg(feature = "client")]
 impl Decodable for FetchableTopicResponse {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         let topic = if version <= 12 {
@@ -776,11 +784,11 @@ impl Default for FetchableTopicResponse {
 }
 
 impl Message for FetchableTopicResponse {
-    const VERSIONS: VersionRange = VersionRange { min: 4, max: 18 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 18 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 4-18
+/// Valid versions: 0-18
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaderIdAndEpoch {
@@ -832,7 +840,7 @@ impl LeaderIdAndEpoch {
 #[cfg(feature = "broker")]
 impl Encodable for LeaderIdAndEpoch {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         if version >= 12 {
@@ -898,7 +906,7 @@ impl Encodable for LeaderIdAndEpoch {
 #[cfg(feature = "client")]
 impl Decodable for LeaderIdAndEpoch {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         let leader_id = if version >= 12 {
@@ -940,11 +948,11 @@ impl Default for LeaderIdAndEpoch {
 }
 
 impl Message for LeaderIdAndEpoch {
-    const VERSIONS: VersionRange = VersionRange { min: 4, max: 18 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 18 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 4-18
+/// Valid versions: 0-18
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeEndpoint {
@@ -1024,7 +1032,7 @@ impl NodeEndpoint {
 #[cfg(feature = "broker")]
 impl Encodable for NodeEndpoint {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         if version >= 16 {
@@ -1118,7 +1126,7 @@ impl Encodable for NodeEndpoint {
 #[cfg(feature = "client")]
 impl Decodable for NodeEndpoint {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         let node_id = if version >= 16 {
@@ -1174,32 +1182,32 @@ impl Default for NodeEndpoint {
 }
 
 impl Message for NodeEndpoint {
-    const VERSIONS: VersionRange = VersionRange { min: 4, max: 18 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 18 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 4-18
+/// Valid versions: 0-18
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct PartitionData {
     /// The partition index.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub partition_index: i32,
 
     /// The error code, or 0 if there was no fetch error.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub error_code: i16,
 
     /// The current high water mark.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub high_watermark: i64,
 
     /// The last stable offset (or LSO) of the partition. This is the last offset such that the state of all transactional records prior to this offset have been decided (ABORTED or COMMITTED).
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub last_stable_offset: i64,
 
     /// The current log start offset.
@@ -1224,7 +1232,7 @@ pub struct PartitionData {
 
     /// The aborted transactions.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub aborted_transactions: Option<Vec<AbortedTransaction>>,
 
     /// The preferred read replica for the consumer to use on its next fetch request.
@@ -1234,7 +1242,7 @@ pub struct PartitionData {
 
     /// The record data.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub records: Option<Bytes>,
 
     /// Other tagged fields
@@ -1246,7 +1254,7 @@ impl PartitionData {
     ///
     /// The partition index.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub fn with_partition_index(mut self, value: i32) -> Self {
         self.partition_index = value;
         self
@@ -1255,7 +1263,7 @@ impl PartitionData {
     ///
     /// The error code, or 0 if there was no fetch error.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub fn with_error_code(mut self, value: i16) -> Self {
         self.error_code = value;
         self
@@ -1264,7 +1272,7 @@ impl PartitionData {
     ///
     /// The current high water mark.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub fn with_high_watermark(mut self, value: i64) -> Self {
         self.high_watermark = value;
         self
@@ -1273,7 +1281,7 @@ impl PartitionData {
     ///
     /// The last stable offset (or LSO) of the partition. This is the last offset such that the state of all transactional records prior to this offset have been decided (ABORTED or COMMITTED).
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub fn with_last_stable_offset(mut self, value: i64) -> Self {
         self.last_stable_offset = value;
         self
@@ -1318,7 +1326,7 @@ impl PartitionData {
     ///
     /// The aborted transactions.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub fn with_aborted_transactions(mut self, value: Option<Vec<AbortedTransaction>>) -> Self {
         self.aborted_transactions = value;
         self
@@ -1336,7 +1344,7 @@ impl PartitionData {
     ///
     /// The record data.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub fn with_records(mut self, value: Option<Bytes>) -> Self {
         self.records = value;
         self
@@ -1356,20 +1364,22 @@ impl PartitionData {
 #[cfg(feature = "broker")]
 impl Encodable for PartitionData {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.partition_index)?;
         types::Int16.encode(buf, &self.error_code)?;
         types::Int64.encode(buf, &self.high_watermark)?;
-        types::Int64.encode(buf, &self.last_stable_offset)?;
+        if version >= 4 {
+            types::Int64.encode(buf, &self.last_stable_offset)?;
+        }
         if version >= 5 {
             types::Int64.encode(buf, &self.log_start_offset)?;
         }
         if version >= 12 {
             types::CompactArray(types::Struct { version })
                 .encode(buf, &self.aborted_transactions)?;
-        } else {
+        } else if version >= 4 {
             types::Array(types::Struct { version }).encode(buf, &self.aborted_transactions)?;
         }
         if version >= 11 {
@@ -1449,14 +1459,16 @@ impl Encodable for PartitionData {
         total_size += types::Int32.compute_size(&self.partition_index)?;
         total_size += types::Int16.compute_size(&self.error_code)?;
         total_size += types::Int64.compute_size(&self.high_watermark)?;
-        total_size += types::Int64.compute_size(&self.last_stable_offset)?;
+        if version >= 4 {
+            total_size += types::Int64.compute_size(&self.last_stable_offset)?;
+        }
         if version >= 5 {
             total_size += types::Int64.compute_size(&self.log_start_offset)?;
         }
         if version >= 12 {
             total_size += types::CompactArray(types::Struct { version })
                 .compute_size(&self.aborted_transactions)?;
-        } else {
+        } else if version >= 4 {
             total_size +=
                 types::Array(types::Struct { version }).compute_size(&self.aborted_transactions)?;
         }
@@ -1537,13 +1549,17 @@ impl Encodable for PartitionData {
 #[cfg(feature = "client")]
 impl Decodable for PartitionData {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         let partition_index = types::Int32.decode(buf)?;
         let error_code = types::Int16.decode(buf)?;
         let high_watermark = types::Int64.decode(buf)?;
-        let last_stable_offset = types::Int64.decode(buf)?;
+        let last_stable_offset = if version >= 4 {
+            types::Int64.decode(buf)?
+        } else {
+            -1
+        };
         let log_start_offset = if version >= 5 {
             types::Int64.decode(buf)?
         } else {
@@ -1554,8 +1570,10 @@ impl Decodable for PartitionData {
         let mut snapshot_id = Default::default();
         let aborted_transactions = if version >= 12 {
             types::CompactArray(types::Struct { version }).decode(buf)?
-        } else {
+        } else if version >= 4 {
             types::Array(types::Struct { version }).decode(buf)?
+        } else {
+            None
         };
         let preferred_read_replica = if version >= 11 {
             types::Int32.decode(buf)?
@@ -1627,22 +1645,22 @@ impl Default for PartitionData {
 }
 
 impl Message for PartitionData {
-    const VERSIONS: VersionRange = VersionRange { min: 4, max: 18 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 18 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 4-18
+/// Valid versions: 0-18
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct SnapshotId {
     /// The end offset of the epoch.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub end_offset: i64,
 
     /// The largest epoch.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub epoch: i32,
 
     /// Other tagged fields
@@ -1654,7 +1672,7 @@ impl SnapshotId {
     ///
     /// The end offset of the epoch.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub fn with_end_offset(mut self, value: i64) -> Self {
         self.end_offset = value;
         self
@@ -1663,7 +1681,7 @@ impl SnapshotId {
     ///
     /// The largest epoch.
     ///
-    /// Supported API versions: 4-18
+    /// Supported API versions: 0-18
     pub fn with_epoch(mut self, value: i32) -> Self {
         self.epoch = value;
         self
@@ -1683,7 +1701,7 @@ impl SnapshotId {
 #[cfg(feature = "broker")]
 impl Encodable for SnapshotId {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         types::Int64.encode(buf, &self.end_offset)?;
@@ -1725,7 +1743,7 @@ impl Encodable for SnapshotId {
 #[cfg(feature = "client")]
 impl Decodable for SnapshotId {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         let end_offset = types::Int64.decode(buf)?;
@@ -1759,7 +1777,7 @@ impl Default for SnapshotId {
 }
 
 impl Message for SnapshotId {
-    const VERSIONS: VersionRange = VersionRange { min: 4, max: 18 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 18 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 

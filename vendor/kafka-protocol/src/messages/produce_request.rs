@@ -17,18 +17,18 @@ use crate::protocol::{
     Encodable, Encoder, HeaderVersion, Message, StrBytes, VersionRange,
 };
 
-/// Valid versions: 3-13
+/// Valid versions: 0-13
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct PartitionProduceData {
     /// The partition index.
     ///
-    /// Supported API versions: 3-13
+    /// Supported API versions: 0-13
     pub index: i32,
 
     /// The record data to be produced.
     ///
-    /// Supported API versions: 3-13
+    /// Supported API versions: 0-13
     pub records: Option<Bytes>,
 
     /// Other tagged fields
@@ -40,7 +40,7 @@ impl PartitionProduceData {
     ///
     /// The partition index.
     ///
-    /// Supported API versions: 3-13
+    /// Supported API versions: 0-13
     pub fn with_index(mut self, value: i32) -> Self {
         self.index = value;
         self
@@ -49,7 +49,7 @@ impl PartitionProduceData {
     ///
     /// The record data to be produced.
     ///
-    /// Supported API versions: 3-13
+    /// Supported API versions: 0-13
     pub fn with_records(mut self, value: Option<Bytes>) -> Self {
         self.records = value;
         self
@@ -69,7 +69,7 @@ impl PartitionProduceData {
 #[cfg(feature = "client")]
 impl Encodable for PartitionProduceData {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.index)?;
@@ -119,7 +119,7 @@ impl Encodable for PartitionProduceData {
 #[cfg(feature = "broker")]
 impl Decodable for PartitionProduceData {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         let index = types::Int32.decode(buf)?;
@@ -157,32 +157,32 @@ impl Default for PartitionProduceData {
 }
 
 impl Message for PartitionProduceData {
-    const VERSIONS: VersionRange = VersionRange { min: 3, max: 13 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 13 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 3-13
+/// Valid versions: 0-13
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProduceRequest {
     /// The transactional ID, or null if the producer is not transactional.
     ///
-    /// Supported API versions: 3-13
+    /// Supported API versions: 0-13
     pub transactional_id: Option<super::TransactionalId>,
 
     /// The number of acknowledgments the producer requires the leader to have received before considering a request complete. Allowed values: 0 for no acknowledgments, 1 for only the leader and -1 for the full ISR.
     ///
-    /// Supported API versions: 3-13
+    /// Supported API versions: 0-13
     pub acks: i16,
 
     /// The timeout to await a response in milliseconds.
     ///
-    /// Supported API versions: 3-13
+    /// Supported API versions: 0-13
     pub timeout_ms: i32,
 
     /// Each topic to produce to.
     ///
-    /// Supported API versions: 3-13
+    /// Supported API versions: 0-13
     pub topic_data: Vec<TopicProduceData>,
 
     /// Other tagged fields
@@ -194,7 +194,7 @@ impl ProduceRequest {
     ///
     /// The transactional ID, or null if the producer is not transactional.
     ///
-    /// Supported API versions: 3-13
+    /// Supported API versions: 0-13
     pub fn with_transactional_id(mut self, value: Option<super::TransactionalId>) -> Self {
         self.transactional_id = value;
         self
@@ -203,7 +203,7 @@ impl ProduceRequest {
     ///
     /// The number of acknowledgments the producer requires the leader to have received before considering a request complete. Allowed values: 0 for no acknowledgments, 1 for only the leader and -1 for the full ISR.
     ///
-    /// Supported API versions: 3-13
+    /// Supported API versions: 0-13
     pub fn with_acks(mut self, value: i16) -> Self {
         self.acks = value;
         self
@@ -212,7 +212,7 @@ impl ProduceRequest {
     ///
     /// The timeout to await a response in milliseconds.
     ///
-    /// Supported API versions: 3-13
+    /// Supported API versions: 0-13
     pub fn with_timeout_ms(mut self, value: i32) -> Self {
         self.timeout_ms = value;
         self
@@ -221,7 +221,7 @@ impl ProduceRequest {
     ///
     /// Each topic to produce to.
     ///
-    /// Supported API versions: 3-13
+    /// Supported API versions: 0-13
     pub fn with_topic_data(mut self, value: Vec<TopicProduceData>) -> Self {
         self.topic_data = value;
         self
@@ -241,13 +241,15 @@ impl ProduceRequest {
 #[cfg(feature = "client")]
 impl Encodable for ProduceRequest {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         if version >= 9 {
             types::CompactString.encode(buf, &self.transactional_id)?;
-        } else {
+        } else if version >= 3 {
             types::String.encode(buf, &self.transactional_id)?;
+        } else if self.transactional_id.is_some() {
+            bail!("A field is set that is not available on the selected protocol version");
         }
         types::Int16.encode(buf, &self.acks)?;
         types::Int32.encode(buf, &self.timeout_ms)?;
@@ -274,7 +276,7 @@ impl Encodable for ProduceRequest {
         let mut total_size = 0;
         if version >= 9 {
             total_size += types::CompactString.compute_size(&self.transactional_id)?;
-        } else {
+        } else if version >= 3 {
             total_size += types::String.compute_size(&self.transactional_id)?;
         }
         total_size += types::Int16.compute_size(&self.acks)?;
@@ -304,13 +306,15 @@ impl Encodable for ProduceRequest {
 #[cfg(feature = "broker")]
 impl Decodable for ProduceRequest {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         let transactional_id = if version >= 9 {
             types::CompactString.decode(buf)?
-        } else {
+        } else if version >= 3 {
             types::String.decode(buf)?
+        } else {
+            None
         };
         let acks = types::Int16.decode(buf)?;
         let timeout_ms = types::Int32.decode(buf)?;
@@ -352,17 +356,17 @@ impl Default for ProduceRequest {
 }
 
 impl Message for ProduceRequest {
-    const VERSIONS: VersionRange = VersionRange { min: 3, max: 13 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 13 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 3-13
+/// Valid versions: 0-13
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicProduceData {
     /// The topic name.
     ///
-    /// Supported API versions: 3-12
+    /// Supported API versions: 0-12
     pub name: super::TopicName,
 
     /// The unique topic ID
@@ -372,7 +376,7 @@ pub struct TopicProduceData {
 
     /// Each partition to produce to.
     ///
-    /// Supported API versions: 3-13
+    /// Supported API versions: 0-13
     pub partition_data: Vec<PartitionProduceData>,
 
     /// Other tagged fields
@@ -384,7 +388,7 @@ impl TopicProduceData {
     ///
     /// The topic name.
     ///
-    /// Supported API versions: 3-12
+    /// Supported API versions: 0-12
     pub fn with_name(mut self, value: super::TopicName) -> Self {
         self.name = value;
         self
@@ -402,7 +406,7 @@ impl TopicProduceData {
     ///
     /// Each partition to produce to.
     ///
-    /// Supported API versions: 3-13
+    /// Supported API versions: 0-13
     pub fn with_partition_data(mut self, value: Vec<PartitionProduceData>) -> Self {
         self.partition_data = value;
         self
@@ -422,7 +426,7 @@ impl TopicProduceData {
 #[cfg(feature = "client")]
 impl Encodable for TopicProduceData {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         if version <= 12 {
@@ -492,7 +496,7 @@ impl Encodable for TopicProduceData {
 #[cfg(feature = "broker")]
 impl Decodable for TopicProduceData {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         let name = if version <= 12 {
@@ -545,7 +549,7 @@ impl Default for TopicProduceData {
 }
 
 impl Message for TopicProduceData {
-    const VERSIONS: VersionRange = VersionRange { min: 3, max: 13 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 13 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
