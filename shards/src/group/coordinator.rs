@@ -159,6 +159,19 @@ impl GroupCoordinator {
         }
     }
 
+    /// TxnOffsetCommit's generation check (KIP-447), as OffsetCommit's.
+    pub fn check_txn_commit(
+        &self,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+    ) -> Result<(), GroupError> {
+        let now = self.now_ms();
+        let mut groups = self.groups.borrow_mut();
+        let group = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id));
+        group.check_commit(now, generation, member_id)
+    }
+
     /// Summaries of every group on this shard.
     pub fn list(&self) -> Vec<GroupSummary> {
         self.groups.borrow().values().map(summary).collect()
@@ -405,7 +418,7 @@ impl Shard {
     }
 
     /// Writes one `GroupOffsets` entry, waits for fdatasync, applies it; snapshots now and then.
-    async fn write_offset_entry(&self, entry: OffsetLogEntry) -> Result<(), GroupError> {
+    pub(crate) async fn write_offset_entry(&self, entry: OffsetLogEntry) -> Result<(), GroupError> {
         let durable = self
             .log
             .append_internal(InternalStream::GroupOffsets, false, &entry.encode())
