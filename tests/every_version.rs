@@ -284,6 +284,13 @@ fn request_for(api: ApiKey, version: i16, topic_id: uuid::Uuid) -> RequestKind {
                         .with_partitions(vec![TxnOffsetCommitRequestPartition::default()])]),
             )
         }
+        ApiKey::DescribeTransactions => RequestKind::DescribeTransactions(
+            kafka_protocol::messages::describe_transactions_request::DescribeTransactionsRequest::default()
+                .with_transactional_ids(vec![s("t").into()]),
+        ),
+        ApiKey::ListTransactions => RequestKind::ListTransactions(
+            kafka_protocol::messages::list_transactions_request::ListTransactionsRequest::default(),
+        ),
         other => panic!("the broker advertises {other:?}: add it to this test"),
     }
 }
@@ -363,6 +370,8 @@ const KAFKA_3_9: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AddOffsetsToTxn, 0, 4),
     (ApiKey::EndTxn, 0, 4),
     (ApiKey::TxnOffsetCommit, 0, 4),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
 ];
 
 #[test]

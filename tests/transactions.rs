@@ -271,3 +271,61 @@ fn after_a_kill_9_committed_transactions_stay_visible_and_aborted_ones_invisible
     );
     assert_eq!(read_all(&broker, "read_uncommitted", "crash", 0).len(), 3 + 3 + 2 + 2);
 }
+
+#[test]
+fn out_of_order_and_fenced_calls_get_kafkas_error_codes() {
+    use kafka_protocol::messages::end_txn_request::EndTxnRequest;
+    use kafka_protocol::messages::find_coordinator_request::FindCoordinatorRequest;
+    use kafka_protocol::messages::init_producer_id_request::InitProducerIdRequest;
+    use kafka_protocol::messages::TransactionalId;
+    use kafka_protocol::protocol::StrBytes;
+
+    let broker = Broker::start(2, &["--transaction-max-timeout-ms", "60000"]);
+    let id = || TransactionalId(StrBytes::from_static_str("raw-id"));
+    let mut any = RawClient::connect(broker.shard_addr(0));
+    let find = FindCoordinatorRequest::default()
+        .with_key(StrBytes::from_static_str("raw-id"))
+        .with_key_type(1);
+    let coordinator = match any.call(ApiKey::FindCoordinator, 3, RequestKind::FindCoordinator(find))
+    {
+        ResponseKind::FindCoordinator(r) => {
+            assert_eq!(r.error_code, 0);
+            r.node_id.0 as usize
+        }
+        other => panic!("{other:?}"),
+    };
+    let init = |client: &mut RawClient, timeout_ms: i32| {
+        let request = InitProducerIdRequest::default()
+            .with_transactional_id(Some(id()))
+            .with_transaction_timeout_ms(timeout_ms)
+            .with_producer_id((-1).into())
+            .with_producer_epoch(-1);
+        match client.call(ApiKey::InitProducerId, 4, RequestKind::InitProducerId(request)) {
+            ResponseKind::InitProducerId(r) => (r.error_code, r.producer_id.0, r.producer_epoch),
+            other => panic!("{other:?}"),
+        }
+    };
+    let end = |client: &mut RawClient, version: i16, producer: (i64, i16)| {
+        let request = EndTxnRequest::default()
+            .with_transactional_id(id())
+            .with_producer_id(producer.0.into())
+            .with_producer_epoch(producer.1)
+            .with_committed(true);
+        match client.call(ApiKey::EndTxn, version, RequestKind::EndTxn(request)) {
+            ResponseKind::EndTxn(r) => r.error_code,
+            other => panic!("{other:?}"),
+        }
+    };
+    let mut other = RawClient::connect(broker.shard_addr(1 - coordinator));
+    assert_eq!(init(&mut other, 10_000).0, 16, "NOT_COORDINATOR on the other shard");
+    let mut client = RawClient::connect(broker.shard_addr(coordinator));
+    assert_eq!(init(&mut client, 120_000).0, 50, "INVALID_TRANSACTION_TIMEOUT");
+    let (error, producer_id, epoch) = init(&mut client, 10_000);
+    assert_eq!((error, epoch), (0, 0));
+    assert_eq!(end(&mut client, 3, (producer_id, 0)), 48, "INVALID_TXN_STATE: nothing open");
+    assert_eq!(end(&mut client, 3, (producer_id + 1, 0)), 49, "INVALID_PRODUCER_ID_MAPPING");
+    let (error, again, epoch) = init(&mut client, 10_000);
+    assert_eq!((error, again, epoch), (0, producer_id, 1), "a new instance bumps the epoch");
+    assert_eq!(end(&mut client, 3, (producer_id, 0)), 90, "PRODUCER_FENCED (v2+)");
+    assert_eq!(end(&mut client, 1, (producer_id, 0)), 47, "INVALID_PRODUCER_EPOCH (v0-v1)");
+}

@@ -44,6 +44,7 @@ pub const INVALID_RECORD: i16 = 87;
 pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
 pub const PRODUCER_FENCED: i16 = 90;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
+pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
 pub const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
 
 /// The Kafka error code for a partition-level failure.

@@ -18,6 +18,7 @@ mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
 mod describe_log_dirs;
+mod describe_transactions;
 mod end_txn;
 pub mod errors;
 mod fetch;
@@ -29,6 +30,7 @@ mod join_group;
 mod leave_group;
 mod list_groups;
 mod list_offsets;
+mod list_transactions;
 mod metadata;
 mod offset_commit;
 mod offset_delete;
@@ -95,6 +97,8 @@ pub const SUPPORTED_APIS: &[ApiSupport] = &[
     api(ApiKey::AddOffsetsToTxn, 0, 0, 4),
     api(ApiKey::EndTxn, 0, 0, 4),
     api(ApiKey::TxnOffsetCommit, 0, 0, 4),
+    api(ApiKey::DescribeTransactions, 0, 0, 0),
+    api(ApiKey::ListTransactions, 0, 0, 1),
 ];
 
 /// Where clients reach each shard.
@@ -191,6 +195,12 @@ impl RequestHandler for KafkaHandler {
             }
             RequestKind::AddOffsetsToTxn(body) => {
                 add_offsets_to_txn::handle(self.shard.clone(), body, version)
+            }
+            RequestKind::DescribeTransactions(body) => {
+                describe_transactions::handle(self.shard.clone(), body)
+            }
+            RequestKind::ListTransactions(body) => {
+                list_transactions::handle(self.shard.clone(), body)
             }
             RequestKind::EndTxn(body) => end_txn::handle(self.shard.clone(), body, version),
             RequestKind::TxnOffsetCommit(body) => {
