@@ -143,8 +143,12 @@ impl Shard {
         } else {
             -1
         };
+        let transactional = batches[0].0.attributes & TRANSACTIONAL != 0;
+        if transactional {
+            self.ensure_txn_stream();
+        }
         let appended = self.log.append_batches(partition_id, &batches).map_err(append_error)?;
-        if batches[0].0.attributes & TRANSACTIONAL != 0 {
+        if transactional {
             // A transaction's first batch here holds the last stable offset from now on.
             let mut partitions = self.txn.partitions.borrow_mut();
             let state = partitions.entry(partition_id).or_default();

@@ -119,7 +119,10 @@ impl Shard {
             let Some(info) = self.log.partition_info(partition) else { continue };
             let from = Replay {
                 producers: covered.get(&partition.0).copied().unwrap_or(0),
-                transactions: txn_covered.get(&partition.0).copied().unwrap_or(0),
+                transactions: match &txn_covered {
+                    Some(covered) => covered.get(&partition.0).copied().unwrap_or(0),
+                    None => i64::MAX, // nothing transactional in this log
+                },
             };
             let mut offset = from.producers.min(from.transactions).max(info.log_start_offset);
             while offset < info.high_watermark {

@@ -62,6 +62,7 @@ impl Shard {
             .append_internal(InternalStream::Transactions, false, &entry)
             .map_err(|e| TxnError::Storage(format!("writing transaction state: {e:?}")))?;
         self.txn.txns.borrow_mut().insert(metadata.transactional_id.clone(), metadata);
+        self.txn.in_log.set(true);
         if let Err(e) = durable.wait().await {
             self.fatal_storage_error(&e);
         }
@@ -235,6 +236,7 @@ impl Shard {
         let partition_id = self
             .local_partition(topic, partition)
             .ok_or(PartitionError::UnknownTopicOrPartition)?;
+        self.ensure_txn_stream();
         let now = wall_ms();
         let batch = control_batch(producer_id, epoch, commit, now);
         let header = RecordBatchHeader::parse_unvalidated(&batch).expect("a control batch");

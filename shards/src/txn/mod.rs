@@ -64,6 +64,11 @@ pub struct Transactions {
     pub(crate) partitions: RefCell<HashMap<PartitionId, PartitionTxns>>,
     /// Partition state is rebuilt: markers may be written.
     pub(crate) ready: Cell<bool>,
+    /// The shard's log holds `Transactions` entries. Until it does, nothing transactional
+    /// was ever written here: start-up replays nothing for transactions, and no snapshot
+    /// is written (a data dir that never saw a transaction stays readable by a shardlog
+    /// without them). The first transactional batch or marker writes a snapshot first.
+    pub(crate) in_log: Cell<bool>,
 }
 
 impl Transactions {

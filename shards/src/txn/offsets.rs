@@ -106,11 +106,13 @@ impl Shard {
         &self,
         entry: &TxnLogEntry,
     ) -> Result<shardlog_storage::Durable, GroupError> {
-        self.log.append_internal(InternalStream::Transactions, false, &entry.encode()).map_err(
-            |e| {
-                tracing::warn!(shard = self.id, error = ?e, "writing transactional offsets");
-                GroupError::Storage
-            },
-        )
+        let appended =
+            self.log.append_internal(InternalStream::Transactions, false, &entry.encode());
+        let durable = appended.map_err(|e| {
+            tracing::warn!(shard = self.id, error = ?e, "writing transactional offsets");
+            GroupError::Storage
+        })?;
+        self.txn.in_log.set(true);
+        Ok(durable)
     }
 }

@@ -16,15 +16,22 @@ use crate::shard::Shard;
 
 impl Shard {
     /// Loads the last snapshot and the entries after it; returns, per partition, the
-    /// offset from which batches must be replayed into partition state.
+    /// offset from which batches must be replayed into partition state, or None when the
+    /// log holds nothing transactional (nothing to replay).
     pub fn restore_transactions(
         &self,
         recovered: &[InternalEntry],
-    ) -> Result<HashMap<u64, Offset>, String> {
+    ) -> Result<Option<HashMap<u64, Offset>>, String> {
         let mut state = Recovered::default();
         let entries = recovered.iter().filter(|e| e.stream == InternalStream::Transactions);
+        let mut any = false;
         for entry in entries {
             TxnLogEntry::decode(&entry.payload)?.apply(&mut state);
+            any = true;
+        }
+        self.txn.in_log.set(any);
+        if !any {
+            return Ok(None);
         }
         let Recovered { txns, pending, partitions, covered } = state;
         if !txns.is_empty() || !pending.is_empty() {
@@ -41,7 +48,7 @@ impl Shard {
         *self.txn.pending.borrow_mut() = pending;
         *self.txn.partitions.borrow_mut() =
             partitions.into_iter().map(|(p, s)| (PartitionId(p), s)).collect();
-        Ok(covered)
+        Ok(Some(covered))
     }
 
     /// One replayed batch (at or after the partition's `covered` offset).
@@ -78,8 +85,24 @@ impl Shard {
     }
 
     /// Writes a snapshot of all transaction state, valid for each partition up to its log
-    /// end offset now.
+    /// end offset now (with each checkpoint); nothing while the log holds nothing
+    /// transactional.
     pub fn snapshot_transactions(&self) {
+        if self.txn.in_log.get() {
+            self.write_txn_snapshot();
+        }
+    }
+
+    /// Before the first transactional batch or marker of a log: a snapshot, so that a
+    /// start-up finds the stream and replays from here (the snapshot lands before the
+    /// batch in the log, so a batch that survives a crash has it before it).
+    pub(crate) fn ensure_txn_stream(&self) {
+        if !self.txn.in_log.get() {
+            self.write_txn_snapshot();
+        }
+    }
+
+    fn write_txn_snapshot(&self) {
         let local = self.local_partitions();
         let mut covered = Vec::with_capacity(local.len());
         let mut partitions = Vec::new();
@@ -110,10 +133,9 @@ impl Shard {
             partitions,
             covered,
         };
-        if let Err(e) =
-            self.log.append_internal(InternalStream::Transactions, true, &entry.encode())
-        {
-            warn!(shard = self.id, error = ?e, "writing a transaction state snapshot");
+        match self.log.append_internal(InternalStream::Transactions, true, &entry.encode()) {
+            Ok(_) => self.txn.in_log.set(true),
+            Err(e) => warn!(shard = self.id, error = ?e, "writing a transaction state snapshot"),
         }
     }
 }
