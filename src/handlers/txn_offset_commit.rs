@@ -12,24 +12,22 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 };
 use kafka_protocol::messages::ResponseKind;
 use shardlog_net::Reply;
-use shardlog_shards::group::OffsetCommitPartition;
-use shardlog_shards::{GroupError, Shard};
+use shardlog_shards::Shard;
 
-use super::errors::group_error_code;
+use super::offset_commit::{commit_partition, response_topics};
 
 pub fn handle(shard: Rc<Shard>, request: TxnOffsetCommitRequest, version: i16) -> Reply {
     Box::pin(async move {
         let mut partitions = Vec::new();
         for topic in &request.topics {
             for p in &topic.partitions {
-                partitions.push(OffsetCommitPartition {
-                    topic: topic.name.0.as_str().to_string(),
-                    partition: p.partition_index,
-                    offset: p.committed_offset,
-                    leader_epoch: p.committed_leader_epoch,
-                    metadata: p.committed_metadata.as_ref().map(|m| m.as_str().to_string()),
-                    commit_time_ms: None,
-                });
+                partitions.push(commit_partition(
+                    &topic.name,
+                    p.partition_index,
+                    p.committed_offset,
+                    p.committed_leader_epoch,
+                    p.committed_metadata.as_ref(),
+                ));
             }
         }
         let (generation, member_id) = if version >= 3 {
@@ -46,34 +44,12 @@ pub fn handle(shard: Rc<Shard>, request: TxnOffsetCommitRequest, version: i16) -
                 partitions,
             )
             .await;
-        let code = |e: &GroupError| group_error_code(e);
-        let mut index = 0;
-        let mut next_code = || {
-            let c = match &results {
-                Ok(per_partition) => per_partition[index].err().map_or(0, |e| code(&e)),
-                Err(e) => code(e),
-            };
-            index += 1;
-            c
-        };
-        let topics = request
-            .topics
-            .into_iter()
-            .map(|topic| {
-                let partitions = topic
-                    .partitions
-                    .iter()
-                    .map(|p| {
-                        TxnOffsetCommitResponsePartition::default()
-                            .with_partition_index(p.partition_index)
-                            .with_error_code(next_code())
-                    })
-                    .collect();
-                TxnOffsetCommitResponseTopic::default()
-                    .with_name(topic.name)
-                    .with_partitions(partitions)
-            })
-            .collect();
+        let topics = response_topics!(
+            request.topics,
+            &results,
+            TxnOffsetCommitResponseTopic,
+            TxnOffsetCommitResponsePartition
+        );
         Some(ResponseKind::TxnOffsetCommit(TxnOffsetCommitResponse::default().with_topics(topics)))
     })
 }

@@ -12,9 +12,8 @@ use shardlog_storage::InternalStream;
 
 use super::log::{merge_pending, TxnLogEntry};
 use crate::error::GroupError;
-use crate::group::offsets::{Committed, OffsetLogEntry};
+use crate::group::offsets::OffsetLogEntry;
 use crate::group::OffsetCommitPartition;
-use crate::producer_log::wall_ms;
 use crate::shard::Shard;
 
 impl Shard {
@@ -32,26 +31,7 @@ impl Shard {
             // KIP-447: a zombie of an earlier generation cannot commit.
             self.groups.check_txn_commit(group_id, generation, member_id)?;
         }
-        let max_metadata = self.groups.config.offset_metadata_max_bytes;
-        let now = wall_ms();
-        let mut results = Vec::with_capacity(partitions.len());
-        let mut offsets = Vec::new();
-        for p in partitions {
-            results.push(if self.locate(&p.topic, p.partition).is_none() {
-                Err(GroupError::UnknownTopicOrPartition)
-            } else if p.metadata.as_ref().is_some_and(|m| m.len() > max_metadata) {
-                Err(GroupError::OffsetMetadataTooLarge)
-            } else {
-                let committed = Committed {
-                    offset: p.offset,
-                    leader_epoch: p.leader_epoch,
-                    metadata: p.metadata,
-                    commit_time_ms: p.commit_time_ms.unwrap_or(now),
-                };
-                offsets.push(((p.topic, p.partition), committed));
-                Ok(())
-            });
-        }
+        let (results, offsets) = self.accept_commits(partitions);
         if !offsets.is_empty() {
             let group = group_id.to_string();
             let entry = TxnLogEntry::PendingOffsets { group: group.clone(), producer_id, offsets };
