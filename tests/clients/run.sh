@@ -30,5 +30,6 @@ python3 $here/kafka_python_smoke.py
 python3 $here/confluent_smoke.py
 python3 $here/confluent_admin_smoke.py
 python3 $here/aiokafka_smoke.py
+python3 $here/txn_smoke.py
 (cd "$work" && NODE_PATH="$work/node_modules" KAFKAJS_NO_PARTITIONER_WARNING=1 node "$OLDPWD/$here/kafkajs_smoke.js")
 echo "all clients ok"
