@@ -14,6 +14,7 @@ use std::time::Duration;
 use glommio::net::TcpListener;
 use shardlog_net::{serve_connection, ConnectionLimits, ConnectionSlots, ProduceBudget};
 use shardlog_shards::group::GroupConfig;
+use shardlog_shards::txn::TxnConfig;
 use shardlog_shards::{Mesh, Shard, ShardConfig, ShardMeshBuilder};
 use shardlog_storage::{AnyDisk, DmaDisk, LogConfig, ShardLog, StorageError, PAGE_BYTES};
 use tracing::{error, info, warn};
@@ -180,6 +181,10 @@ async fn start_shard(
         topic_max_message_bytes_ceiling: topic_max_message_bytes_ceiling(&config),
         probe_log_interval: Duration::from_millis(config.probe_log_interval_ms.max(10)),
         producer_id_expiration_ms: config.producer_id_expiration_ms,
+        txn: TxnConfig {
+            max_timeout_ms: config.transaction_max_timeout_ms,
+            check_interval: Duration::from_millis(config.transaction_check_interval_ms.max(10)),
+        },
         retention_check_interval: Duration::from_millis(config.retention_check_interval_ms.max(10)),
         checkpoint_interval: Duration::from_millis(config.checkpoint_interval_ms.max(10)),
         group: GroupConfig {
@@ -199,6 +204,7 @@ async fn start_shard(
     spawn_probe_log(shard.clone());
     spawn_failure_watch(shard.clone());
     shard.spawn_group_ticker();
+    shard.spawn_txn_ticker();
     shard.spawn_retention();
     let handler = Rc::new(KafkaHandler {
         shard: shard.clone(),

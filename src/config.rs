@@ -122,6 +122,17 @@ pub struct Config {
     #[arg(long, env = "SHARDLOG_PRODUCER_ID_EXPIRATION_MS", default_value_t = 86_400_000)]
     pub producer_id_expiration_ms: i64,
 
+    /// Largest transaction.timeout.ms a transactional producer may ask
+    /// (Kafka's transaction.max.timeout.ms).
+    #[arg(long, env = "SHARDLOG_TRANSACTION_MAX_TIMEOUT_MS", default_value_t = 900_000,
+        value_parser = clap::value_parser!(i32).range(1..))]
+    pub transaction_max_timeout_ms: i32,
+
+    /// How often each transaction coordinator aborts transactions past their timeout
+    /// (Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms).
+    #[arg(long, env = "SHARDLOG_TRANSACTION_CHECK_INTERVAL_MS", default_value_t = 1_000)]
+    pub transaction_check_interval_ms: u64,
+
     /// How often each shard applies topics' retention.ms / retention.bytes.
     #[arg(long, env = "SHARDLOG_RETENTION_CHECK_INTERVAL_MS", default_value_t = 30_000)]
     pub retention_check_interval_ms: u64,

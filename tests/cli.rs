@@ -336,3 +336,39 @@ fn cli_disk_check_measures_both_sync_modes_and_leaves_no_scratch_file() {
     assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0, "scratch file removed");
     cli("127.0.0.1:1", &["disk-check", "--dir", data.to_str().unwrap(), "--ops", "0"], "").failed();
 }
+
+#[test]
+fn cli_txn_list_and_describe_show_an_open_transaction_and_its_partitions() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let broker = Broker::start(2, &[]);
+    let b = &broker.bootstrap();
+    cli(b, &["topic", "create", "pay", "--partitions", "2"], "").ok();
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", b)
+        .set("transactional.id", "payments-1")
+        .create()
+        .unwrap();
+    let timeout = Duration::from_secs(30);
+    producer.init_transactions(timeout).unwrap();
+    producer.begin_transaction().unwrap();
+    for partition in [0, 1] {
+        let record = BaseRecord::<(), _>::to("pay").payload("x").partition(partition);
+        producer.send(record).map_err(|(e, _)| e).unwrap();
+    }
+    producer.flush(timeout).unwrap();
+
+    let list = cli(b, &["txn", "list"], "").ok();
+    let row = list.rows().into_iter().find(|r| r[0] == "payments-1").expect("id listed");
+    assert_eq!(row[2], "Ongoing");
+    let described = cli(b, &["txn", "describe", "payments-1", "--format", "json"], "").ok().json();
+    assert_eq!(described["state"], "Ongoing");
+    assert_eq!(described["partitions"], serde_json::json!(["pay-0", "pay-1"]));
+    assert!(described["start_time_ms"].as_i64().is_some());
+
+    producer.commit_transaction(timeout).unwrap();
+    let described = cli(b, &["txn", "describe", "payments-1", "--format", "json"], "").ok().json();
+    assert_eq!(described["state"], "CompleteCommit");
+    assert_eq!(described["partitions"], serde_json::json!([]));
+    let unknown = cli(b, &["txn", "describe", "nobody"], "").failed();
+    assert!(unknown.stderr.contains("TRANSACTIONAL_ID_NOT_FOUND"), "{}", unknown.stderr);
+}

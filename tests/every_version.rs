@@ -265,6 +265,51 @@ fn request_for(api: ApiKey, version: i16, topic_id: uuid::Uuid) -> RequestKind {
         ApiKey::DescribeLogDirs => {
             RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default().with_topics(None))
         }
+        // Transactions: an id nobody initialised, so each gets a decodable refusal.
+        ApiKey::AddPartitionsToTxn => {
+            use kafka_protocol::messages::add_partitions_to_txn_request::{
+                AddPartitionsToTxnRequest, AddPartitionsToTxnTopic,
+            };
+            RequestKind::AddPartitionsToTxn(
+                AddPartitionsToTxnRequest::default()
+                    .with_v3_and_below_transactional_id(s("t").into())
+                    .with_v3_and_below_producer_id(1.into())
+                    .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+                        .with_name(topic("v"))
+                        .with_partitions(vec![0])]),
+            )
+        }
+        ApiKey::AddOffsetsToTxn => RequestKind::AddOffsetsToTxn(
+            kafka_protocol::messages::add_offsets_to_txn_request::AddOffsetsToTxnRequest::default()
+                .with_transactional_id(s("t").into())
+                .with_group_id(GroupId(s("g"))),
+        ),
+        ApiKey::EndTxn => RequestKind::EndTxn(
+            kafka_protocol::messages::end_txn_request::EndTxnRequest::default()
+                .with_transactional_id(s("t").into()),
+        ),
+        ApiKey::TxnOffsetCommit => {
+            use kafka_protocol::messages::txn_offset_commit_request::{
+                TxnOffsetCommitRequest, TxnOffsetCommitRequestPartition,
+                TxnOffsetCommitRequestTopic,
+            };
+            RequestKind::TxnOffsetCommit(
+                TxnOffsetCommitRequest::default()
+                    .with_transactional_id(s("t").into())
+                    .with_group_id(GroupId(s("txn-g")))
+                    .with_producer_id(1.into())
+                    .with_topics(vec![TxnOffsetCommitRequestTopic::default()
+                        .with_name(topic("v"))
+                        .with_partitions(vec![TxnOffsetCommitRequestPartition::default()])]),
+            )
+        }
+        ApiKey::DescribeTransactions => RequestKind::DescribeTransactions(
+            kafka_protocol::messages::describe_transactions_request::DescribeTransactionsRequest::default()
+                .with_transactional_ids(vec![s("t").into()]),
+        ),
+        ApiKey::ListTransactions => RequestKind::ListTransactions(
+            kafka_protocol::messages::list_transactions_request::ListTransactionsRequest::default(),
+        ),
         other => panic!("the broker advertises {other:?}: add it to this test"),
     }
 }
@@ -337,6 +382,13 @@ const KAFKA_3_9: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::DescribeCluster, 0, 1),
+    // v4-v5 are the broker-to-broker form (KIP-890), which clients never send.
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 4),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
 ];
 
 #[test]

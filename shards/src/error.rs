@@ -97,3 +97,36 @@ pub enum GroupError {
     /// Writing the commit to the log failed (the broker stops on fsync failure).
     Storage,
 }
+
+/// Why a transaction call failed (each maps to one Kafka error code).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TxnError {
+    /// This shard does not coordinate the transactional id (or the group).
+    NotCoordinator,
+    /// The coordinator is completing transactions recovered at start-up.
+    CoordinatorLoadInProgress,
+    /// The call's producer id is not the transactional id's.
+    InvalidProducerIdMapping,
+    /// A newer instance of the producer holds the transactional id (a newer epoch).
+    ProducerFenced,
+    /// Another call on the same transactional id is in progress, or markers are being
+    /// written: retriable.
+    ConcurrentTransactions,
+    /// The call does not fit the transaction's state (with which call in which state).
+    InvalidTxnState(String),
+    /// transaction.timeout.ms is not in 1..=transaction_max_timeout_ms.
+    InvalidTransactionTimeout,
+    /// An empty transactional id.
+    EmptyTransactionalId,
+    /// Writing to the log failed (the broker stops on fsync failure).
+    Storage(String),
+}
+
+impl fmt::Display for TxnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TxnError::InvalidTxnState(m) | TxnError::Storage(m) => f.write_str(m),
+            other => write!(f, "{other:?}"),
+        }
+    }
+}

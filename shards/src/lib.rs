@@ -30,9 +30,10 @@ pub mod runtime;
 pub mod service;
 pub mod shard;
 pub mod topic_config;
+pub mod txn;
 pub mod write_caching;
 
-pub use error::{GroupError, PartitionError, TopicError};
+pub use error::{GroupError, PartitionError, TopicError, TxnError};
 pub use mesh::{mesh_builder, Mesh, ShardMeshBuilder};
 pub use message::{FetchedRecords, PartitionData, PartitionRead, ProduceAck};
 pub use metadata::{NewPartitions, NewTopic, TopicMeta, TopicTable};

@@ -7,7 +7,7 @@
 use bytes::Bytes;
 use shardlog_storage::Offset;
 
-use crate::error::{PartitionError, TopicError};
+use crate::error::{GroupError, PartitionError, TopicError};
 use crate::metadata::{NewPartitions, NewTopic, TopicTable};
 use crate::metrics::ShardMetrics;
 use crate::topic_config::TopicConfigChange;
@@ -19,8 +19,9 @@ pub enum ShardRequest {
     Produce { topic: String, partition: i32, records: Bytes, acks: i16 },
     /// Read partitions owned by the receiver (a forwarded Fetch); long-polls there.
     Fetch { reads: Vec<PartitionRead>, max_wait_ms: u64, min_bytes: usize, max_bytes: usize },
-    /// Resolve a ListOffsets query on the partition's owner.
-    ListOffsets { topic: String, partition: i32, timestamp_ms: i64 },
+    /// Resolve a ListOffsets query on the partition's owner (latest is the last stable
+    /// offset when `read_committed`).
+    ListOffsets { topic: String, partition: i32, timestamp_ms: i64, read_committed: bool },
     /// Ask the controller (shard 0) to create topics.
     CreateTopics { topics: Vec<NewTopic>, validate_only: bool },
     /// Ask the controller (shard 0) to delete topics by name.
@@ -37,6 +38,12 @@ pub enum ShardRequest {
     CreatePartitions { topics: Vec<NewPartitions>, validate_only: bool },
     /// Move a partition's log start forward on its owner (a forwarded DeleteRecords).
     DeleteRecords { topic: String, partition: i32, offset: Offset },
+    /// Write a transaction's COMMIT/ABORT marker to a partition on its owner; answered
+    /// once durable.
+    TxnMarker { topic: String, partition: i32, producer_id: i64, producer_epoch: i16, commit: bool },
+    /// Commit or drop a transaction's pending offsets on the group's coordinator; answered
+    /// once durable.
+    TxnOffsetsMarker { group: String, producer_id: i64, commit: bool },
 }
 
 /// The reply to a [`ShardRequest`] of the same name.
@@ -54,6 +61,8 @@ pub enum ShardReply {
     CreatePartitions(Vec<Result<(), TopicError>>),
     /// The new log start offset (Kafka's low watermark), durable.
     DeleteRecords(Result<Offset, PartitionError>),
+    TxnMarker(Result<(), PartitionError>),
+    TxnOffsetsMarker(Result<(), GroupError>),
 }
 
 /// Where a produce landed.
@@ -72,6 +81,8 @@ pub struct PartitionRead {
     pub partition: i32,
     pub fetch_offset: Offset,
     pub partition_max_bytes: usize,
+    /// isolation_level=1: only up to the last stable offset, with the aborted list.
+    pub read_committed: bool,
 }
 
 /// What a Fetch returns for one partition.
@@ -86,7 +97,11 @@ pub struct PartitionData {
 #[derive(Clone, Debug)]
 pub struct FetchedRecords {
     pub high_watermark: Offset,
+    pub last_stable_offset: Offset,
     pub log_start_offset: Offset,
+    /// read_committed: the aborted transactions (producer id, first offset) the records
+    /// overlap, for the client to drop.
+    pub aborted_transactions: Vec<(i64, Offset)>,
     pub records: Bytes,
 }
 

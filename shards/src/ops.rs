@@ -32,6 +32,7 @@ use crate::message::{
 use crate::producer::{BatchSequence, Check, SequenceError};
 use crate::shard::Shard;
 use crate::topic_config::ProducePolicy;
+use crate::txn::partition::{CONTROL, TRANSACTIONAL};
 
 /// What a produce returns after phase one: the wait for durability.
 pub type ProduceWait = std::pin::Pin<Box<dyn Future<Output = Result<ProduceAck, PartitionError>>>>;
@@ -145,7 +146,17 @@ impl Shard {
         } else {
             -1
         };
+        let transactional = batches[0].0.attributes & TRANSACTIONAL != 0;
+        if transactional {
+            self.ensure_txn_stream();
+        }
         let appended = self.log.append_batches(partition_id, &batches).map_err(append_error)?;
+        if transactional {
+            // A transaction's first batch here holds the last stable offset from now on.
+            let mut partitions = self.txn.partitions.borrow_mut();
+            let state = partitions.entry(partition_id).or_default();
+            state.on_data(batches[0].0.producer_id, appended.base_offset);
+        }
         if !sequences.is_empty() {
             // Invariant 2 of `producer`: recorded only once queued.
             let mut producers = self.producers.borrow_mut();
@@ -180,20 +191,24 @@ impl Shard {
         partition: PartitionId,
         batches: &[(RecordBatchHeader, Bytes)],
     ) -> Result<Sequencing, PartitionError> {
-        const TRANSACTIONAL: i16 = 0x10;
-        const CONTROL: i16 = 0x20;
-        if batches.iter().any(|(h, _)| h.attributes & (TRANSACTIONAL | CONTROL) != 0) {
-            let why = "transactional and control batches are not supported yet";
+        if batches.iter().any(|(h, _)| h.attributes & CONTROL != 0) {
+            let why = "control batches are written by the transaction coordinator only";
             return Err(PartitionError::InvalidRecord(why.to_string()));
         }
-        if batches.iter().all(|(h, _)| h.producer_id < 0) {
+        if batches.iter().all(|(h, _)| h.producer_id < 0 && h.attributes & TRANSACTIONAL == 0) {
             return Ok(Sequencing::NotIdempotent);
         }
         let first = &batches[0].0;
         if batches.iter().any(|(h, _)| {
-            h.producer_id != first.producer_id || h.producer_epoch != first.producer_epoch
+            h.producer_id != first.producer_id
+                || h.producer_epoch != first.producer_epoch
+                || (h.attributes ^ first.attributes) & TRANSACTIONAL != 0
         }) {
-            let why = "batches of one partition come from different producers";
+            let why = "batches of one partition come from different producers or transactions";
+            return Err(PartitionError::InvalidRecord(why.to_string()));
+        }
+        if first.producer_id < 0 {
+            let why = "a transactional batch without a producer id";
             return Err(PartitionError::InvalidRecord(why.to_string()));
         }
         let sequences: Vec<BatchSequence> = batches
@@ -309,24 +324,45 @@ impl Shard {
         let info =
             self.log.partition_info(partition_id).ok_or(PartitionError::UnknownTopicOrPartition)?;
         let limit = read.partition_max_bytes.min(remaining);
-        let records = if limit == 0 || read.fetch_offset == info.high_watermark {
+        let last_stable_offset = self.last_stable_offset(partition_id, info.high_watermark);
+        let end = if read.read_committed { last_stable_offset } else { info.high_watermark };
+        let at_end = read.fetch_offset >= end && read.fetch_offset <= info.high_watermark;
+        let records = if limit == 0 || at_end {
             Bytes::new()
         } else {
-            self.log.read(partition_id, read.fetch_offset, limit).await.map_err(read_error)?
+            let from = read.fetch_offset;
+            self.log.read_below(partition_id, from, limit, end).await.map_err(read_error)?
+        };
+        let aborted_transactions = match self.txn.partitions.borrow().get(&partition_id) {
+            Some(state) if read.read_committed => state.aborted_between(read.fetch_offset, end),
+            _ => Vec::new(),
         };
         Ok(FetchedRecords {
             high_watermark: info.high_watermark,
+            last_stable_offset,
             log_start_offset: info.log_start_offset,
+            aborted_transactions,
             records,
         })
     }
 
-    /// ListOffsets on the owner: -1 latest (high watermark), -2 earliest, else by time.
+    /// The last stable offset of a partition this shard owns: the high watermark unless
+    /// a transaction is open (see `txn::partition`).
+    pub fn last_stable_offset(&self, partition: PartitionId, high_watermark: Offset) -> Offset {
+        match self.txn.partitions.borrow_mut().get_mut(&partition) {
+            Some(state) => state.last_stable_offset(high_watermark),
+            None => high_watermark,
+        }
+    }
+
+    /// ListOffsets on the owner: -1 latest (high watermark, or the last stable offset for
+    /// read_committed), -2 earliest, else by time.
     pub async fn list_offsets_local(
         &self,
         topic: &str,
         partition: i32,
         timestamp_ms: i64,
+        read_committed: bool,
     ) -> Result<(Offset, i64), PartitionError> {
         let partition_id = self
             .local_partition(topic, partition)
@@ -334,6 +370,9 @@ impl Shard {
         let info =
             self.log.partition_info(partition_id).ok_or(PartitionError::UnknownTopicOrPartition)?;
         match timestamp_ms {
+            -1 if read_committed => {
+                Ok((self.last_stable_offset(partition_id, info.high_watermark), -1))
+            }
             -1 => Ok((info.high_watermark, -1)),
             // -4, the earliest local offset: nothing is tiered, so the earliest.
             -2 | -4 => Ok((info.log_start_offset, -1)),
@@ -369,16 +408,18 @@ impl Shard {
         topic: &str,
         partition: i32,
         timestamp_ms: i64,
+        read_committed: bool,
     ) -> Result<(Offset, i64), PartitionError> {
         match self.owner_of(topic, partition) {
             None => Err(PartitionError::UnknownTopicOrPartition),
             Some(owner) if owner == self.id => {
-                self.list_offsets_local(topic, partition, timestamp_ms).await
+                self.list_offsets_local(topic, partition, timestamp_ms, read_committed).await
             }
             Some(owner) => {
                 self.count_forward();
+                let topic = topic.to_string();
                 let request =
-                    ShardRequest::ListOffsets { topic: topic.to_string(), partition, timestamp_ms };
+                    ShardRequest::ListOffsets { topic, partition, timestamp_ms, read_committed };
                 match self.mesh.call(owner, request).await {
                     ShardReply::ListOffsets(result) => result,
                     other => panic!("list offsets answered with {other:?}"),

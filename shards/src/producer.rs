@@ -177,6 +177,28 @@ impl ProducerStates {
         assert!(entry.batches.len() <= BATCHES_KEPT, "invariant 1");
     }
 
+    /// A transaction marker of `producer_id` was written with `epoch`: a newer epoch fences
+    /// the older one here too (its batches get INVALID_PRODUCER_EPOCH), and the producer's
+    /// sequence starts again at 0.
+    pub fn note_marker(
+        &mut self,
+        partition: PartitionId,
+        producer_id: i64,
+        epoch: i16,
+        now_ms: i64,
+    ) {
+        let entry = self.entries.entry((partition, producer_id)).or_insert(ProducerEntry {
+            epoch,
+            batches: Vec::new(),
+            last_append_ms: now_ms,
+        });
+        if epoch > entry.epoch {
+            entry.epoch = epoch;
+            entry.batches.clear();
+        }
+        entry.last_append_ms = entry.last_append_ms.max(now_ms);
+    }
+
     /// Forgets producers idle for longer than `expiration_ms`; returns how many.
     pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
         let before = self.entries.len();

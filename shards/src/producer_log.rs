@@ -54,6 +54,13 @@ impl ProducerLogEntry {
     }
 }
 
+/// Where the start-up replay of one partition begins, for each kind of state.
+#[derive(Clone, Copy)]
+struct Replay {
+    producers: i64,
+    transactions: i64,
+}
+
 pub(crate) fn wall_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
@@ -91,7 +98,8 @@ impl Shard {
     }
 
     /// Start-up, after the topic table arrived: restores producer ids and producer state
-    /// from the last snapshot, then replays the idempotent batches written after it.
+    /// from the last snapshot, then replays the idempotent batches written after it; the
+    /// same pass rebuilds the transaction state of partitions (`txn::recovery`).
     pub async fn rebuild_producer_state(&self, recovered: &[InternalEntry]) -> Result<(), String> {
         let mut covered: HashMap<u64, i64> = HashMap::new();
         for entry in recovered.iter().filter(|e| e.stream == InternalStream::ProducerState) {
@@ -104,12 +112,19 @@ impl Shard {
                 }
             }
         }
+        let txn_covered = self.restore_transactions(recovered)?;
         let partitions = self.local_partitions();
         let mut replayed = 0u64;
         for partition in partitions {
             let Some(info) = self.log.partition_info(partition) else { continue };
-            let mut offset =
-                covered.get(&partition.0).copied().unwrap_or(0).max(info.log_start_offset);
+            let from = Replay {
+                producers: covered.get(&partition.0).copied().unwrap_or(0),
+                transactions: match &txn_covered {
+                    Some(covered) => covered.get(&partition.0).copied().unwrap_or(0),
+                    None => i64::MAX, // nothing transactional in this log
+                },
+            };
+            let mut offset = from.producers.min(from.transactions).max(info.log_start_offset);
             while offset < info.high_watermark {
                 let bytes = self
                     .log
@@ -119,9 +134,12 @@ impl Shard {
                 if bytes.is_empty() {
                     break;
                 }
-                offset = self.replay_batches(partition, &bytes, &mut replayed)?;
+                offset = self.replay_batches(partition, &bytes, from, &mut replayed)?;
             }
         }
+        self.transactions_ready();
+        // From here on a start-up replays only what follows this snapshot.
+        self.snapshot_transactions();
         let count = self.producers.borrow().len();
         if count > 0 || replayed > 0 {
             info!(
@@ -140,11 +158,14 @@ impl Shard {
         self.pid_next.set(reserved_until);
     }
 
-    /// Records the idempotent batches in `bytes`; returns the offset after the last one.
+    /// Records the idempotent batches in `bytes` (those at or after `from.producers`) and
+    /// the transactional ones (at or after `from.transactions`); returns the offset after
+    /// the last one.
     fn replay_batches(
         &self,
         partition: PartitionId,
         bytes: &[u8],
+        from: Replay,
         replayed: &mut u64,
     ) -> Result<i64, String> {
         let mut at = 0;
@@ -152,21 +173,35 @@ impl Shard {
         while at < bytes.len() {
             let header = RecordBatchHeader::parse_unvalidated(&bytes[at..])
                 .map_err(|e| format!("replaying producer state: {e:?}"))?;
+            let batch = &bytes[at..(at + header.total_bytes()).min(bytes.len())];
             let last_offset = header.base_offset + header.last_offset_delta as i64;
-            if header.producer_id >= 0 {
-                let sequence = BatchSequence::new(
-                    header.producer_id,
-                    header.producer_epoch,
-                    header.base_sequence,
-                    header.last_offset_delta,
-                );
-                self.producers.borrow_mut().record(
-                    partition,
-                    sequence,
-                    header.base_offset,
-                    last_offset,
-                    wall_ms(),
-                );
+            if header.base_offset >= from.transactions {
+                self.replay_txn_batch(partition, &header, batch)?;
+            }
+            if header.producer_id >= 0 && header.base_offset >= from.producers {
+                let mut producers = self.producers.borrow_mut();
+                if header.attributes & crate::txn::partition::CONTROL != 0 {
+                    producers.note_marker(
+                        partition,
+                        header.producer_id,
+                        header.producer_epoch,
+                        wall_ms(),
+                    );
+                } else {
+                    let sequence = BatchSequence::new(
+                        header.producer_id,
+                        header.producer_epoch,
+                        header.base_sequence,
+                        header.last_offset_delta,
+                    );
+                    producers.record(
+                        partition,
+                        sequence,
+                        header.base_offset,
+                        last_offset,
+                        wall_ms(),
+                    );
+                }
                 *replayed += 1;
             }
             next = last_offset + 1;
@@ -213,5 +248,6 @@ impl Shard {
         {
             warn!(shard = self.id, error = ?e, "writing a producer state snapshot");
         }
+        self.snapshot_transactions();
     }
 }

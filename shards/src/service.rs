@@ -27,11 +27,14 @@ impl MeshService for Shard {
                     )
                 })
             }
-            ShardRequest::ListOffsets { topic, partition, timestamp_ms } => Box::pin(async move {
-                ShardReply::ListOffsets(
-                    self.list_offsets_local(&topic, partition, timestamp_ms).await,
-                )
-            }),
+            ShardRequest::ListOffsets { topic, partition, timestamp_ms, read_committed } => {
+                Box::pin(async move {
+                    ShardReply::ListOffsets(
+                        self.list_offsets_local(&topic, partition, timestamp_ms, read_committed)
+                            .await,
+                    )
+                })
+            }
             ShardRequest::CreateTopics { topics, validate_only } => Box::pin(async move {
                 ShardReply::CreateTopics(self.controller_create_topics(topics, validate_only).await)
             }),
@@ -61,6 +64,25 @@ impl MeshService for Shard {
             ShardRequest::DeleteRecords { topic, partition, offset } => Box::pin(async move {
                 ShardReply::DeleteRecords(
                     self.delete_records_local(&topic, partition, offset).await,
+                )
+            }),
+            ShardRequest::TxnMarker { topic, partition, producer_id, producer_epoch, commit } => {
+                Box::pin(async move {
+                    ShardReply::TxnMarker(
+                        self.write_txn_marker(
+                            topic,
+                            partition,
+                            producer_id,
+                            producer_epoch,
+                            commit,
+                        )
+                        .await,
+                    )
+                })
+            }
+            ShardRequest::TxnOffsetsMarker { group, producer_id, commit } => Box::pin(async move {
+                ShardReply::TxnOffsetsMarker(
+                    self.resolve_txn_offsets(&group, producer_id, commit).await,
                 )
             }),
         }

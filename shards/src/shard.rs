@@ -41,6 +41,8 @@ pub struct ShardConfig {
     pub group: GroupConfig,
     /// Idle idempotent producers' state is dropped after this (producer.id.expiration.ms).
     pub producer_id_expiration_ms: i64,
+    /// Transaction settings.
+    pub txn: crate::txn::TxnConfig,
 }
 
 impl Default for ShardConfig {
@@ -55,6 +57,7 @@ impl Default for ShardConfig {
             probe_log_interval: Duration::from_secs(60),
             group: GroupConfig::default(),
             producer_id_expiration_ms: 86_400_000,
+            txn: Default::default(),
         }
     }
 }
@@ -136,6 +139,8 @@ pub struct Shard {
     pub groups: GroupCoordinator,
     /// Idempotent-producer state of this shard's partitions.
     pub producers: RefCell<ProducerStates>,
+    /// Transactions this shard coordinates, and its partitions' transaction state.
+    pub txn: crate::txn::Transactions,
     pub(crate) pid_next: Cell<u64>,
     pub(crate) pid_reserved: Cell<u64>,
     pub(crate) pid_lock: glommio::sync::Semaphore,
@@ -157,6 +162,7 @@ impl Shard {
             nr_shards: mesh.nr_shards(),
             groups: GroupCoordinator::new(config.group.clone()),
             producers: RefCell::new(ProducerStates::default()),
+            txn: crate::txn::Transactions::new(config.txn.clone()),
             pid_next: Cell::new(0),
             pid_reserved: Cell::new(0),
             pid_lock: glommio::sync::Semaphore::new(1),
@@ -204,6 +210,7 @@ impl Shard {
                     let partition = PartitionId::new(meta.topic_number, index as u32);
                     self.log.drop_partition(partition);
                     self.producers.borrow_mut().drop_partition(partition);
+                    self.txn.partitions.borrow_mut().remove(&partition);
                 }
             }
             info!(shard = self.id, topic = %meta.name, "topic deleted");

@@ -472,6 +472,7 @@ async fn read_partition(shard: &Shard, key: &Key) -> Result<Vec<(i64, RecordId)>
             partition: key.1,
             fetch_offset: offset,
             partition_max_bytes: 1 << 20,
+            read_committed: false,
         };
         let data = shard.fetch_local(&[read], Duration::ZERO, 0, 1 << 20).await;
         let fetched = data[0].result.clone().map_err(|e| e.to_string())?;

@@ -14,6 +14,7 @@ pub fn api_error(code: i16, subject: &str, broker_message: Option<&str>) -> Stri
         ResponseError::TopicAlreadyExists => Some(format!("{subject} already exists")),
         ResponseError::UnknownTopicOrPartition => Some(format!("{subject} does not exist")),
         ResponseError::GroupIdNotFound => Some(format!("{subject} does not exist")),
+        ResponseError::TransactionalIdNotFound => Some(format!("{subject} does not exist")),
         ResponseError::NonEmptyGroup => Some(format!("{subject} still has members")),
         _ => None,
     };

@@ -1,4 +1,4 @@
-//! The admin commands of the `shardlog` binary (`shardlog topic ...`, `group ...`,
+//! The admin commands of the `shardlog` binary (`shardlog topic ...`, `group ...`, `txn ...`,
 //! `produce`, `consume`): short-lived processes that talk the Kafka protocol to a running
 //! broker through a small blocking client (`client.rs`), never its files; and
 //! `disk-check`, which measures the data dir's disk (`disk_check.rs`).
@@ -13,6 +13,7 @@ mod group;
 mod output;
 mod records;
 mod topic;
+mod txn;
 
 use std::io::Write;
 
@@ -50,6 +51,9 @@ pub enum Command {
     /// List consumer groups, or describe one: members, assignments, committed offsets, lag.
     #[command(subcommand)]
     Group(group::GroupCommand),
+    /// List transactional ids, or describe one: state, producer, partitions (KIP-664).
+    #[command(subcommand)]
+    Txn(txn::TxnCommand),
     /// Produce the lines of stdin as records (acks=all) and print their offsets.
     Produce(records::ProduceArgs),
     /// Print a topic's records as they arrive.
@@ -64,6 +68,7 @@ pub fn run(command: Command, admin: &AdminArgs) -> i32 {
     let result = match command {
         Command::Topic(command) => topic::run(command, admin),
         Command::Group(command) => group::run(command, admin),
+        Command::Txn(command) => txn::run(command, admin),
         Command::Produce(args) => records::produce(args, admin),
         Command::Consume(args) => records::consume(args, admin),
         Command::DiskCheck(args) => return disk_check::run(args),

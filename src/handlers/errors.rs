@@ -1,7 +1,7 @@
 //! Kafka error codes, and the one mapping from internal errors to them.
 
 use shardlog_net::legacy_format::LegacyFormatError;
-use shardlog_shards::{GroupError, PartitionError, TopicError};
+use shardlog_shards::{GroupError, PartitionError, TopicError, TxnError};
 
 pub const NONE: i16 = 0;
 pub const OFFSET_OUT_OF_RANGE: i16 = 1;
@@ -9,6 +9,7 @@ pub const CORRUPT_MESSAGE: i16 = 2;
 pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 pub const MESSAGE_TOO_LARGE: i16 = 10;
 pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
+pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
 pub const NOT_COORDINATOR: i16 = 16;
 pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
 pub const INVALID_REQUIRED_ACKS: i16 = 21;
@@ -29,7 +30,11 @@ pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
 pub const POLICY_VIOLATION: i16 = 44;
 pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 pub const INVALID_PRODUCER_EPOCH: i16 = 47;
-pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+pub const INVALID_TXN_STATE: i16 = 48;
+pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
+pub const CONCURRENT_TRANSACTIONS: i16 = 51;
+pub const OPERATION_NOT_ATTEMPTED: i16 = 55;
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
 pub const UNKNOWN_PRODUCER_ID: i16 = 59;
 pub const NON_EMPTY_GROUP: i16 = 68;
@@ -39,7 +44,10 @@ pub const UNSUPPORTED_COMPRESSION_TYPE: i16 = 76;
 pub const MEMBER_ID_REQUIRED: i16 = 79;
 pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 pub const INVALID_RECORD: i16 = 87;
+pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+pub const PRODUCER_FENCED: i16 = 90;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
+pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
 pub const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
 
 /// The Kafka error code for a partition-level failure.
@@ -103,6 +111,23 @@ pub fn group_error_code(error: &GroupError) -> i16 {
         GroupError::OffsetMetadataTooLarge => OFFSET_METADATA_TOO_LARGE,
         GroupError::UnknownTopicOrPartition => UNKNOWN_TOPIC_OR_PARTITION,
         GroupError::Storage => KAFKA_STORAGE_ERROR,
+    }
+}
+
+/// The Kafka error code for a transaction failure. `fenced_code` says whether the request
+/// version knows PRODUCER_FENCED (KIP-588); older ones get INVALID_PRODUCER_EPOCH.
+pub fn txn_error_code(error: &TxnError, fenced_code: bool) -> i16 {
+    match error {
+        TxnError::NotCoordinator => NOT_COORDINATOR,
+        TxnError::CoordinatorLoadInProgress => COORDINATOR_LOAD_IN_PROGRESS,
+        TxnError::InvalidProducerIdMapping => INVALID_PRODUCER_ID_MAPPING,
+        TxnError::ProducerFenced if fenced_code => PRODUCER_FENCED,
+        TxnError::ProducerFenced => INVALID_PRODUCER_EPOCH,
+        TxnError::ConcurrentTransactions => CONCURRENT_TRANSACTIONS,
+        TxnError::InvalidTxnState(_) => INVALID_TXN_STATE,
+        TxnError::InvalidTransactionTimeout => INVALID_TRANSACTION_TIMEOUT,
+        TxnError::EmptyTransactionalId => INVALID_REQUEST,
+        TxnError::Storage(_) => KAFKA_STORAGE_ERROR,
     }
 }
 

@@ -1,7 +1,9 @@
 //! Fetch (v0-v18): the read hot path, top to bottom.
 //!
 //! Each partition is read on its owner shard from the stored batch bytes (no
-//! re-encoding from v4 on), never above the high watermark. With fewer than `min_bytes` available
+//! re-encoding from v4 on), never above the high watermark; with isolation_level=1
+//! (read_committed) never above the last stable offset, with the aborted transactions the
+//! client must drop (see shards' `txn::partition`). With fewer than `min_bytes` available
 //! the request parks until a flush moves a high watermark or `max_wait_ms` passes.
 //!
 //! Fetch sessions (KIP-227): this broker declines them by answering session id 0, which
@@ -21,9 +23,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::FetchRequest;
 use kafka_protocol::messages::fetch_response::{
-    FetchResponse, FetchableTopicResponse, PartitionData,
+    AbortedTransaction, FetchResponse, FetchableTopicResponse, PartitionData,
 };
-use kafka_protocol::messages::{ResponseKind, TopicName};
+use kafka_protocol::messages::{ProducerId, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use shardlog_net::{legacy_format, Reply};
 use shardlog_shards::{PartitionRead, Shard};
@@ -80,6 +82,7 @@ pub fn handle(shard: Rc<Shard>, request: FetchRequest, version: i16, limits: Lim
                     partition: partition.partition,
                     fetch_offset: partition.fetch_offset,
                     partition_max_bytes: partition.partition_max_bytes.max(0) as usize,
+                    read_committed,
                 });
             }
         }
@@ -116,16 +119,19 @@ pub fn handle(shard: Rc<Shard>, request: FetchRequest, version: i16, limits: Lim
                 Ok(fetched) => PartitionData::default()
                     .with_error_code(errors::NONE)
                     .with_high_watermark(fetched.high_watermark)
-                    .with_last_stable_offset(fetched.high_watermark)
+                    .with_last_stable_offset(fetched.last_stable_offset)
                     .with_log_start_offset(fetched.log_start_offset)
+                    .with_aborted_transactions(
+                        read_committed.then(|| aborted_transactions(&fetched.aborted_transactions)),
+                    )
                     .with_records(Some(fetched.records)),
                 Err(e) => PartitionData::default()
                     .with_error_code(partition_error_code(&e))
                     .with_high_watermark(-1)
-                    .with_records(Some(Bytes::new())),
+                    .with_records(Some(Bytes::new()))
+                    .with_aborted_transactions(read_committed.then(Vec::new)),
             }
             .with_partition_index(data.partition)
-            .with_aborted_transactions(read_committed.then(Vec::new))
             .with_preferred_read_replica((-1).into());
             push_partition(&mut responses, &ids, &data.topic, partition);
         }
@@ -199,6 +205,16 @@ impl LegacyFetch {
             }
         }
     }
+}
+
+/// The aborted transactions (producer id, first offset) of a read_committed answer.
+fn aborted_transactions(aborted: &[(i64, i64)]) -> Vec<AbortedTransaction> {
+    let to_wire = |&(producer_id, first_offset): &(i64, i64)| {
+        AbortedTransaction::default()
+            .with_producer_id(ProducerId(producer_id))
+            .with_first_offset(first_offset)
+    };
+    aborted.iter().map(to_wire).collect()
 }
 
 /// The answer for a topic id this broker does not know (v13+).

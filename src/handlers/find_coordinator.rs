@@ -1,8 +1,8 @@
 //! FindCoordinator (v0-v6): a group's coordinator is the shard `coordinator_shard(group)`,
 //! advertised as its own broker, so group traffic goes straight to that core. v4 asks for
 //! several keys at once; v5 only adds an error code; v6 adds share-group keys (KIP-932),
-//! which get INVALID_REQUEST, as from a Kafka without share groups. Transaction
-//! coordinators do not exist yet.
+//! which get INVALID_REQUEST, as from a Kafka without share groups. A transactional id's
+//! coordinator (key type 1) is placed the same way, `coordinator_shard(transactional_id)`.
 
 use std::rc::Rc;
 
@@ -17,6 +17,7 @@ use super::errors;
 use super::{str_bytes, KafkaHandler};
 
 const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_TRANSACTION: i8 = 1;
 const KEY_TYPE_SHARE: i8 = 2;
 
 pub fn handle(handler: Rc<KafkaHandler>, request: FindCoordinatorRequest, version: i16) -> Reply {
@@ -53,11 +54,11 @@ fn coordinator(handler: &KafkaHandler, key: &StrBytes, key_type: i8) -> Coordina
     if key_type == KEY_TYPE_SHARE {
         return refused(errors::INVALID_REQUEST, "share groups (KIP-932) are not supported");
     }
-    if key_type != KEY_TYPE_GROUP {
-        // Not retriable, so a transactional client fails at once with this message
-        // instead of retrying until its timeout.
-        let message = "transactions are not supported yet: there is no transaction coordinator";
-        return refused(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED, message);
+    if key_type == KEY_TYPE_TRANSACTION && key.is_empty() {
+        return refused(errors::INVALID_REQUEST, "an empty transactional id has no coordinator");
+    }
+    if key_type != KEY_TYPE_GROUP && key_type != KEY_TYPE_TRANSACTION {
+        return refused(errors::INVALID_REQUEST, "unknown coordinator key type");
     }
     if key.is_empty() {
         return base

@@ -1,7 +1,7 @@
-//! InitProducerId (v0-v5; v5 only adds an error code transactions would use), for
-//! idempotent producers: a producer id unique across shards and restarts, or the next
-//! epoch of a known one (KIP-360). Transactional ids are refused with a message until
-//! transactions exist.
+//! InitProducerId (v0-v5; v5 only adds an error code, KIP-890's TRANSACTION_ABORTABLE,
+//! never sent here). Idempotent producers get a producer id unique across shards and
+//! restarts, or the next epoch of a known one (KIP-360). A transactional id goes to its
+//! coordinator shard (NOT_COORDINATOR elsewhere), which fences earlier instances.
 
 use std::rc::Rc;
 
@@ -14,7 +14,7 @@ use tracing::warn;
 
 use super::errors;
 
-pub fn handle(shard: Rc<Shard>, request: InitProducerIdRequest) -> Reply {
+pub fn handle(shard: Rc<Shard>, request: InitProducerIdRequest, version: i16) -> Reply {
     Box::pin(async move {
         let refused = |code| {
             InitProducerIdResponse::default()
@@ -22,10 +22,17 @@ pub fn handle(shard: Rc<Shard>, request: InitProducerIdRequest) -> Reply {
                 .with_producer_id(ProducerId(-1))
                 .with_producer_epoch(-1)
         };
-        let transactional = request.transactional_id.as_ref().is_some_and(|id| !id.0.is_empty());
-        let response = if transactional {
-            warn!("a transactional producer asked for an id: transactions are not supported yet");
-            refused(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        let transactional_id = request.transactional_id.as_ref().filter(|id| !id.0.is_empty());
+        let response = if let Some(transactional_id) = transactional_id {
+            let asked = (request.producer_id.0 >= 0)
+                .then_some((request.producer_id.0, request.producer_epoch));
+            let timeout_ms = request.transaction_timeout_ms;
+            match shard.txn_init_producer_id(transactional_id.0.as_str(), timeout_ms, asked).await {
+                Ok((id, epoch)) => InitProducerIdResponse::default()
+                    .with_producer_id(ProducerId(id))
+                    .with_producer_epoch(epoch),
+                Err(e) => refused(errors::txn_error_code(&e, version >= 4)),
+            }
         } else {
             match shard.init_producer_id(request.producer_id.0, request.producer_epoch).await {
                 Ok((id, epoch)) => InitProducerIdResponse::default()

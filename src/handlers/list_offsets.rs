@@ -1,4 +1,5 @@
-//! ListOffsets (v0-v9): earliest (-2), latest (-1, the high watermark), by timestamp, the
+//! ListOffsets (v0-v9): earliest (-2), latest (-1, the high watermark; the last stable
+//! offset with isolation_level=1, read_committed), by timestamp, the
 //! largest timestamp (-3, v7+), the earliest local offset (-4, v8+: the earliest, as
 //! nothing is tiered) and the latest tiered offset (-5, v9+: -1, as nothing is tiered).
 //!
@@ -23,12 +24,14 @@ const LATEST_TIERED_TIMESTAMP: i64 = -5;
 
 pub fn handle(shard: Rc<Shard>, request: ListOffsetsRequest, version: i16) -> Reply {
     Box::pin(async move {
+        let read_committed = request.isolation_level == 1;
         let mut topics = Vec::with_capacity(request.topics.len());
         for topic in request.topics {
             let name = topic.name.0.as_str().to_string();
             let mut partitions = Vec::with_capacity(topic.partitions.len());
             for partition in topic.partitions {
-                partitions.push(list_partition(&shard, &name, &partition, version).await);
+                partitions
+                    .push(list_partition(&shard, &name, &partition, version, read_committed).await);
             }
             topics.push(
                 ListOffsetsTopicResponse::default()
@@ -45,10 +48,12 @@ async fn list_partition(
     topic: &str,
     partition: &ListOffsetsPartition,
     version: i16,
+    read_committed: bool,
 ) -> ListOffsetsPartitionResponse {
     let response =
         ListOffsetsPartitionResponse::default().with_partition_index(partition.partition_index);
-    let found = shard.list_offsets(topic, partition.partition_index, partition.timestamp).await;
+    let index = partition.partition_index;
+    let found = shard.list_offsets(topic, index, partition.timestamp, read_committed).await;
     match found {
         Ok((offset, timestamp)) if version == 0 => {
             let wanted = usize::try_from(partition.max_num_offsets).unwrap_or(0);

@@ -5,6 +5,8 @@
 //! one place where version ranges are stated; `errors` is the one place internal errors
 //! become Kafka error codes.
 
+mod add_offsets_to_txn;
+mod add_partitions_to_txn;
 mod alter_configs;
 mod api_versions;
 mod create_partitions;
@@ -16,6 +18,8 @@ mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
 mod describe_log_dirs;
+mod describe_transactions;
+mod end_txn;
 pub mod errors;
 mod fetch;
 mod find_coordinator;
@@ -26,12 +30,14 @@ mod join_group;
 mod leave_group;
 mod list_groups;
 mod list_offsets;
+mod list_transactions;
 mod metadata;
 mod offset_commit;
 mod offset_delete;
 mod offset_fetch;
 mod produce;
 mod sync_group;
+mod txn_offset_commit;
 
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -86,6 +92,14 @@ pub const SUPPORTED_APIS: &[ApiSupport] = &[
     api(ApiKey::DeleteRecords, 0, 0, 2),
     api(ApiKey::DescribeCluster, 0, 0, 1),
     api(ApiKey::DescribeLogDirs, 0, 0, 4),
+    // AddPartitionsToTxn v4+ is KIP-890's broker-to-broker form, which clients never send;
+    // the others' v4 only lets the broker answer TRANSACTION_ABORTABLE (never sent here).
+    api(ApiKey::AddPartitionsToTxn, 0, 0, 3),
+    api(ApiKey::AddOffsetsToTxn, 0, 0, 4),
+    api(ApiKey::EndTxn, 0, 0, 4),
+    api(ApiKey::TxnOffsetCommit, 0, 0, 4),
+    api(ApiKey::DescribeTransactions, 0, 0, 0),
+    api(ApiKey::ListTransactions, 0, 0, 1),
 ];
 
 /// Where clients reach each shard.
@@ -183,7 +197,25 @@ impl RequestHandler for KafkaHandler {
             RequestKind::DescribeGroups(body) => describe_groups::handle(self.shard.clone(), body),
             RequestKind::DeleteGroups(body) => delete_groups::handle(self.shard.clone(), body),
             RequestKind::OffsetDelete(body) => offset_delete::handle(self.shard.clone(), body),
-            RequestKind::InitProducerId(body) => init_producer_id::handle(self.shard.clone(), body),
+            RequestKind::InitProducerId(body) => {
+                init_producer_id::handle(self.shard.clone(), body, version)
+            }
+            RequestKind::AddPartitionsToTxn(body) => {
+                add_partitions_to_txn::handle(self.shard.clone(), body, version)
+            }
+            RequestKind::AddOffsetsToTxn(body) => {
+                add_offsets_to_txn::handle(self.shard.clone(), body, version)
+            }
+            RequestKind::DescribeTransactions(body) => {
+                describe_transactions::handle(self.shard.clone(), body)
+            }
+            RequestKind::ListTransactions(body) => {
+                list_transactions::handle(self.shard.clone(), body)
+            }
+            RequestKind::EndTxn(body) => end_txn::handle(self.shard.clone(), body, version),
+            RequestKind::TxnOffsetCommit(body) => {
+                txn_offset_commit::handle(self.shard.clone(), body, version)
+            }
             RequestKind::AlterConfigs(body) => alter_configs::handle(self.shard.clone(), body),
             RequestKind::IncrementalAlterConfigs(body) => {
                 incremental_alter_configs::handle(self.shard.clone(), body)

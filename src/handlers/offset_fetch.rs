@@ -1,5 +1,8 @@
 //! OffsetFetch (v1-v9): committed offsets of one group (v1-v7) or several (v8+), all of a
-//! group's partitions when none are named. -1 means nothing committed.
+//! group's partitions when none are named. -1 means nothing committed. Offsets a
+//! transaction commits are not shown before it commits; with `require_stable` (v7+) a
+//! partition that has such pending offsets gets UNSTABLE_OFFSET_COMMIT (retriable), as
+//! in Kafka.
 
 use std::rc::Rc;
 
@@ -13,11 +16,12 @@ use shardlog_net::Reply;
 use shardlog_shards::group::offsets::Committed;
 use shardlog_shards::Shard;
 
-use super::errors::group_error_code;
+use super::errors::{self, group_error_code};
 use super::str_bytes;
 
-type Found = Vec<((String, i32), Option<Committed>)>;
-type ByTopic = Vec<(String, Vec<(i32, Option<Committed>)>)>;
+/// Per partition: the committed offset, and an error code (UNSTABLE_OFFSET_COMMIT or 0).
+type Found = Vec<((String, i32), Option<Committed>, i16)>;
+type ByTopic = Vec<(String, Vec<(i32, Option<Committed>, i16)>)>;
 
 pub fn handle(shard: Rc<Shard>, request: OffsetFetchRequest, version: i16) -> Reply {
     let response = if version >= 8 {
@@ -34,7 +38,7 @@ pub fn handle(shard: Rc<Shard>, request: OffsetFetchRequest, version: i16) -> Re
                         .collect::<Vec<_>>()
                 });
                 let group = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-                match lookup(&shard, &g.group_id, asked) {
+                match lookup(&shard, &g.group_id, asked, request.require_stable) {
                     Ok(found) => group.with_topics(group_topics(found)),
                     Err(code) => group.with_error_code(code),
                 }
@@ -50,12 +54,13 @@ pub fn handle(shard: Rc<Shard>, request: OffsetFetchRequest, version: i16) -> Re
                 })
                 .collect::<Vec<_>>()
         });
-        match lookup(&shard, &request.group_id, asked) {
+        match lookup(&shard, &request.group_id, asked, request.require_stable) {
             Ok(found) => OffsetFetchResponse::default().with_topics(single_topics(found)),
             // v1 has no top-level error code: the error goes on every asked partition.
             Err(code) if version < 2 => {
                 let found = request.topics.iter().flatten().flat_map(|t| {
-                    t.partition_indexes.iter().map(|p| ((t.name.0.as_str().to_string(), *p), None))
+                    let name = t.name.0.as_str();
+                    t.partition_indexes.iter().map(move |p| ((name.to_string(), *p), None, 0))
                 });
                 let mut topics = single_topics(found.collect());
                 topics
@@ -74,19 +79,35 @@ fn lookup(
     shard: &Shard,
     group_id: &GroupId,
     asked: Option<Vec<(String, i32)>>,
+    require_stable: bool,
 ) -> Result<Found, i16> {
     let group_id = group_id.0.as_str();
     shard.check_coordinator(group_id).map_err(|e| group_error_code(&e))?;
-    Ok(shard.groups.committed(group_id, asked.as_deref()))
+    let committed = shard.groups.committed(group_id, asked.as_deref());
+    let unstable = |key: &(String, i32)| {
+        require_stable && shard.has_pending_offsets(group_id, Some(std::slice::from_ref(key)))
+    };
+    Ok(committed
+        .into_iter()
+        .map(|(key, c)| {
+            if unstable(&key) {
+                (key, None, errors::UNSTABLE_OFFSET_COMMIT)
+            } else {
+                (key, c, errors::NONE)
+            }
+        })
+        .collect())
 }
 
 /// Groups consecutive partitions of one topic (input is in request or key order).
 fn by_topic(found: Found) -> ByTopic {
     let mut out: ByTopic = Vec::new();
-    for ((topic, partition), committed) in found {
+    for ((topic, partition), committed, code) in found {
         match out.last_mut() {
-            Some((last, partitions)) if *last == topic => partitions.push((partition, committed)),
-            _ => out.push((topic, vec![(partition, committed)])),
+            Some((last, partitions)) if *last == topic => {
+                partitions.push((partition, committed, code))
+            }
+            _ => out.push((topic, vec![(partition, committed, code)])),
         }
     }
     out
@@ -102,10 +123,11 @@ macro_rules! response_topics {
                 .map(|(topic, partitions)| {
                     let partitions = partitions
                         .into_iter()
-                        .map(|(index, c)| {
+                        .map(|(index, c, code)| {
                             let (offset, epoch, metadata) = fields(c);
                             <$partition>::default()
                                 .with_partition_index(index)
+                                .with_error_code(code)
                                 .with_committed_offset(offset)
                                 .with_committed_leader_epoch(epoch)
                                 .with_metadata(metadata)

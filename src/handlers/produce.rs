@@ -30,9 +30,9 @@ pub async fn handle(
     max_records_bytes: usize,
 ) -> Reply {
     let acks = request.acks;
-    let refuse_all = if request.transactional_id.is_some() {
-        Some((errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported yet"))
-    } else if !matches!(acks, -1..=1) {
+    // Transactional batches need no more here than idempotent ones: the owner opens the
+    // partition's transaction at its first batch (shards' `txn::partition`).
+    let refuse_all = if !matches!(acks, -1..=1) {
         Some((errors::INVALID_REQUIRED_ACKS, "acks must be -1, 0 or 1"))
     } else {
         None

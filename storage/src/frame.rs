@@ -67,6 +67,7 @@ impl InternalStream {
             1 => InternalStream::Metadata,
             2 => InternalStream::GroupOffsets,
             3 => InternalStream::ProducerState,
+            4 => InternalStream::Transactions,
             _ => return None,
         })
     }

@@ -54,6 +54,9 @@ pub enum InternalStream {
     GroupOffsets = 2,
     /// Idempotent-producer state.
     ProducerState = 3,
+    /// Transaction coordinator state, pending transactional offsets and the transaction
+    /// state of partitions (shards' `txn` module).
+    Transactions = 4,
 }
 
 /// One internal entry handed back by recovery, in log order.

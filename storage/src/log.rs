@@ -396,7 +396,19 @@ impl<D: Disk> ShardLog<D> {
         from: Offset,
         max_bytes: usize,
     ) -> Result<Bytes, ReadError> {
-        let pieces = self.plan_read(partition, from, max_bytes)?;
+        self.read_below(partition, from, max_bytes, Offset::MAX).await
+    }
+
+    /// As [`ShardLog::read`], but only batches that start below `end` (a batch boundary,
+    /// such as a last stable offset): read_committed fetches stop there.
+    pub async fn read_below(
+        &self,
+        partition: PartitionId,
+        from: Offset,
+        max_bytes: usize,
+        end: Offset,
+    ) -> Result<Bytes, ReadError> {
+        let pieces = self.plan_read(partition, from, max_bytes, end)?;
         let parts = self.inner.fetch(pieces).await.map_err(ReadError::Storage)?;
         Ok(match parts.len() {
             0 => Bytes::new(),
@@ -416,6 +428,7 @@ impl<D: Disk> ShardLog<D> {
         partition: PartitionId,
         from: Offset,
         max_bytes: usize,
+        end: Offset,
     ) -> Result<Vec<Piece>, ReadError> {
         let state = self.inner.state.borrow();
         let log =
@@ -431,7 +444,7 @@ impl<D: Disk> ShardLog<D> {
         let mut total = 0usize;
         let mut i = log.find_offset(from);
         while let Some(batch) = log.batches.get(i) {
-            if batch.base_offset >= log.high_watermark
+            if batch.base_offset >= log.high_watermark.min(end)
                 || (total > 0 && total + batch.len as usize > max_bytes)
             {
                 break;

@@ -14,7 +14,7 @@ use glommio::channels::local_channel::{self, LocalSender};
 use shardlog_storage::{InternalEntry, InternalStream};
 use tracing::{info, warn};
 
-use super::offsets::{Committed, GroupOffsets, OffsetLogEntry, SNAPSHOT_EVERY};
+use super::offsets::{Committed, GroupOffsets, OffsetList, OffsetLogEntry, SNAPSHOT_EVERY};
 use super::state::{Effect, Group, GroupState, JoinOutcome, JoinRequest, Step};
 use crate::error::GroupError;
 use crate::shard::Shard;
@@ -157,6 +157,19 @@ impl GroupCoordinator {
         } else {
             since.remove(group_id);
         }
+    }
+
+    /// TxnOffsetCommit's generation check (KIP-447), as OffsetCommit's.
+    pub fn check_txn_commit(
+        &self,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+    ) -> Result<(), GroupError> {
+        let now = self.now_ms();
+        let mut groups = self.groups.borrow_mut();
+        let group = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id));
+        group.check_commit(now, generation, member_id)
     }
 
     /// Summaries of every group on this shard.
@@ -373,18 +386,28 @@ impl Shard {
             let group = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id));
             group.check_commit(now, generation, member_id)?;
         }
+        let (results, offsets) = self.accept_commits(partitions);
+        if !offsets.is_empty() {
+            let entry = OffsetLogEntry::Commit { group: group_id.to_string(), offsets };
+            self.write_offset_entry(entry).await?;
+        }
+        Ok(results)
+    }
+
+    /// Checks each partition of an OffsetCommit or TxnOffsetCommit (known partition,
+    /// metadata size): the result per partition, and the accepted offsets.
+    pub(crate) fn accept_commits(
+        &self,
+        partitions: Vec<OffsetCommitPartition>,
+    ) -> (Vec<Result<(), GroupError>>, OffsetList) {
         let commit_time_ms = wall_ms();
+        let max_metadata = self.groups.config.offset_metadata_max_bytes;
         let mut results = Vec::with_capacity(partitions.len());
         let mut offsets = Vec::new();
         for p in partitions {
-            let known = self.locate(&p.topic, p.partition).is_some();
-            let too_large = p
-                .metadata
-                .as_ref()
-                .is_some_and(|m| m.len() > coordinator.config.offset_metadata_max_bytes);
-            results.push(if !known {
+            results.push(if self.locate(&p.topic, p.partition).is_none() {
                 Err(GroupError::UnknownTopicOrPartition)
-            } else if too_large {
+            } else if p.metadata.as_ref().is_some_and(|m| m.len() > max_metadata) {
                 Err(GroupError::OffsetMetadataTooLarge)
             } else {
                 let committed = Committed {
@@ -397,15 +420,11 @@ impl Shard {
                 Ok(())
             });
         }
-        if !offsets.is_empty() {
-            let entry = OffsetLogEntry::Commit { group: group_id.to_string(), offsets };
-            self.write_offset_entry(entry).await?;
-        }
-        Ok(results)
+        (results, offsets)
     }
 
     /// Writes one `GroupOffsets` entry, waits for fdatasync, applies it; snapshots now and then.
-    async fn write_offset_entry(&self, entry: OffsetLogEntry) -> Result<(), GroupError> {
+    pub(crate) async fn write_offset_entry(&self, entry: OffsetLogEntry) -> Result<(), GroupError> {
         let durable = self
             .log
             .append_internal(InternalStream::GroupOffsets, false, &entry.encode())

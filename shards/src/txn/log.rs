@@ -1,0 +1,152 @@
+//! The `Transactions` internal stream: what the transaction side writes to its shard's log.
+//!
+//! On the coordinator shard of a transactional id: one `Txn` entry per transition, holding
+//! the whole metadata, fdatasync'd before the call that caused it is answered. On the
+//! coordinator shard of a group: `PendingOffsets` for each TxnOffsetCommit and
+//! `OffsetsResolved` when the transaction ended. On every shard, with each checkpoint: a
+//! `Snapshot` of all of it plus the transaction state of the shard's partitions, valid
+//! for each partition up to `covered` (batches after it are replayed at start-up).
+//!
+//! On-disk format of an entry payload: one version byte (`TXN_FORMAT_VERSION`) followed by
+//! the rkyv archive of [`TxnLogEntry`].
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::codec::{decode_versioned, encode_versioned};
+use crate::group::offsets::OffsetList;
+use crate::txn::partition::PartitionTxns;
+use crate::txn::state::TxnMetadata;
+
+pub const TXN_FORMAT_VERSION: u8 = 1;
+
+/// Pending transactional offsets, by (group, producer id).
+pub type PendingOffsets = BTreeMap<(String, i64), OffsetList>;
+
+/// One entry of the `Transactions` stream.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+pub enum TxnLogEntry {
+    /// A transactional id's metadata after a transition.
+    Txn(TxnMetadata),
+    /// Offsets a transaction commits to a group when it commits (TxnOffsetCommit).
+    PendingOffsets { group: String, producer_id: i64, offsets: OffsetList },
+    /// The transaction ended: its pending offsets were committed (in the `GroupOffsets`
+    /// stream, before this entry) or dropped.
+    OffsetsResolved { group: String, producer_id: i64 },
+    /// Everything above, and the transaction state of partitions up to `covered`.
+    Snapshot {
+        txns: Vec<TxnMetadata>,
+        pending: Vec<((String, i64), OffsetList)>,
+        partitions: Vec<(u64, PartitionTxns)>,
+        covered: Vec<(u64, i64)>,
+    },
+}
+
+/// What the stream rebuilds at start-up.
+#[derive(Default)]
+pub struct Recovered {
+    pub txns: BTreeMap<String, TxnMetadata>,
+    pub pending: PendingOffsets,
+    pub partitions: HashMap<u64, PartitionTxns>,
+    /// Per partition, the offset from which batches must be replayed.
+    pub covered: HashMap<u64, i64>,
+}
+
+impl TxnLogEntry {
+    pub fn encode(&self) -> Vec<u8> {
+        encode_versioned(TXN_FORMAT_VERSION, self)
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<TxnLogEntry, String> {
+        decode_versioned(TXN_FORMAT_VERSION, "transaction entry", bytes)
+    }
+
+    /// Applies this entry (in log order) to what recovery rebuilds.
+    pub fn apply(self, to: &mut Recovered) {
+        match self {
+            TxnLogEntry::Txn(metadata) => {
+                to.txns.insert(metadata.transactional_id.clone(), metadata);
+            }
+            TxnLogEntry::PendingOffsets { group, producer_id, offsets } => {
+                merge_pending(&mut to.pending, group, producer_id, offsets);
+            }
+            TxnLogEntry::OffsetsResolved { group, producer_id } => {
+                to.pending.remove(&(group, producer_id));
+            }
+            TxnLogEntry::Snapshot { txns, pending, partitions, covered } => {
+                *to = Recovered {
+                    txns: txns.into_iter().map(|t| (t.transactional_id.clone(), t)).collect(),
+                    pending: pending.into_iter().collect(),
+                    partitions: partitions.into_iter().collect(),
+                    covered: covered.into_iter().collect(),
+                };
+            }
+        }
+    }
+}
+
+/// Adds offsets to a producer's pending ones for a group (a later one per partition wins).
+pub fn merge_pending(
+    pending: &mut PendingOffsets,
+    group: String,
+    producer_id: i64,
+    offsets: OffsetList,
+) {
+    let list = pending.entry((group, producer_id)).or_default();
+    for (key, committed) in offsets {
+        match list.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = committed,
+            None => list.push((key, committed)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::group::offsets::Committed;
+    use crate::txn::state::TxnState;
+
+    fn committed(offset: i64) -> Committed {
+        Committed { offset, leader_epoch: -1, metadata: None, commit_time_ms: 1 }
+    }
+
+    #[test]
+    fn entries_round_trip_and_replay_to_the_last_state() {
+        let mut t = TxnMetadata::new("tx", 5, 60_000, 0);
+        let entries = vec![
+            TxnLogEntry::Txn(t.clone()),
+            TxnLogEntry::PendingOffsets {
+                group: "g".into(),
+                producer_id: 5,
+                offsets: vec![(("in".into(), 0), committed(3))],
+            },
+            TxnLogEntry::PendingOffsets {
+                group: "g".into(),
+                producer_id: 5,
+                offsets: vec![(("in".into(), 0), committed(7)), (("in".into(), 1), committed(1))],
+            },
+            TxnLogEntry::OffsetsResolved { group: "h".into(), producer_id: 5 },
+        ];
+        let mut recovered = Recovered::default();
+        for entry in entries {
+            let decoded = TxnLogEntry::decode(&entry.encode()).unwrap();
+            assert_eq!(decoded, entry);
+            decoded.apply(&mut recovered);
+        }
+        let pending = &recovered.pending[&("g".to_string(), 5)];
+        assert_eq!(pending.len(), 2);
+        assert_eq!(pending[0].1.offset, 7);
+        t.state = TxnState::Ongoing;
+        TxnLogEntry::Txn(t.clone()).apply(&mut recovered);
+        TxnLogEntry::OffsetsResolved { group: "g".into(), producer_id: 5 }.apply(&mut recovered);
+        assert!(recovered.pending.is_empty());
+        assert_eq!(recovered.txns["tx"].state, TxnState::Ongoing);
+    }
+
+    #[test]
+    fn garbage_and_unknown_versions_are_refused() {
+        assert!(TxnLogEntry::decode(&[]).is_err());
+        assert!(TxnLogEntry::decode(&[2, 0, 0]).is_err());
+        assert!(TxnLogEntry::decode(&[1, 0xff, 0xff, 0xff, 0xff]).is_err());
+    }
+}

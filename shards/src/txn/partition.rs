@@ -1,0 +1,251 @@
+//! The transaction state of one partition: its open transactions, its aborted ones, and
+//! its last stable offset (LSO). Also the COMMIT/ABORT control batch, built and read.
+//!
+//! Runs on the shard that owns the partition, in phase one of a produce (a transactional
+//! batch opens a transaction) and when a marker is appended. No IO, no allocation on the
+//! produce path unless a transaction opens.
+//!
+//! Durability: the state changes when a batch or marker is queued, but a transaction stops
+//! holding the LSO back only once its marker is below the high watermark, that is durable.
+//! So the LSO never covers a transaction whose end a crash could take back, and it never
+//! moves backwards across a restart: recovery sees every durable marker.
+//!
+//! Invariants:
+//! 1. At most one open transaction per producer id has no marker yet.
+//! 2. `aborted` is ordered by `last_offset` (markers are appended in offset order).
+//! 3. The LSO is at most the high watermark and is the first offset of a batch, or the
+//!    high watermark.
+//!
+//! Control batch layout (Kafka's, magic 2): the 61-byte batch header with attributes
+//! TRANSACTIONAL|CONTROL, `base_sequence` -1, and one record whose key is
+//! `[version i16 = 0][type i16: 0 abort, 1 commit]` and whose value is
+//! `[version i16 = 0][coordinator epoch i32]`.
+
+use bytes::Bytes;
+use shardlog_storage::{Offset, RecordBatchHeader};
+
+/// Batch attribute bits (Kafka's).
+pub const TRANSACTIONAL: i16 = 0x10;
+pub const CONTROL: i16 = 0x20;
+
+const CONTROL_ABORT: i16 = 0;
+const CONTROL_COMMIT: i16 = 1;
+
+/// A transaction of one producer in one partition whose end is not durable yet.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenTxn {
+    pub producer_id: i64,
+    pub first_offset: Offset,
+    /// The offset of its COMMIT/ABORT marker, once queued.
+    pub marker: Option<Offset>,
+}
+
+/// An aborted transaction, as Fetch reports it (Kafka's AbortedTxn index entry).
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AbortedTxn {
+    pub producer_id: i64,
+    pub first_offset: Offset,
+    /// The offset of the ABORT marker.
+    pub last_offset: Offset,
+}
+
+/// Transaction state of one partition.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct PartitionTxns {
+    pub open: Vec<OpenTxn>,
+    pub aborted: Vec<AbortedTxn>,
+}
+
+impl PartitionTxns {
+    /// A transactional batch of `producer_id` queued at `base_offset`.
+    pub fn on_data(&mut self, producer_id: i64, base_offset: Offset) {
+        let open = self.open.iter().any(|t| t.producer_id == producer_id && t.marker.is_none());
+        if !open {
+            self.open.push(OpenTxn { producer_id, first_offset: base_offset, marker: None });
+        }
+    }
+
+    /// A marker of `producer_id` queued at `offset`. `durable`: replayed from the log at
+    /// start-up (the transaction is over at once).
+    pub fn on_marker(&mut self, producer_id: i64, commit: bool, offset: Offset, durable: bool) {
+        let index =
+            self.open.iter().position(|t| t.producer_id == producer_id && t.marker.is_none());
+        let Some(index) = index else { return };
+        let first_offset = self.open[index].first_offset;
+        if durable {
+            self.open.remove(index);
+        } else {
+            self.open[index].marker = Some(offset);
+        }
+        if !commit {
+            assert!(self.aborted.last().is_none_or(|a| a.last_offset < offset), "invariant 2");
+            self.aborted.push(AbortedTxn { producer_id, first_offset, last_offset: offset });
+        }
+        assert!(
+            self.open.iter().filter(|t| t.producer_id == producer_id && t.marker.is_none()).count()
+                <= 1,
+            "invariant 1"
+        );
+    }
+
+    /// The last stable offset under `high_watermark`; forgets transactions whose marker
+    /// became durable.
+    pub fn last_stable_offset(&mut self, high_watermark: Offset) -> Offset {
+        self.open.retain(|t| t.marker.is_none_or(|m| m >= high_watermark));
+        let lso = self.open.iter().map(|t| t.first_offset).min().unwrap_or(high_watermark);
+        lso.min(high_watermark)
+    }
+
+    /// Aborted transactions a read of `[from, to)` must tell the client about.
+    pub fn aborted_between(&self, from: Offset, to: Offset) -> Vec<(i64, Offset)> {
+        let start = self.aborted.partition_point(|a| a.last_offset < from);
+        self.aborted[start..]
+            .iter()
+            .filter(|a| a.first_offset < to)
+            .map(|a| (a.producer_id, a.first_offset))
+            .collect()
+    }
+
+    /// Forgets aborted transactions wholly below the log start (retention removed them).
+    pub fn trim(&mut self, log_start_offset: Offset) {
+        self.aborted.retain(|a| a.last_offset >= log_start_offset);
+    }
+
+    /// The durable view, for a snapshot: transactions whose marker is queued are over
+    /// (the snapshot lands in the log after their marker).
+    pub fn snapshot(&self) -> PartitionTxns {
+        PartitionTxns {
+            open: self.open.iter().filter(|t| t.marker.is_none()).copied().collect(),
+            aborted: self.aborted.clone(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty() && self.aborted.is_empty()
+    }
+}
+
+/// What a batch means for transactions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchKind {
+    Plain,
+    /// Data of an open transaction.
+    Transactional,
+    /// A COMMIT (true) or ABORT (false) marker.
+    Marker {
+        commit: bool,
+    },
+}
+
+/// Classifies a stored batch (the record is read only for control batches).
+pub fn batch_kind(header: &RecordBatchHeader, batch: &[u8]) -> Result<BatchKind, String> {
+    if header.attributes & CONTROL != 0 {
+        return control_type(batch).map(|t| BatchKind::Marker { commit: t == CONTROL_COMMIT });
+    }
+    if header.attributes & TRANSACTIONAL != 0 {
+        return Ok(BatchKind::Transactional);
+    }
+    Ok(BatchKind::Plain)
+}
+
+/// A COMMIT or ABORT control batch of `producer_id` at offset 0 (the log assigns it).
+pub fn control_batch(producer_id: i64, epoch: i16, commit: bool, now_ms: i64) -> Bytes {
+    let mut record = Vec::with_capacity(17);
+    // length (zigzag 16), attributes, timestamp delta, offset delta, key length (zigzag 4)
+    record.extend_from_slice(&[32, 0, 0, 0, 8]);
+    record.extend_from_slice(&0i16.to_be_bytes());
+    let kind = if commit { CONTROL_COMMIT } else { CONTROL_ABORT };
+    record.extend_from_slice(&kind.to_be_bytes());
+    // value length (zigzag 6), version, coordinator epoch; then no headers
+    record.push(12);
+    record.extend_from_slice(&0i16.to_be_bytes());
+    record.extend_from_slice(&0i32.to_be_bytes());
+    record.push(0);
+    assert_eq!(record.len(), 17, "a control record is 16 bytes after its length");
+    let mut batch = Vec::with_capacity(61 + record.len());
+    batch.extend_from_slice(&0i64.to_be_bytes()); // base offset
+    batch.extend_from_slice(&((49 + record.len()) as i32).to_be_bytes()); // batch length
+    batch.extend_from_slice(&(-1i32).to_be_bytes()); // partition leader epoch
+    batch.push(2); // magic
+    batch.extend_from_slice(&[0; 4]); // crc, below
+    batch.extend_from_slice(&(TRANSACTIONAL | CONTROL).to_be_bytes());
+    batch.extend_from_slice(&0i32.to_be_bytes()); // last offset delta
+    batch.extend_from_slice(&now_ms.to_be_bytes());
+    batch.extend_from_slice(&now_ms.to_be_bytes());
+    batch.extend_from_slice(&producer_id.to_be_bytes());
+    batch.extend_from_slice(&epoch.to_be_bytes());
+    batch.extend_from_slice(&(-1i32).to_be_bytes()); // base sequence
+    batch.extend_from_slice(&1i32.to_be_bytes()); // records
+    batch.extend_from_slice(&record);
+    let crc = crc32c::crc32c(&batch[21..]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+    Bytes::from(batch)
+}
+
+/// The control type (0 abort, 1 commit) in the key of a control batch's first record.
+fn control_type(batch: &[u8]) -> Result<i16, String> {
+    let bad = || "a control batch without a control record key".to_string();
+    let mut at = 61;
+    for _ in 0..4 {
+        // record length, attributes (1 byte, read as a varint: 0), timestamp and offset deltas
+        at += varint_len(batch.get(at..).ok_or_else(bad)?).ok_or_else(bad)?;
+    }
+    let key_length = batch.get(at).copied().ok_or_else(bad)?;
+    if key_length < 8 {
+        return Err(bad());
+    }
+    at += 1;
+    let key = batch.get(at..at + 4).ok_or_else(bad)?;
+    Ok(i16::from_be_bytes([key[2], key[3]]))
+}
+
+fn varint_len(bytes: &[u8]) -> Option<usize> {
+    bytes.iter().position(|b| b & 0x80 == 0).map(|i| i + 1).filter(|n| *n <= 10)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_batches_validate_and_say_what_they_are() {
+        for commit in [true, false] {
+            let batch = control_batch(42, 3, commit, 1_000);
+            let header = RecordBatchHeader::parse_validated(&batch).expect("a valid batch");
+            assert_eq!((header.producer_id, header.producer_epoch), (42, 3));
+            assert_eq!(header.total_bytes(), batch.len());
+            assert_eq!(batch_kind(&header, &batch), Ok(BatchKind::Marker { commit }));
+        }
+    }
+
+    #[test]
+    fn the_lso_waits_for_the_first_open_transaction_until_its_marker_is_durable() {
+        let mut p = PartitionTxns::default();
+        assert_eq!(p.last_stable_offset(10), 10);
+        p.on_data(1, 10);
+        p.on_data(1, 12); // same transaction
+        p.on_data(2, 13);
+        assert_eq!(p.last_stable_offset(20), 10);
+        p.on_marker(1, false, 20, false);
+        assert_eq!(p.last_stable_offset(20), 10, "the marker is not durable yet");
+        assert_eq!(p.last_stable_offset(21), 13, "producer 2 still open");
+        p.on_marker(2, true, 21, false);
+        assert_eq!(p.last_stable_offset(22), 22);
+        assert_eq!(p.aborted_between(0, 22), vec![(1, 10)]);
+        assert_eq!(p.aborted_between(21, 30), vec![]);
+        p.on_data(1, 23); // producer 1's next transaction
+        assert_eq!(p.last_stable_offset(30), 23);
+        p.trim(21);
+        assert!(p.aborted.is_empty());
+    }
+
+    #[test]
+    fn a_marker_without_an_open_transaction_changes_nothing() {
+        let mut p = PartitionTxns::default();
+        p.on_marker(9, false, 5, false);
+        assert!(p.is_empty());
+        p.on_data(9, 6);
+        p.on_marker(9, true, 7, true);
+        assert!(p.is_empty(), "a replayed marker closes at once");
+    }
+}
