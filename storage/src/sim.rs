@@ -73,6 +73,8 @@ struct Faults {
     flip_bits_on_crash: u32,
     tear_on_crash: bool,
     hang_after_crash: bool,
+    /// Writes that may still start; later ones never complete (`stall_writes_after`).
+    writes_before_stall: Option<u64>,
 }
 
 #[derive(Clone)]
@@ -148,6 +150,12 @@ impl SimDisk {
     /// Whether a crash tears unsynced writes (default true) or drops/keeps them whole.
     pub fn tear_on_crash(&self, tear: bool) {
         self.state.borrow_mut().faults.tear_on_crash = tear;
+    }
+    /// The next `writes` calls of `write_at` complete; every later one never does (a device
+    /// that stops answering), so what they carry never lands, not even at a crash. Makes a
+    /// flush stay in flight for as long as a test needs.
+    pub fn stall_writes_after(&self, writes: u64) {
+        self.state.borrow_mut().faults.writes_before_stall = Some(writes);
     }
     /// After `crash()`, operations through this handle never complete instead of failing.
     pub fn hang_after_crash(&self) {
@@ -333,6 +341,16 @@ impl Disk for SimDisk {
             offset.is_multiple_of(4096) && buf.len().is_multiple_of(4096),
             "unaligned O_DIRECT write"
         );
+        let stalled = {
+            let mut state = self.state.borrow_mut();
+            let left = &mut state.faults.writes_before_stall;
+            let stalled = *left == Some(0);
+            *left = left.map(|n| n.saturating_sub(1));
+            stalled
+        };
+        if stalled {
+            std::future::pending::<()>().await;
+        }
         self.op().await?;
         let mut state = self.state.borrow_mut();
         if std::mem::take(&mut state.faults.fail_next_write) {
