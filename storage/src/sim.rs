@@ -84,6 +84,8 @@ struct SimState {
     rng: XorShift,
     faults: Faults,
     max_yields: u64,
+    /// Longest wall-clock delay of a `sync` (`set_max_sync_delay`), in microseconds.
+    max_sync_delay_us: u64,
     syncs: u64,
     lazy_zero_fill: bool,
     zero_fills: u64,
@@ -109,6 +111,7 @@ impl SimDisk {
                 rng: XorShift::new(seed),
                 faults: Faults { tear_on_crash: true, ..Faults::default() },
                 max_yields: 3,
+                max_sync_delay_us: 0,
                 syncs: 0,
                 lazy_zero_fill: false,
                 zero_fills: 0,
@@ -120,6 +123,13 @@ impl SimDisk {
     /// Maximum number of executor yields per operation (0 = operations complete at once).
     pub fn set_max_yields(&self, n: u64) {
         self.state.borrow_mut().max_yields = n;
+    }
+    /// Each `sync` first sleeps a seeded random time up to `max` (a glommio timer; zero
+    /// by default): a slow fdatasync keeps each flush in flight for real time, so more of
+    /// what the shard does (appends gathering, checkpoints, topic changes, a power loss
+    /// polled on a timer) happens meanwhile, as when a busy machine delays the executor.
+    pub fn set_max_sync_delay(&self, max: std::time::Duration) {
+        self.state.borrow_mut().max_sync_delay_us = max.as_micros() as u64;
     }
     /// Have the log zero-fill new segments in idle time, as with `DmaDisk` (default off).
     pub fn set_lazy_zero_fill(&self, lazy: bool) {
@@ -256,6 +266,7 @@ impl SimDisk {
             new_state.files = files;
             new_state.checkpoints = checkpoints;
             new_state.max_yields = state.max_yields;
+            new_state.max_sync_delay_us = state.max_sync_delay_us;
             new_state.lazy_zero_fill = state.lazy_zero_fill;
         }
         disk
@@ -375,6 +386,18 @@ impl Disk for SimDisk {
     }
 
     async fn sync(&self, base: u64) -> Result<(), StorageError> {
+        let delay_us = {
+            let mut state = self.state.borrow_mut();
+            let max = state.max_sync_delay_us;
+            if max == 0 {
+                0
+            } else {
+                state.rng.below(max + 1)
+            }
+        };
+        if delay_us > 0 {
+            glommio::timer::sleep(std::time::Duration::from_micros(delay_us)).await;
+        }
         self.op().await?;
         let mut state = self.state.borrow_mut();
         if std::mem::take(&mut state.faults.fail_next_sync) {
