@@ -15,6 +15,8 @@
 //!    still carry them (a checkpoint without them, followed by a power loss before the
 //!    new snapshot's flush, lost the whole topic table: seeds 628 and 7931 of the broker
 //!    power-loss test).
+//! 5. A checkpoint carries at least one entry of every stream that has an entry before
+//!    its position (asserted when it is made, the moment a crash would lose the stream).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
@@ -102,6 +104,9 @@ pub(crate) struct State<B> {
 pub(crate) struct Replayed {
     pub partitions: HashMap<PartitionId, PartitionLog>,
     pub internal: Vec<LiveInternal>,
+    /// Position of the first entry of each stream this log has held (from the checkpoint,
+    /// replay or an append); never forgotten (invariant 5).
+    first_internal: HashMap<InternalStream, u64>,
     cache_fifo: VecDeque<(PartitionId, Offset)>,
     cache_bytes: usize,
     cache_limit: usize,
@@ -112,6 +117,7 @@ impl Replayed {
         Replayed {
             partitions: HashMap::new(),
             internal: Vec::new(),
+            first_internal: HashMap::new(),
             cache_fifo: VecDeque::new(),
             cache_bytes: 0,
             cache_limit,
@@ -135,7 +141,7 @@ impl Replayed {
             replayed.partitions.insert(PartitionId(p.id), log);
         }
         for i in &checkpoint.internal {
-            replayed.internal.push(LiveInternal {
+            replayed.keep_internal(LiveInternal {
                 position: i.position,
                 stream: InternalStream::from_u8(i.stream).unwrap_or(InternalStream::Metadata),
                 snapshot: i.snapshot,
@@ -222,6 +228,11 @@ impl Replayed {
         if entry.snapshot {
             self.internal.retain(|e| e.stream != entry.stream);
         }
+        self.keep_internal(entry);
+    }
+
+    fn keep_internal(&mut self, entry: LiveInternal) {
+        self.first_internal.entry(entry.stream).or_insert(entry.position);
         self.internal.push(entry);
     }
 
@@ -229,7 +240,7 @@ impl Replayed {
     /// entries of its stream only once it is durable (invariant 4): until then a
     /// checkpoint at the durable position must still carry them.
     pub fn push_live_internal(&mut self, entry: LiveInternal, durable: u64) {
-        self.internal.push(entry);
+        self.keep_internal(entry);
         self.forget_superseded_internal(durable);
     }
 
@@ -444,7 +455,7 @@ impl<B: crate::disk::IoBuffer> State<B> {
         // Per stream, what a recovery from `position` must start from: the entries since
         // its latest snapshot before `position`. A later snapshot is not durable yet.
         let latest = latest_snapshots(&self.core.internal, position);
-        let internal = self
+        let internal: Vec<InternalV1> = self
             .core
             .internal
             .iter()
@@ -456,6 +467,13 @@ impl<B: crate::disk::IoBuffer> State<B> {
                 payload: e.payload.to_vec(),
             })
             .collect();
+        for (&stream, &first) in &self.core.first_internal {
+            assert!(
+                first >= position || internal.iter().any(|e| e.stream == stream as u8),
+                "invariant 5: a checkpoint at {position} carries no {stream:?} entry, though \
+                 the log has held one since {first}: a recovery from it would lose the stream"
+            );
+        }
         CheckpointV1 { position, partitions, internal, clean: false }
     }
 }
@@ -508,5 +526,41 @@ mod tests {
             Batcher::new(alloc, 1 << 20, SEGMENT, (0, SEGMENT), position, &[])
         };
         assert_eq!(state.zero_work(), Some((SEGMENT, SEGMENT, SEGMENT + (256 << 10))));
+    }
+
+    /// Which internal entries a checkpoint carries, and which the log keeps in memory, as
+    /// live appends (`M` Metadata, `G` GroupOffsets; upper case = snapshot) become durable.
+    #[test]
+    fn a_checkpoint_carries_each_stream_since_its_latest_snapshot_before_its_position() {
+        let entry = |position: u64, name: char| LiveInternal {
+            position,
+            stream: match name.to_ascii_lowercase() {
+                'm' => InternalStream::Metadata,
+                _ => InternalStream::GroupOffsets,
+            },
+            snapshot: name.is_ascii_uppercase(),
+            payload: Bytes::new(),
+        };
+        let appended = [(0, 'M'), (4096, 'g'), (8192, 'M'), (12288, 'G'), (16384, 'g')];
+        // (durable position when all were appended, checkpoint position, carried, kept)
+        let cases: [(u64, u64, &[u64], &[u64]); 5] = [
+            (4096, 4096, &[0], &[0, 4096, 8192, 12288, 16384]),
+            // The newer table (8192) is not durable: the older one stays in the checkpoint.
+            (8192, 8192, &[0, 4096], &[0, 4096, 8192, 12288, 16384]),
+            (12288, 12288, &[4096, 8192], &[4096, 8192, 12288, 16384]),
+            (16384, 16384, &[8192, 12288], &[8192, 12288, 16384]),
+            (20480, 20480, &[8192, 12288, 16384], &[8192, 12288, 16384]),
+        ];
+        for (durable, checkpoint, carried, kept) in cases {
+            let mut state = state([0, 0]);
+            for (position, name) in appended {
+                state.core.push_live_internal(entry(position, name), durable);
+            }
+            let snapshot = state.snapshot(checkpoint);
+            let positions: Vec<u64> = snapshot.internal.iter().map(|e| e.position).collect();
+            assert_eq!(positions, carried, "checkpoint at {checkpoint}");
+            let in_memory: Vec<u64> = state.core.internal.iter().map(|e| e.position).collect();
+            assert_eq!(in_memory, kept, "kept in memory, durable {durable}");
+        }
     }
 }
