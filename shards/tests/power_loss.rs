@@ -957,11 +957,9 @@ fn env_number(name: &str, default: u64) -> u64 {
 /// dropped (docs/reliability.md), so every incarnation leaves its shards behind and a
 /// process grows with the seeds it runs: long runs are cut into processes of this many.
 const SEEDS_PER_PROCESS: u64 = 50;
-/// Seeds a plain `cargo test` runs. 1,000 ran in ~45-105 s here, but about one seed in
-/// 5,000-8,000 still loses the topic table at a power loss (seeds 628 and 7931, open in
-/// docs/reliability.md), which would fail one CI run in six; 100 keeps CI honest about
-/// everything else until that is fixed. `shards/tests/power_loss_many.sh` runs 10,000.
-const DEFAULT_SEEDS: u64 = 100;
+/// Seeds a plain `cargo test` (and so CI) runs: about 1-2.5 minutes on the shared 2-core
+/// machine (docs/reliability.md). `shards/tests/power_loss_many.sh` runs 10,000.
+const DEFAULT_SEEDS: u64 = 1000;
 const TEST_NAME: &str = "acknowledged_records_commits_topics_and_producer_state_survive_power_loss";
 
 impl Stats {
