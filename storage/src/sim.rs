@@ -2,6 +2,9 @@
 //!
 //! Single-threaded, deterministic for a given seed. Every operation yields to the executor a
 //! seeded-random number of times, so the flusher and appenders interleave as on a real disk.
+//! Timing faults: `stall_writes_after` (writes that never complete) and
+//! `set_max_sync_delay` (each sync first sleeps a seeded random time on a glommio timer;
+//! what runs meanwhile then depends on real time, so it is not replayed exactly).
 //!
 //! Crash model (`crash()`): each file keeps its durable image (as of its last completed
 //! `sync`) and the list of writes since. On crash, each unsynced write is independently
@@ -43,6 +46,14 @@ impl XorShift {
     /// Uniform in `0..bound` (bound > 0).
     pub fn below(&mut self, bound: u64) -> u64 {
         self.next_u64() % bound
+    }
+    /// Uniform in `0..=max` (0 when max is 0, without drawing).
+    pub fn up_to(&mut self, max: u64) -> u64 {
+        if max == 0 {
+            0
+        } else {
+            self.below(max + 1)
+        }
     }
     pub fn chance(&mut self, numerator: u64, denominator: u64) -> bool {
         self.below(denominator) < numerator
@@ -276,11 +287,7 @@ impl SimDisk {
         let yields = {
             let mut state = self.state.borrow_mut();
             let max = state.max_yields;
-            if max == 0 {
-                0
-            } else {
-                state.rng.below(max + 1)
-            }
+            state.rng.up_to(max)
         };
         for _ in 0..yields {
             futures_lite::future::yield_now().await;
@@ -389,11 +396,7 @@ impl Disk for SimDisk {
         let delay_us = {
             let mut state = self.state.borrow_mut();
             let max = state.max_sync_delay_us;
-            if max == 0 {
-                0
-            } else {
-                state.rng.below(max + 1)
-            }
+            state.rng.up_to(max)
         };
         if delay_us > 0 {
             glommio::timer::sleep(std::time::Duration::from_micros(delay_us)).await;

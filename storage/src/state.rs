@@ -238,10 +238,15 @@ impl Replayed {
 
     /// A live internal entry, appended and not yet durable. A snapshot replaces the older
     /// entries of its stream only once it is durable (invariant 4): until then a
-    /// checkpoint at the durable position must still carry them.
+    /// checkpoint at the durable position must still carry them. What durable snapshots
+    /// superseded is dropped when a snapshot is appended and at each checkpoint, so an
+    /// entry that is not a snapshot costs no scan (a `GroupOffsets` entry per commit).
     pub fn push_live_internal(&mut self, entry: LiveInternal, durable: u64) {
+        let snapshot = entry.snapshot;
         self.keep_internal(entry);
-        self.forget_superseded_internal(durable);
+        if snapshot {
+            self.forget_superseded_internal(durable);
+        }
     }
 
     /// Drops the entries of each stream that lie before its latest durable snapshot
