@@ -1050,11 +1050,21 @@ fn run_seeds_here(seeds: &[u64]) -> Stats {
     total
 }
 
-/// A child process of this test binary that runs seeds `from..from + n`: its stdout, its
-/// stderr and how it ended. One that has not ended after `SHARDLOG_POWER_LOSS_PROCESS_HANG_S`
-/// (default 600; 50 seeds take seconds) is killed and reported as hung: a glommio executor
-/// stuck in its reactor (docs/reliability.md) must fail the run, not hang it.
-fn run_child(exe: &std::path::Path, from: u64, n: u64) -> (String, String, String) {
+/// One run of a child process.
+struct ChildRun {
+    stdout: String,
+    stderr: String,
+    /// How it ended ("exit status: 0", a signal, or "hung for N s (killed)").
+    status: String,
+    /// When it hung: what each of its threads was doing (`thread_report`).
+    hung: Option<String>,
+}
+
+/// A child process of this test binary that runs seeds `from..from + n`. One that has not
+/// ended after `SHARDLOG_POWER_LOSS_PROCESS_HANG_S` (default 180; 50 seeds take 10-25 s
+/// here) is reported as hung, with what its threads were doing, and killed: a glommio
+/// executor stuck in its reactor (docs/reliability.md) must not hang the run.
+fn run_child(exe: &std::path::Path, from: u64, n: u64) -> ChildRun {
     let dir = std::env::temp_dir();
     let name = |what: &str| dir.join(format!("power-loss-{}-{from}.{what}", std::process::id()));
     let (out_path, err_path) = (name("out"), name("err"));
@@ -1068,13 +1078,15 @@ fn run_child(exe: &std::path::Path, from: u64, n: u64) -> (String, String, Strin
         .stderr(std::fs::File::create(&err_path).expect("child stderr file"))
         .spawn()
         .expect("running a child test process");
-    let hang = Duration::from_secs(env_number("SHARDLOG_POWER_LOSS_PROCESS_HANG_S", 600));
+    let hang = Duration::from_secs(env_number("SHARDLOG_POWER_LOSS_PROCESS_HANG_S", 180));
     let started = Instant::now();
+    let mut hung = None;
     let status = loop {
         if let Some(status) = child.try_wait().expect("waiting for a child") {
             break status.to_string();
         }
         if started.elapsed() > hang {
+            hung = Some(thread_report(child.id()));
             child.kill().ok();
             child.wait().ok();
             break format!("hung for {} s (killed)", hang.as_secs());
@@ -1086,12 +1098,42 @@ fn run_child(exe: &std::path::Path, from: u64, n: u64) -> (String, String, Strin
         std::fs::remove_file(path).ok();
         text
     };
-    (read(&out_path), read(&err_path), status)
+    ChildRun { stdout: read(&out_path), stderr: read(&err_path), status, hung }
+}
+
+/// What each thread of process `pid` is doing: state, kernel wait channel and stack
+/// (/proc), and the user-space stacks if gdb is installed. For the open glommio stall.
+fn thread_report(pid: u32) -> String {
+    let mut out = String::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
+    for task in tasks {
+        let path = task.path();
+        let read = |file: &str| std::fs::read_to_string(path.join(file)).unwrap_or_default();
+        let stat = read("stat");
+        let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+        out += &format!(
+            "thread {} ({}): state {}, wchan {}\n{}",
+            task.file_name().to_string_lossy(),
+            read("comm").trim(),
+            state.unwrap_or("?"),
+            read("wchan"),
+            read("stack")
+        );
+    }
+    let gdb = std::process::Command::new("timeout")
+        .args(["60", "gdb", "-batch", "-p", &pid.to_string(), "-ex", "thread apply all bt"])
+        .output();
+    if let Ok(gdb) = gdb {
+        out += &String::from_utf8_lossy(&gdb.stdout);
+    }
+    out
 }
 
 /// Runs seeds `first..first + count` in child processes (this test binary, this test
 /// only) of `SEEDS_PER_PROCESS` seeds, `jobs` at a time; sums their figures. A child that
-/// fails or dies (a signal, an abort) fails the run with its seeds and its output.
+/// fails or dies (a signal, an abort) fails the run with its seeds and its output. A child
+/// that hangs (the open glommio stall, not a verdict of the checks) is reported with its
+/// threads and its seeds are run once more in a new process; a second hang fails the run.
 fn run_seeds_in_processes(first: u64, count: u64, per_process: u64, jobs: usize) -> Stats {
     let exe = std::env::current_exe().expect("the test binary");
     let chunks: Vec<(u64, u64)> = (0..count.div_ceil(per_process))
@@ -1099,11 +1141,20 @@ fn run_seeds_in_processes(first: u64, count: u64, per_process: u64, jobs: usize)
         .collect();
     let next = AtomicUsize::new(0);
     let results = Mutex::new(Vec::new());
+    let hangs = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..jobs.max(1) {
             scope.spawn(|| loop {
                 let Some(&(from, n)) = chunks.get(next.fetch_add(1, SeqCst)) else { return };
-                let (stdout, stderr, status) = run_child(&exe, from, n);
+                let mut child = run_child(&exe, from, n);
+                if let Some(threads) = child.hung.take() {
+                    let report =
+                        format!("seeds {from}..={}: {}\n{threads}", from + n - 1, child.status);
+                    println!("a child hung, its seeds run again: {report}");
+                    hangs.lock().unwrap().push(report);
+                    child = run_child(&exe, from, n);
+                }
+                let ChildRun { stdout, stderr, status, .. } = child;
                 let parsed = Stats::parse(&stdout).filter(|(seeds, _)| *seeds == n);
                 let result = match parsed {
                     Some((_, stats)) if status == "exit status: 0" => Ok(stats),
@@ -1137,6 +1188,13 @@ fn run_seeds_in_processes(first: u64, count: u64, per_process: u64, jobs: usize)
             println!("process from seed {from}: {memory}");
         }
     }
+    let hangs = hangs.into_inner().unwrap();
+    println!(
+        "processes that hung and were run again: {} (open: docs/reliability.md, a child \
+         process stuck in the glommio reactor){}",
+        hangs.len(),
+        hangs.iter().map(|h| format!("\n{}", h.lines().next().unwrap_or(""))).collect::<String>()
+    );
     if !failures.is_empty() {
         println!("the processes that passed: {}", total.line(passed_seeds));
         panic!(
