@@ -893,14 +893,15 @@ fn run_seed(seed: u64) -> Result<Stats, String> {
     let power_losses = 2 + rng.below(2);
     // Its own generator, so the draws of `rng` (the workload) stay what they were.
     let mut disk_rng = XorShift::new(seed ^ 0x5107_D15C);
+    let slow_sync_percent = env_number("SHARDLOG_POWER_LOSS_SLOW_SYNC_PERCENT", SLOW_SYNC_PERCENT);
     let mut images: Vec<Option<SimImage>> = (0..SHARDS)
         .map(|shard| {
             let disk = SimDisk::new(seed * 7 + shard as u64);
             disk.set_lazy_zero_fill(rng.chance(1, 2));
-            // Half the seeds get a slow fdatasync (up to 50-500 us): a flush then stays in
+            // Some seeds get a slow fdatasync (up to 50-500 us): a flush then stays in
             // flight while checkpoints, topic changes and the power loss (polled every
             // 100 us) happen, the timing two busy processes gave seeds 628 and 7931.
-            if disk_rng.chance(1, 2) {
+            if disk_rng.below(100) < slow_sync_percent {
                 disk.set_max_sync_delay(Duration::from_micros(50 + disk_rng.below(451)));
             }
             Some(disk.image())
@@ -960,6 +961,11 @@ const SEEDS_PER_PROCESS: u64 = 50;
 /// Seeds a plain `cargo test` (and so CI) runs: about 1-2.5 minutes on the shared 2-core
 /// machine (docs/reliability.md). `shards/tests/power_loss_many.sh` runs 10,000.
 const DEFAULT_SEEDS: u64 = 1000;
+/// Percent of the seeds whose disks get a slow fdatasync (`SimDisk::set_max_sync_delay`).
+/// It made the topic-table loss of seeds 628 and 7931 about 150 times as frequent, and it
+/// also makes the open glommio stall (a child process hung) more frequent: with it on half
+/// the seeds about one process in 50 hung, so CI gives it to a quarter.
+const SLOW_SYNC_PERCENT: u64 = 25;
 const TEST_NAME: &str = "acknowledged_records_commits_topics_and_producer_state_survive_power_loss";
 
 impl Stats {
