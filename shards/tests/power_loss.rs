@@ -25,7 +25,8 @@
 //! seeds, `SHARDLOG_POWER_LOSS_JOBS` (default: the CPUs) at a time: glommio 0.9 never frees
 //! a task still parked when its executor is dropped, so a process grows with every seed it
 //! runs (docs/reliability.md). `SHARDLOG_POWER_LOSS_REPORT_EVERY=N` prints the process's
-//! memory every N seeds. A failure names its seed. The seed fixes the workload, the
+//! memory every N seeds; `SHARDLOG_POWER_LOSS_SLOW_SYNC_PERCENT` (default 25) is the share
+//! of seeds whose disks get a slow fdatasync. A failure names its seed. The seed fixes the workload, the
 //! power-loss moments and the disks' fault choices; the two executors are OS threads, so
 //! their interleaving is not replayed exactly, only the workload.
 
