@@ -361,12 +361,9 @@ impl<D: Disk> ShardLog<D> {
         let state = &mut *state;
         inner.check_writable(state)?;
         let position = inner.place_entries(state, &[(header, payload)])?[0];
-        state.core.push_internal(LiveInternal {
-            position,
-            stream,
-            snapshot,
-            payload: Bytes::copy_from_slice(payload),
-        });
+        let entry =
+            LiveInternal { position, stream, snapshot, payload: Bytes::copy_from_slice(payload) };
+        state.core.push_live_internal(entry, inner.signal.durable.get());
         inner.wake_flusher(state);
         Ok(Durable { signal: inner.signal.clone(), position: state.batcher.position() })
     }
@@ -665,6 +662,7 @@ impl<D: Disk> ShardLog<D> {
         }
         let mut state = inner.state.borrow_mut();
         state.checkpoint_position = state.checkpoint_position.max(position);
+        state.core.forget_superseded_internal(inner.signal.durable.get());
         if state.schedule_deletions() {
             inner.wake_maintenance(&mut state);
         }

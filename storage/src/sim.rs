@@ -2,6 +2,9 @@
 //!
 //! Single-threaded, deterministic for a given seed. Every operation yields to the executor a
 //! seeded-random number of times, so the flusher and appenders interleave as on a real disk.
+//! Timing faults: `stall_writes_after` (writes that never complete) and
+//! `set_max_sync_delay` (each sync first sleeps a seeded random time on a glommio timer;
+//! what runs meanwhile then depends on real time, so it is not replayed exactly).
 //!
 //! Crash model (`crash()`): each file keeps its durable image (as of its last completed
 //! `sync`) and the list of writes since. On crash, each unsynced write is independently
@@ -44,6 +47,14 @@ impl XorShift {
     pub fn below(&mut self, bound: u64) -> u64 {
         self.next_u64() % bound
     }
+    /// Uniform in `0..=max` (0 when max is 0, without drawing).
+    pub fn up_to(&mut self, max: u64) -> u64 {
+        if max == 0 {
+            0
+        } else {
+            self.below(max + 1)
+        }
+    }
     pub fn chance(&mut self, numerator: u64, denominator: u64) -> bool {
         self.below(denominator) < numerator
     }
@@ -73,6 +84,8 @@ struct Faults {
     flip_bits_on_crash: u32,
     tear_on_crash: bool,
     hang_after_crash: bool,
+    /// Writes that may still start; later ones never complete (`stall_writes_after`).
+    writes_before_stall: Option<u64>,
 }
 
 #[derive(Clone)]
@@ -82,6 +95,8 @@ struct SimState {
     rng: XorShift,
     faults: Faults,
     max_yields: u64,
+    /// Longest wall-clock delay of a `sync` (`set_max_sync_delay`), in microseconds.
+    max_sync_delay_us: u64,
     syncs: u64,
     lazy_zero_fill: bool,
     zero_fills: u64,
@@ -107,6 +122,7 @@ impl SimDisk {
                 rng: XorShift::new(seed),
                 faults: Faults { tear_on_crash: true, ..Faults::default() },
                 max_yields: 3,
+                max_sync_delay_us: 0,
                 syncs: 0,
                 lazy_zero_fill: false,
                 zero_fills: 0,
@@ -118,6 +134,13 @@ impl SimDisk {
     /// Maximum number of executor yields per operation (0 = operations complete at once).
     pub fn set_max_yields(&self, n: u64) {
         self.state.borrow_mut().max_yields = n;
+    }
+    /// Each `sync` first sleeps a seeded random time up to `max` (a glommio timer; zero
+    /// by default): a slow fdatasync keeps each flush in flight for real time, so more of
+    /// what the shard does (appends gathering, checkpoints, topic changes, a power loss
+    /// polled on a timer) happens meanwhile, as when a busy machine delays the executor.
+    pub fn set_max_sync_delay(&self, max: std::time::Duration) {
+        self.state.borrow_mut().max_sync_delay_us = max.as_micros() as u64;
     }
     /// Have the log zero-fill new segments in idle time, as with `DmaDisk` (default off).
     pub fn set_lazy_zero_fill(&self, lazy: bool) {
@@ -148,6 +171,12 @@ impl SimDisk {
     /// Whether a crash tears unsynced writes (default true) or drops/keeps them whole.
     pub fn tear_on_crash(&self, tear: bool) {
         self.state.borrow_mut().faults.tear_on_crash = tear;
+    }
+    /// The next `writes` calls of `write_at` complete; every later one never does (a device
+    /// that stops answering), so what they carry never lands, not even at a crash. Makes a
+    /// flush stay in flight for as long as a test needs.
+    pub fn stall_writes_after(&self, writes: u64) {
+        self.state.borrow_mut().faults.writes_before_stall = Some(writes);
     }
     /// After `crash()`, operations through this handle never complete instead of failing.
     pub fn hang_after_crash(&self) {
@@ -248,6 +277,7 @@ impl SimDisk {
             new_state.files = files;
             new_state.checkpoints = checkpoints;
             new_state.max_yields = state.max_yields;
+            new_state.max_sync_delay_us = state.max_sync_delay_us;
             new_state.lazy_zero_fill = state.lazy_zero_fill;
         }
         disk
@@ -257,11 +287,7 @@ impl SimDisk {
         let yields = {
             let mut state = self.state.borrow_mut();
             let max = state.max_yields;
-            if max == 0 {
-                0
-            } else {
-                state.rng.below(max + 1)
-            }
+            state.rng.up_to(max)
         };
         for _ in 0..yields {
             futures_lite::future::yield_now().await;
@@ -333,6 +359,16 @@ impl Disk for SimDisk {
             offset.is_multiple_of(4096) && buf.len().is_multiple_of(4096),
             "unaligned O_DIRECT write"
         );
+        let stalled = {
+            let mut state = self.state.borrow_mut();
+            let left = &mut state.faults.writes_before_stall;
+            let stalled = *left == Some(0);
+            *left = left.map(|n| n.saturating_sub(1));
+            stalled
+        };
+        if stalled {
+            std::future::pending::<()>().await;
+        }
         self.op().await?;
         let mut state = self.state.borrow_mut();
         if std::mem::take(&mut state.faults.fail_next_write) {
@@ -357,6 +393,14 @@ impl Disk for SimDisk {
     }
 
     async fn sync(&self, base: u64) -> Result<(), StorageError> {
+        let delay_us = {
+            let mut state = self.state.borrow_mut();
+            let max = state.max_sync_delay_us;
+            state.rng.up_to(max)
+        };
+        if delay_us > 0 {
+            glommio::timer::sleep(std::time::Duration::from_micros(delay_us)).await;
+        }
         self.op().await?;
         let mut state = self.state.borrow_mut();
         if std::mem::take(&mut state.faults.fail_next_sync) {

@@ -9,6 +9,14 @@
 //!    segment holding that position, also one ending exactly there, is kept, so recovery
 //!    always finds a segment file holding the checkpoint position.
 //! 3. `cache_bytes` is the sum of the lengths of all partitions' cached batches.
+//! 4. `core.internal` holds, per stream, every entry since the stream's latest *durable*
+//!    snapshot, in log order. A snapshot appended and not yet durable does not replace
+//!    the entries before it: a checkpoint covers only the durable position, so it must
+//!    still carry them (a checkpoint without them, followed by a power loss before the
+//!    new snapshot's flush, lost the whole topic table: seeds 628 and 7931 of the broker
+//!    power-loss test).
+//! 5. A checkpoint carries at least one entry of every stream that has an entry before
+//!    its position (asserted when it is made, the moment a crash would lose the stream).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
@@ -96,6 +104,9 @@ pub(crate) struct State<B> {
 pub(crate) struct Replayed {
     pub partitions: HashMap<PartitionId, PartitionLog>,
     pub internal: Vec<LiveInternal>,
+    /// Position of the first entry of each stream this log has held (from the checkpoint,
+    /// replay or an append); never forgotten (invariant 5).
+    first_internal: HashMap<InternalStream, u64>,
     cache_fifo: VecDeque<(PartitionId, Offset)>,
     cache_bytes: usize,
     cache_limit: usize,
@@ -106,6 +117,7 @@ impl Replayed {
         Replayed {
             partitions: HashMap::new(),
             internal: Vec::new(),
+            first_internal: HashMap::new(),
             cache_fifo: VecDeque::new(),
             cache_bytes: 0,
             cache_limit,
@@ -129,7 +141,7 @@ impl Replayed {
             replayed.partitions.insert(PartitionId(p.id), log);
         }
         for i in &checkpoint.internal {
-            replayed.internal.push(LiveInternal {
+            replayed.keep_internal(LiveInternal {
                 position: i.position,
                 stream: InternalStream::from_u8(i.stream).unwrap_or(InternalStream::Metadata),
                 snapshot: i.snapshot,
@@ -210,11 +222,38 @@ impl Replayed {
         Ok(())
     }
 
+    /// A replayed internal entry: everything replayed before it is durable once recovery
+    /// ends (it fdatasyncs what it replayed), so a snapshot replaces its stream at once.
     pub fn push_internal(&mut self, entry: LiveInternal) {
         if entry.snapshot {
             self.internal.retain(|e| e.stream != entry.stream);
         }
+        self.keep_internal(entry);
+    }
+
+    fn keep_internal(&mut self, entry: LiveInternal) {
+        self.first_internal.entry(entry.stream).or_insert(entry.position);
         self.internal.push(entry);
+    }
+
+    /// A live internal entry, appended and not yet durable. A snapshot replaces the older
+    /// entries of its stream only once it is durable (invariant 4): until then a
+    /// checkpoint at the durable position must still carry them. What durable snapshots
+    /// superseded is dropped when a snapshot is appended and at each checkpoint, so an
+    /// entry that is not a snapshot costs no scan (a `GroupOffsets` entry per commit).
+    pub fn push_live_internal(&mut self, entry: LiveInternal, durable: u64) {
+        let snapshot = entry.snapshot;
+        self.keep_internal(entry);
+        if snapshot {
+            self.forget_superseded_internal(durable);
+        }
+    }
+
+    /// Drops the entries of each stream that lie before its latest durable snapshot
+    /// (entirely before `durable`: a flush ends at `durable`, no entry straddles it).
+    pub fn forget_superseded_internal(&mut self, durable: u64) {
+        let latest = latest_snapshots(&self.internal, durable);
+        self.internal.retain(|e| !superseded(e, &latest));
     }
 
     pub fn drop_partition(&mut self, partition: PartitionId) {
@@ -287,6 +326,20 @@ impl Replayed {
             })
             .collect()
     }
+}
+
+/// Per stream, the position of its latest snapshot entry before `position`.
+fn latest_snapshots(internal: &[LiveInternal], position: u64) -> HashMap<InternalStream, u64> {
+    internal
+        .iter()
+        .filter(|e| e.snapshot && e.position < position)
+        .map(|e| (e.stream, e.position))
+        .collect()
+}
+
+/// Whether `entry` lies before its stream's snapshot in `latest`.
+fn superseded(entry: &LiveInternal, latest: &HashMap<InternalStream, u64>) -> bool {
+    latest.get(&entry.stream).is_some_and(|&at| entry.position < at)
 }
 
 impl<B: crate::disk::IoBuffer> State<B> {
@@ -404,11 +457,14 @@ impl<B: crate::disk::IoBuffer> State<B> {
             })
             .collect();
         partitions.sort_unstable_by_key(|p| p.id);
-        let internal = self
+        // Per stream, what a recovery from `position` must start from: the entries since
+        // its latest snapshot before `position`. A later snapshot is not durable yet.
+        let latest = latest_snapshots(&self.core.internal, position);
+        let internal: Vec<InternalV1> = self
             .core
             .internal
             .iter()
-            .filter(|e| e.position < position)
+            .filter(|e| e.position < position && !superseded(e, &latest))
             .map(|e| InternalV1 {
                 position: e.position,
                 stream: e.stream as u8,
@@ -416,6 +472,13 @@ impl<B: crate::disk::IoBuffer> State<B> {
                 payload: e.payload.to_vec(),
             })
             .collect();
+        for (&stream, &first) in &self.core.first_internal {
+            assert!(
+                first >= position || internal.iter().any(|e| e.stream == stream as u8),
+                "invariant 5: a checkpoint at {position} carries no {stream:?} entry, though \
+                 the log has held one since {first}: a recovery from it would lose the stream"
+            );
+        }
         CheckpointV1 { position, partitions, internal, clean: false }
     }
 }
@@ -468,5 +531,41 @@ mod tests {
             Batcher::new(alloc, 1 << 20, SEGMENT, (0, SEGMENT), position, &[])
         };
         assert_eq!(state.zero_work(), Some((SEGMENT, SEGMENT, SEGMENT + (256 << 10))));
+    }
+
+    /// Which internal entries a checkpoint carries, and which the log keeps in memory, as
+    /// live appends (`M` Metadata, `G` GroupOffsets; upper case = snapshot) become durable.
+    #[test]
+    fn a_checkpoint_carries_each_stream_since_its_latest_snapshot_before_its_position() {
+        let entry = |position: u64, name: char| LiveInternal {
+            position,
+            stream: match name.to_ascii_lowercase() {
+                'm' => InternalStream::Metadata,
+                _ => InternalStream::GroupOffsets,
+            },
+            snapshot: name.is_ascii_uppercase(),
+            payload: Bytes::new(),
+        };
+        let appended = [(0, 'M'), (4096, 'g'), (8192, 'M'), (12288, 'G'), (16384, 'g')];
+        // (durable position when all were appended, checkpoint position, carried, kept)
+        let cases: [(u64, u64, &[u64], &[u64]); 5] = [
+            (4096, 4096, &[0], &[0, 4096, 8192, 12288, 16384]),
+            // The newer table (8192) is not durable: the older one stays in the checkpoint.
+            (8192, 8192, &[0, 4096], &[0, 4096, 8192, 12288, 16384]),
+            (12288, 12288, &[4096, 8192], &[4096, 8192, 12288, 16384]),
+            (16384, 16384, &[8192, 12288], &[8192, 12288, 16384]),
+            (20480, 20480, &[8192, 12288, 16384], &[8192, 12288, 16384]),
+        ];
+        for (durable, checkpoint, carried, kept) in cases {
+            let mut state = state([0, 0]);
+            for (position, name) in appended {
+                state.core.push_live_internal(entry(position, name), durable);
+            }
+            let snapshot = state.snapshot(checkpoint);
+            let positions: Vec<u64> = snapshot.internal.iter().map(|e| e.position).collect();
+            assert_eq!(positions, carried, "checkpoint at {checkpoint}");
+            let in_memory: Vec<u64> = state.core.internal.iter().map(|e| e.position).collect();
+            assert_eq!(in_memory, kept, "kept in memory, durable {durable}");
+        }
     }
 }

@@ -814,6 +814,51 @@ fn a_checkpoint_at_a_segment_end_stays_usable_while_the_next_segment_does_not_ex
     });
 }
 
+/// A checkpoint covers the durable position, and a snapshot entry appended after that
+/// position (not yet durable) must not take the older entries of its stream out of it:
+/// the controller writes the whole topic table as a `Metadata` snapshot per change, and a
+/// checkpoint taken while the newest one was in flight held no `Metadata` entry at all,
+/// so a power loss before that flush completed lost every acknowledged topic (seeds 628
+/// and 7931 of the broker power-loss test).
+#[test]
+fn a_checkpoint_taken_while_a_newer_snapshot_is_in_flight_keeps_the_older_one() {
+    run(|| async {
+        let disk = SimDisk::new(628);
+        let (log, _, _) = open(&disk, small_config()).await;
+        let table = log.append_internal(InternalStream::Metadata, true, b"table v1").unwrap();
+        table.wait().await.unwrap();
+        // One more flush completes (Y); the one after it (the table's next version) never
+        // lands: its write stalls until the power goes.
+        disk.stall_writes_after(1);
+        let y = log.append_internal(InternalStream::GroupOffsets, false, b"offsets").unwrap();
+        let mut checkpoint = Box::pin(log.checkpoint());
+        assert!(futures_lite::future::poll_once(&mut checkpoint).await.is_none());
+        while log.pending_bytes() > 0 {
+            futures_lite::future::yield_now().await; // the flusher takes Y
+        }
+        let newer = log.append_internal(InternalStream::Metadata, true, b"table v2").unwrap();
+        checkpoint.await.unwrap();
+        y.wait().await.unwrap();
+        assert!(!newer.is_durable(), "the newer table's flush is still in flight");
+        let covered = log.durable_position();
+        drop(log);
+        let disk = disk.crash();
+
+        let (_, internal, report) = open(&disk, small_config()).await;
+        assert_eq!(report.checkpoint_position, Some(covered), "recovery starts at the checkpoint");
+        let entries: Vec<(InternalStream, &[u8])> =
+            internal.iter().map(|e| (e.stream, &e.payload[..])).collect();
+        assert_eq!(
+            entries,
+            [
+                (InternalStream::Metadata, &b"table v1"[..]),
+                (InternalStream::GroupOffsets, b"offsets")
+            ],
+            "the durable table and the offsets entry, in log order"
+        );
+    });
+}
+
 /// A fetch makes the `flushed()` future, reads, then awaits it: a flush that completes
 /// during the read must still wake it (the flush count is taken when the future is made,
 /// not when it is first polled).
