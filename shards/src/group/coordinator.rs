@@ -76,7 +76,12 @@ type SyncWaiters = HashMap<(String, String), LocalSender<Result<Bytes, GroupErro
 pub struct GroupCoordinator {
     pub config: GroupConfig,
     groups: RefCell<BTreeMap<String, Group>>,
+    /// Committed offsets as answered: an entry is applied once it is durable.
     offsets: RefCell<BTreeMap<String, GroupOffsets>>,
+    /// Committed offsets as the log holds them: every entry applied when it is appended,
+    /// in log order. Snapshots are taken from this map, so a snapshot summarises exactly
+    /// the entries before it in the log, whatever order their writers resume in.
+    logged: RefCell<BTreeMap<String, GroupOffsets>>,
     /// Wall-clock ms when each group became Empty (for offset retention).
     empty_since: RefCell<HashMap<String, i64>>,
     join_waiters: RefCell<JoinWaiters>,
@@ -95,6 +100,7 @@ impl GroupCoordinator {
             config,
             groups: RefCell::new(BTreeMap::new()),
             offsets: RefCell::new(BTreeMap::new()),
+            logged: RefCell::new(BTreeMap::new()),
             empty_since: RefCell::new(HashMap::new()),
             join_waiters: RefCell::new(HashMap::new()),
             sync_waiters: RefCell::new(HashMap::new()),
@@ -107,6 +113,22 @@ impl GroupCoordinator {
         self.origin.elapsed().as_millis() as u64
     }
 
+    /// Records an entry just appended to the log (call in append order). Every
+    /// `SNAPSHOT_EVERY` entries returns the encoded snapshot to append next: all committed
+    /// offsets as of this entry, durable or not yet, since the snapshot follows them in
+    /// the log.
+    fn logged_entry(&self, entry: OffsetLogEntry) -> Option<Vec<u8>> {
+        let mut logged = self.logged.borrow_mut();
+        entry.apply(&mut logged);
+        let written = self.entries_since_snapshot.get() + 1;
+        if written < SNAPSHOT_EVERY {
+            self.entries_since_snapshot.set(written);
+            return None;
+        }
+        self.entries_since_snapshot.set(0);
+        Some(OffsetLogEntry::snapshot(&logged).encode())
+    }
+
     /// Rebuilds committed offsets from the recovered `GroupOffsets` entries (in log order).
     pub fn restore(&self, entries: &[InternalEntry]) -> Result<(), String> {
         let mut offsets = self.offsets.borrow_mut();
@@ -116,6 +138,7 @@ impl GroupCoordinator {
             replayed += 1;
         }
         self.entries_since_snapshot.set(replayed);
+        *self.logged.borrow_mut() = offsets.clone();
         let mut groups = self.groups.borrow_mut();
         let now = wall_ms();
         for group in offsets.keys() {
@@ -432,22 +455,18 @@ impl Shard {
                 warn!(shard = self.id, error = ?e, "writing committed offsets");
                 GroupError::Storage
             })?;
-        if let Err(e) = durable.wait().await {
-            self.fatal_storage_error(&e);
-        }
-        let coordinator = &self.groups;
-        entry.apply(&mut coordinator.offsets.borrow_mut());
-        let written = coordinator.entries_since_snapshot.get() + 1;
-        coordinator.entries_since_snapshot.set(written);
-        if written >= SNAPSHOT_EVERY {
-            coordinator.entries_since_snapshot.set(0);
-            let snapshot = OffsetLogEntry::snapshot(&coordinator.offsets.borrow()).encode();
-            // Not waited for: the entries it summarises are durable already.
+        if let Some(snapshot) = self.groups.logged_entry(entry.clone()) {
+            // Appended right behind the entries it summarises; replaces them in memory
+            // only once durable, and never becomes durable before them (one log).
             if let Err(e) = self.log.append_internal(InternalStream::GroupOffsets, true, &snapshot)
             {
                 warn!(shard = self.id, error = ?e, "writing an offsets snapshot");
             }
         }
+        if let Err(e) = durable.wait().await {
+            self.fatal_storage_error(&e);
+        }
+        entry.apply(&mut self.groups.offsets.borrow_mut());
         Ok(())
     }
 
@@ -549,5 +568,40 @@ impl Shard {
                 coordinator.empty_since.borrow_mut().remove(&group);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn commit(group: &str, offset: i64) -> OffsetLogEntry {
+        let committed = Committed { offset, leader_epoch: -1, metadata: None, commit_time_ms: 0 };
+        OffsetLogEntry::Commit { group: group.into(), offsets: vec![(("t".into(), 0), committed)] }
+    }
+
+    /// Two commits share a flush and the later one's writer resumes first. The snapshot
+    /// the later entry brings lands after both in the log, so it must hold the earlier
+    /// commit too: recovery replays from it. (Taken from the offsets applied at resume
+    /// time, as before, it held only the later one, and the earlier, answered commit was
+    /// lost at the next restart.)
+    #[test]
+    fn a_snapshot_holds_every_entry_appended_before_it_whatever_order_writers_resume_in() {
+        let coordinator = GroupCoordinator::new(GroupConfig::default());
+        coordinator.entries_since_snapshot.set(SNAPSHOT_EVERY - 2);
+        let (earlier, later) = (commit("a", 7), commit("b", 9));
+        let mut log = vec![earlier.clone(), later.clone()];
+        assert!(coordinator.logged_entry(earlier.clone()).is_none());
+        let snapshot = coordinator.logged_entry(later.clone()).expect("a snapshot is due");
+        log.push(OffsetLogEntry::decode(&snapshot).unwrap());
+        later.apply(&mut coordinator.offsets.borrow_mut());
+        earlier.apply(&mut coordinator.offsets.borrow_mut());
+
+        let mut recovered = BTreeMap::new();
+        for entry in log {
+            entry.apply(&mut recovered);
+        }
+        assert_eq!(recovered, *coordinator.offsets.borrow());
+        assert_eq!(recovered.len(), 2, "both groups' commits survive a restart");
     }
 }
