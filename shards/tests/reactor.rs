@@ -1,7 +1,7 @@
-//! The two changes shardlog makes to glommio's reactor (vendor/glommio/PATCHED.md) must
-//! not lose a wake-up: a timer that is kept across loop turns must never stand in for a
-//! nearer one, and the fences that replace the pre-sleep `membarrier` must never let a
-//! cross-executor message sit while its receiver sleeps. A violation shows as a hang,
+//! glommio's reactor must not lose a wake-up: a pending timer must never stand in for a
+//! nearer one, and a cross-executor message must never sit while its receiver sleeps.
+//! Written for a reactor patch (docs/benchmarks.md, "Reactor churn"; dropped), kept as a
+//! guard for any change to glommio or to how shards park. A violation shows as a hang,
 //! which the watchdog turns into a failure naming where it stuck.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,7 +27,7 @@ fn expect_done(done: &mpsc::Receiver<()>, what: &str, progress: &AtomicU64) {
 /// Executor 0 sends a number, executor 1 echoes it back, 20,000 times. Every 64th round
 /// one side pauses before answering, long enough for the other side to go to sleep, so
 /// the wake-up through `SleepNotifier::notify` and the sleeper's last look at its
-/// channels (the fence pair) are both exercised many times, in both directions.
+/// channels are both exercised many times, in both directions.
 #[test]
 fn cross_executor_ping_pong_never_loses_a_wake_up() {
     const ROUNDS: u64 = 20_000;
@@ -78,9 +78,8 @@ fn cross_executor_ping_pong_never_loses_a_wake_up() {
 
 /// An executor sleeps with a one-hour timer pending (the task below), is woken by a
 /// message from another executor, and then sleeps on short timers of shrinking length.
-/// The reactor keeps a pending latency-ring timer only when it is due close to the
-/// nearest user timer; keeping the one-hour timer instead of arming the short one would
-/// leave the executor asleep for an hour.
+/// A reactor that kept the one-hour timer armed instead of arming the short one would
+/// stay asleep for an hour.
 #[test]
 fn a_short_timer_is_served_while_a_long_one_is_pending() {
     let (to_sleeper, sleeper_in) = shared_channel::new_bounded::<()>(1);
