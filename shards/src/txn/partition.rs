@@ -22,7 +22,7 @@
 //! `[version i16 = 0][coordinator epoch i32]`.
 
 use bytes::Bytes;
-use shardlog_storage::{Offset, RecordBatchHeader};
+use shardlog_storage::{for_each_record, Offset, RecordBatchHeader, RECORD_BATCH_HEADER_BYTES};
 
 /// Batch attribute bits (Kafka's).
 pub const TRANSACTIONAL: i16 = 0x10;
@@ -162,9 +162,11 @@ pub fn control_batch(producer_id: i64, epoch: i16, commit: bool, now_ms: i64) ->
     record.extend_from_slice(&0i32.to_be_bytes());
     record.push(0);
     assert_eq!(record.len(), 17, "a control record is 16 bytes after its length");
-    let mut batch = Vec::with_capacity(61 + record.len());
+    let mut batch = Vec::with_capacity(RECORD_BATCH_HEADER_BYTES + record.len());
     batch.extend_from_slice(&0i64.to_be_bytes()); // base offset
-    batch.extend_from_slice(&((49 + record.len()) as i32).to_be_bytes()); // batch length
+                                                  // batch length: what follows the base offset (8 bytes) and this field (4)
+    let batch_length = RECORD_BATCH_HEADER_BYTES - 12 + record.len();
+    batch.extend_from_slice(&(batch_length as i32).to_be_bytes());
     batch.extend_from_slice(&(-1i32).to_be_bytes()); // partition leader epoch
     batch.push(2); // magic
     batch.extend_from_slice(&[0; 4]); // crc, below
@@ -184,23 +186,18 @@ pub fn control_batch(producer_id: i64, epoch: i16, commit: bool, now_ms: i64) ->
 
 /// The control type (0 abort, 1 commit) in the key of a control batch's first record.
 fn control_type(batch: &[u8]) -> Result<i16, String> {
-    let bad = || "a control batch without a control record key".to_string();
-    let mut at = 61;
-    for _ in 0..4 {
-        // record length, attributes (1 byte, read as a varint: 0), timestamp and offset deltas
-        at += varint_len(batch.get(at..).ok_or_else(bad)?).ok_or_else(bad)?;
+    let mut first_key = None;
+    for_each_record(batch, |record| {
+        if record.index == 0 {
+            first_key = record.key;
+        }
+    })
+    .map_err(|e| format!("a control batch whose records cannot be read: {e:?}"))?;
+    match first_key {
+        // version (i16), then the type (i16)
+        Some(key) if key.len() >= 4 => Ok(i16::from_be_bytes([key[2], key[3]])),
+        _ => Err("a control batch without a control record key".to_string()),
     }
-    let key_length = batch.get(at).copied().ok_or_else(bad)?;
-    if key_length < 8 {
-        return Err(bad());
-    }
-    at += 1;
-    let key = batch.get(at..at + 4).ok_or_else(bad)?;
-    Ok(i16::from_be_bytes([key[2], key[3]]))
-}
-
-fn varint_len(bytes: &[u8]) -> Option<usize> {
-    bytes.iter().position(|b| b & 0x80 == 0).map(|i| i + 1).filter(|n| *n <= 10)
 }
 
 #[cfg(test)]
