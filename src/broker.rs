@@ -200,6 +200,8 @@ async fn start_shard(
     }
     shard.wait_for_table().await;
     shard.rebuild_producer_state(&internal).await.map_err(|e| format!("shard {id}: {e}"))?;
+    drop(internal);
+    release_recovery_memory();
     let checkpoints = spawn_checkpoints(shard.clone(), stop.clone());
     spawn_probe_log(shard.clone());
     spawn_failure_watch(shard.clone());
@@ -290,6 +292,16 @@ async fn accept_loop(
                 glommio::timer::sleep(Duration::from_millis(10)).await;
             }
         }
+    }
+}
+
+/// Recovery reads the log in 4 MiB windows; glibc's malloc then raises its mmap threshold
+/// to that size and keeps the freed windows in the shard thread's arena, about 4 MiB of
+/// resident memory per shard that nothing uses after start-up. Hand the free pages back.
+fn release_recovery_memory() {
+    // SAFETY: malloc_trim only returns free memory to the kernel; any thread may call it.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

@@ -42,7 +42,8 @@ where
         PoolPlacement::Unbound(nr_shards)
     };
     let mesh = mesh_builder(nr_shards);
-    let mut builder = LocalExecutorPoolBuilder::new(placement).name("shard");
+    let mut builder =
+        LocalExecutorPoolBuilder::new(placement).name("shard").io_memory(IO_MEMORY_BYTES);
     if !poll.is_zero() {
         builder = builder.spin_before_park(poll);
     }
@@ -57,6 +58,15 @@ where
     }
     Ok(())
 }
+
+/// The registered (pinned) buffer pool of each executor's io_uring rings, from which
+/// glommio takes the buffers of `read_at_aligned` and `alloc_dma_buffer`; a request that
+/// does not fit takes an aligned heap buffer instead (a plain read rather than a fixed
+/// one). glommio's default, 10 MiB, is pinned and resident from start-up, 20 MiB of a
+/// 2-shard broker's 35 MiB idle RSS, and the log's own buffers never come from it (they
+/// are heap buffers, storage/src/disk.rs). With 1 MiB, the A/B in docs/benchmarks.md
+/// ("Idle memory") showed no change in consume or replay MB/s beyond the noise.
+const IO_MEMORY_BYTES: usize = 1 << 20;
 
 /// Exit code of a broker whose shard stopped on its own (as for a fatal storage error).
 pub const SHARD_STOPPED_EXIT_CODE: i32 = 70;
