@@ -48,7 +48,13 @@ run() {
   local name=$1; shift
   local limit=(timeout 180)
   [ "$(type -t "$1")" = function ] && limit=()
-  if "${limit[@]}" "$@"; then echo "PASS $name"; else echo "FAIL $name"; failed=1; fi
+  if "${limit[@]}" "$@"; then echo "PASS $name"; else
+    echo "FAIL $name"; failed=1
+    # The broker log goes with the temp dir: keep what it said around the failure.
+    echo "  broker log, warnings and the last lines:"
+    grep -E ' (WARN|ERROR) ' "$work/broker.log" | tail -n 20 | sed 's/^/  | /'
+    tail -n 30 "$work/broker.log" | sed 's/^/  | /'
+  fi
 }
 run "sarama 1.22 as Kafka 2.2.0" "$work/sarama_check" -bootstrap "$BOOTSTRAP" -version 2.2.0
 run "sarama 1.22 as Kafka 2.1.0" "$work/sarama_check" -bootstrap "$BOOTSTRAP" -version 2.1.0
