@@ -1,5 +1,6 @@
 //! The admin endpoint: /metrics in Prometheus text format (parsed here by a tiny parser
-//! that refuses anything malformed), /health, and the HTTP refusals. Traffic comes from
+//! that refuses anything malformed), /health, the console's pages (their HTML; the
+//! browser test is tests/console/run.sh), and the HTTP refusals. Traffic comes from
 //! rdkafka and raw requests whose counts are known.
 
 mod common;
@@ -290,7 +291,6 @@ fn health_is_ok_when_every_shard_answers() {
 fn unknown_paths_bad_requests_and_oversized_or_stalled_heads_are_refused() {
     let broker = Broker::start(1, &[]);
     assert_eq!(get(&broker, "/nothing-here").0, 404);
-    assert_eq!(get(&broker, "/").0, 404);
     assert_eq!(http(&broker, b"POST /metrics HTTP/1.1\r\n\r\n").0, 405);
     let (status, body) = http(&broker, b"hello there\r\n\r\n");
     assert_eq!(status, 400);
@@ -412,4 +412,50 @@ fn produce_and_flush_stages_and_fetch_wake_ups_are_counted() {
         assert_eq!(counted, flushes, "flush {stage}");
     }
     assert!(scrape.sum("shardlog_fetch_wake_seconds_count", &[]) >= 1.0, "{text}");
+}
+
+#[test]
+fn the_console_shows_topics_partitions_group_lag_and_escapes_names() {
+    let broker = Broker::start(2, &[]);
+    create_topic(&broker, "console-seen", 3);
+    produce_rdkafka(&broker, "console-seen", 0, 10, 100);
+    let group = "<b>readers</b>";
+    consume_and_commit(&broker, group, "console-seen", 0, 4);
+
+    let (status, topics) = get(&broker, "/topics");
+    assert_eq!(status, 200, "{topics}");
+    assert!(topics.contains("<a href=\"/topics/console-seen\">console-seen</a></td><td>3</td>"));
+    assert!(topics.contains("1 topics; page 1 of 1."), "{topics}");
+    assert!(get(&broker, "/topics?page=7").1.contains("page 1 of 1."), "pages clamp");
+
+    let (status, topic) = get(&broker, "/topics/console-seen");
+    assert_eq!(status, 200, "{topic}");
+    // Partition 0 holds the 10 records; 1 and 2 are empty. Owners are the table's.
+    assert!(topic.contains("<tr><td>0</td><td>"), "{topic}");
+    assert!(topic.contains("</td><td>10</td></tr>"), "{topic}");
+    assert_eq!(topic.matches("</td><td>0</td></tr>").count(), 2, "{topic}");
+    assert_eq!(get(&broker, "/topics/nothing-here").0, 404);
+
+    let (status, groups) = get(&broker, "/groups");
+    assert_eq!(status, 200, "{groups}");
+    assert!(!groups.contains("<b>readers</b>"), "a group name is escaped: {groups}");
+    let row = "<td>&lt;b&gt;readers&lt;/b&gt;</td><td><a href=\"/topics/console-seen\">\
+               console-seen</a></td><td>0</td><td>4</td><td>10</td><td>6</td>";
+    assert!(groups.contains(row), "committed 4 of 10, lag 6: {groups}");
+
+    let (status, overview) = get(&broker, "/");
+    assert_eq!(status, 200, "{overview}");
+    assert_eq!(overview.matches("<tr><td>").count(), 2, "one row per shard: {overview}");
+    assert!(overview.contains("<script src=\"/console.js\">"));
+    let (status, js) = get(&broker, "/console.js");
+    assert_eq!(status, 200);
+    assert!(js.contains("/api/overview"));
+
+    let (status, json) = get(&broker, "/api/overview");
+    assert_eq!(status, 200, "{json}");
+    let json: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert!(json["produce_bytes"].as_u64().unwrap() >= 1000, "batches of 10 x 100 B: {json}");
+    assert!(json["produce_us"]["count"].as_u64().unwrap() >= 10, "{json}");
+    let buckets = json["fsync_us"]["cumulative"].as_array().expect("fsync buckets");
+    assert!(!buckets.is_empty(), "{json}");
 }

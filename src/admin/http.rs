@@ -11,6 +11,8 @@ pub struct RequestLine<'a> {
     pub method: &'a str,
     /// The path without its query string.
     pub path: &'a str,
+    /// What follows the `?`, empty if nothing does.
+    pub query: &'a str,
 }
 
 /// Why a request head was refused: HTTP status and a one-line reason.
@@ -46,8 +48,8 @@ pub fn parse_request_line(head: &[u8]) -> Result<RequestLine<'_>, Refused> {
     if !target.starts_with('/') {
         return Err(bad("the request target must be a path starting with /"));
     }
-    let path = target.split('?').next().unwrap_or(target);
-    Ok(RequestLine { method, path })
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    Ok(RequestLine { method, path, query })
 }
 
 /// A complete response with `Connection: close` (one request per connection).
@@ -88,10 +90,13 @@ mod tests {
 
     #[test]
     fn request_lines_are_parsed_or_refused_with_400() {
-        let ok = |method, path| Ok(RequestLine { method, path });
+        let ok = |method, path| Ok(RequestLine { method, path, query: "" });
         let table: &[(&[u8], Result<RequestLine, u16>)] = &[
             (b"GET /metrics HTTP/1.1\r\n\r\n", ok("GET", "/metrics")),
-            (b"GET /health?verbose=1 HTTP/1.0\r\n\r\n", ok("GET", "/health")),
+            (
+                b"GET /health?verbose=1 HTTP/1.0\r\n\r\n",
+                Ok(RequestLine { method: "GET", path: "/health", query: "verbose=1" }),
+            ),
             (b"POST /metrics HTTP/1.1\r\n\r\n", ok("POST", "/metrics")),
             (b"GET /metrics\r\n\r\n", Err(400)),
             (b"GET /metrics HTTP/2\r\n\r\n", Err(400)),

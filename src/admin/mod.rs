@@ -1,6 +1,7 @@
 //! The admin endpoint, served by shard 0 on `--admin-addr`: `GET /metrics` (Prometheus
-//! text format 0.0.4, every shard's counters gathered over the mesh per scrape) and
-//! `GET /health` (every shard answers within a bound and its log is not stopped).
+//! text format 0.0.4, every shard's counters gathered over the mesh per scrape),
+//! `GET /health` (every shard answers within a bound and its log is not stopped), and the
+//! read-only web console (`console/`: `/`, `/topics`, `/groups`, ...).
 //!
 //! Not a hot path: one small task per admin connection, one request per connection
 //! (`Connection: close`). Bounds: at most `MAX_CONNECTIONS` at once (more are closed at
@@ -8,6 +9,7 @@
 //! `HEAD_DEADLINE` is dropped, a response not written within `WRITE_DEADLINE` is dropped.
 //! No Kafka traffic waits on any of it.
 
+mod console;
 mod http;
 mod prometheus;
 
@@ -113,17 +115,16 @@ async fn route(shard: &Rc<Shard>, head: &[u8]) -> Vec<u8> {
             return http::response(refused.status, TEXT, &format!("{}\n", refused.reason))
         }
     };
-    let known = matches!(line.path, "/metrics" | "/health");
-    if !known {
-        return http::response(404, TEXT, "not found: try /metrics or /health\n");
-    }
     if line.method != "GET" {
         return http::response(405, TEXT, "only GET is served\n");
     }
-    if line.path == "/metrics" {
-        metrics(shard).await
-    } else {
-        health(shard).await
+    match line.path {
+        "/metrics" => metrics(shard).await,
+        "/health" => health(shard).await,
+        path => match console::route(shard, path, line.query).await {
+            Some(response) => response,
+            None => http::response(404, TEXT, "not found: try /, /metrics or /health\n"),
+        },
     }
 }
 

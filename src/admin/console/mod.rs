@@ -1,0 +1,100 @@
+//! The web console on the admin endpoint: server-rendered pages over the same per-shard
+//! snapshots `/metrics` gathers (every shard asked over the mesh, once per page), and one
+//! small embedded script that polls `/api/overview` for the live chart. Read-only: there
+//! is no action to take from it yet (docs/console.md says what is not built).
+//!
+//! Pages: `/` (shards and the live chart), `/topics` (paginated), `/topics/NAME`
+//! (partitions, owner shards, high watermarks, configs), `/groups` (committed offsets and
+//! lag). Nothing here touches the Kafka request path.
+
+mod html;
+mod pages;
+
+use std::rc::Rc;
+
+use shardlog_shards::metrics::ShardMetrics;
+use shardlog_shards::Shard;
+
+use super::http;
+
+const HTML: &str = "text/html; charset=utf-8";
+const JSON: &str = "application/json";
+const JAVASCRIPT: &str = "text/javascript; charset=utf-8";
+const CSS: &str = "text/css; charset=utf-8";
+
+/// The console's answer to `GET path?query`, or `None` when `path` is not one of its own.
+pub async fn route(shard: &Rc<Shard>, path: &str, query: &str) -> Option<Vec<u8>> {
+    let asset = match path {
+        "/console.js" => Some((JAVASCRIPT, include_str!("assets/console.js"))),
+        "/console.css" => Some((CSS, include_str!("assets/console.css"))),
+        _ => None,
+    };
+    if let Some((content_type, body)) = asset {
+        return Some(http::response(200, content_type, body));
+    }
+    let page = Page::parse(path, query)?;
+    let snapshots = match shard.gather_metrics(super::SHARD_ANSWER_TIMEOUT).await {
+        Ok(snapshots) => snapshots,
+        Err(missing) => return Some(http::response(503, super::TEXT, &super::describe(&missing))),
+    };
+    Some(page.render(shard, &snapshots))
+}
+
+/// A console path, parsed.
+#[derive(Debug, PartialEq, Eq)]
+enum Page {
+    Overview,
+    OverviewJson,
+    Topics { page: usize },
+    Topic { name: String },
+    Groups,
+}
+
+impl Page {
+    fn parse(path: &str, query: &str) -> Option<Page> {
+        Some(match path {
+            "/" => Page::Overview,
+            "/api/overview" => Page::OverviewJson,
+            "/topics" => Page::Topics { page: query_number(query, "page").unwrap_or(1).max(1) },
+            "/groups" => Page::Groups,
+            _ => Page::Topic { name: path.strip_prefix("/topics/")?.to_string() },
+        })
+    }
+
+    fn render(&self, shard: &Shard, snapshots: &[ShardMetrics]) -> Vec<u8> {
+        match self {
+            Page::Overview => http::response(200, HTML, &pages::overview(snapshots)),
+            Page::OverviewJson => http::response(200, JSON, &pages::overview_json(snapshots)),
+            Page::Topics { page } => {
+                http::response(200, HTML, &pages::topics(&shard.table(), snapshots, *page))
+            }
+            Page::Groups => http::response(200, HTML, &pages::groups(snapshots)),
+            Page::Topic { name } => match shard.table().topics.get(name) {
+                Some(topic) => http::response(200, HTML, &pages::topic(topic, snapshots)),
+                None => http::response(404, HTML, &pages::no_such_topic(name)),
+            },
+        }
+    }
+}
+
+/// `key=N` from a query string, if present and a number.
+fn query_number(query: &str, key: &str) -> Option<usize> {
+    query.split('&').find_map(|pair| pair.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn console_paths_parse_and_others_are_left_to_the_endpoint() {
+        assert_eq!(Page::parse("/", ""), Some(Page::Overview));
+        assert_eq!(Page::parse("/topics", "page=3"), Some(Page::Topics { page: 3 }));
+        assert_eq!(Page::parse("/topics", "page=0"), Some(Page::Topics { page: 1 }));
+        assert_eq!(Page::parse("/topics", "page=x&y=2"), Some(Page::Topics { page: 1 }));
+        assert_eq!(Page::parse("/topics/a.b-c", ""), Some(Page::Topic { name: "a.b-c".into() }));
+        assert_eq!(Page::parse("/groups", ""), Some(Page::Groups));
+        assert_eq!(Page::parse("/metrics", ""), None);
+        assert_eq!(Page::parse("/health", ""), None);
+    }
+}

@@ -1,0 +1,205 @@
+//! The console's pages, each a function of the shards' snapshots (and the topic table).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write;
+
+use shardlog_shards::metadata::{TopicMeta, TopicTable};
+use shardlog_shards::metrics::ShardMetrics;
+use shardlog_storage::Histogram;
+
+use super::html::{escape, page, table};
+
+/// Topics listed per page of `/topics`.
+pub const TOPICS_PER_PAGE: usize = 100;
+/// Kafka's API key of Produce, whose request durations are the produce→ack latency.
+const PRODUCE_API_KEY: i16 = 0;
+
+pub fn overview(snapshots: &[ShardMetrics]) -> String {
+    let rows = snapshots.iter().map(|s| {
+        let produce = produce_durations(std::slice::from_ref(s));
+        let appends = &s.log.appends_per_fsync;
+        vec![
+            s.shard.to_string(),
+            s.partitions.len().to_string(),
+            s.connections.to_string(),
+            s.log_segments.to_string(),
+            s.log.flushes.to_string(),
+            mean(appends.sum(), appends.count()),
+            quantiles(&s.log.fsync_duration_us),
+            produce.map_or_else(|| "-".to_string(), |h| quantiles(&h)),
+            match &s.log_stopped {
+                None => "ok".to_string(),
+                Some(why) => format!("<b class=\"bad\">log stopped: {}</b>", escape(why)),
+            },
+        ]
+    });
+    let header = [
+        "shard",
+        "partitions",
+        "connections",
+        "segments",
+        "flushes",
+        "appends per fdatasync",
+        "fdatasync p50 / p99 (µs, bucket bounds)",
+        "produce→ack p50 / p99 (µs, bucket bounds)",
+        "log",
+    ];
+    let body = format!(
+        "<h2>Live</h2>\n<p>Polled every second from <a href=\"/api/overview\">/api/overview</a>; \
+         latencies are per interval, from the histograms' bucket bounds (an upper bound of the \
+         true figure).</p>\n\
+         <div id=\"live\"><svg id=\"chart\" data-points=\"0\" viewBox=\"0 0 600 200\" \
+         preserveAspectRatio=\"none\"></svg><p id=\"live-text\">waiting for data</p></div>\n\
+         <h2>Shards</h2>\n<p>Since start-up.</p>\n{}\
+         <script src=\"/console.js\"></script>\n",
+        table("shards", &header, rows)
+    );
+    page("Overview", &body)
+}
+
+/// The cumulative figures the live chart differences: totals over every shard, and the
+/// produce→ack and fdatasync histograms as `[bound, values at or below]` pairs.
+pub fn overview_json(snapshots: &[ShardMetrics]) -> String {
+    let sum = |f: &dyn Fn(&ShardMetrics) -> u64| snapshots.iter().map(f).sum::<u64>();
+    let produce_bytes = sum(&|s| s.topics.iter().map(|t| t.counters.produce_bytes).sum::<u64>());
+    let fetch_bytes = sum(&|s| s.topics.iter().map(|t| t.counters.fetch_bytes).sum::<u64>());
+    let fsync = merged(snapshots.iter().map(|s| &s.log.fsync_duration_us));
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    format!(
+        "{{\"time_ms\":{now_ms},\"produce_bytes\":{produce_bytes},\"fetch_bytes\":{fetch_bytes},\
+         \"produce_us\":{},\"fsync_us\":{}}}",
+        histogram_json(produce_durations(snapshots).as_ref()),
+        histogram_json(fsync.as_ref()),
+    )
+}
+
+pub fn topics(table_: &TopicTable, snapshots: &[ShardMetrics], page_number: usize) -> String {
+    let mut sizes: HashMap<&str, (u64, u64, u64)> = HashMap::new();
+    for t in snapshots.iter().flat_map(|s| &s.topics) {
+        let entry = sizes.entry(t.topic.as_str()).or_default();
+        entry.0 += t.size_bytes;
+        entry.1 += t.counters.produce_bytes;
+        entry.2 += t.counters.fetch_bytes;
+    }
+    let total = table_.topics.len();
+    let pages = total.div_ceil(TOPICS_PER_PAGE).max(1);
+    let page_number = page_number.min(pages);
+    let shown = table_.topics.values().skip((page_number - 1) * TOPICS_PER_PAGE);
+    let rows = shown.take(TOPICS_PER_PAGE).map(|topic| {
+        let (size, produced, fetched) = sizes.get(topic.name.as_str()).copied().unwrap_or_default();
+        vec![
+            format!("<a href=\"/topics/{0}\">{0}</a>", escape(&topic.name)),
+            topic.partition_shards.len().to_string(),
+            size.to_string(),
+            produced.to_string(),
+            fetched.to_string(),
+        ]
+    });
+    let header = ["topic", "partitions", "bytes on disk", "bytes produced", "bytes fetched"];
+    let mut body = format!("<p>{total} topics; page {page_number} of {pages}.</p>\n");
+    body.push_str(&table("topics", &header, rows));
+    if page_number > 1 {
+        let _ = write!(body, "<a href=\"/topics?page={}\">previous</a> ", page_number - 1);
+    }
+    if page_number < pages {
+        let _ = write!(body, "<a href=\"/topics?page={}\">next</a>", page_number + 1);
+    }
+    page("Topics", &body)
+}
+
+pub fn topic(topic: &TopicMeta, snapshots: &[ShardMetrics]) -> String {
+    let watermarks: HashMap<i32, i64> = snapshots
+        .iter()
+        .flat_map(|s| &s.partitions)
+        .filter(|p| p.topic == topic.name)
+        .map(|p| (p.partition, p.high_watermark))
+        .collect();
+    let rows = topic.partition_shards.iter().enumerate().map(|(partition, shard)| {
+        let hw = watermarks.get(&(partition as i32));
+        vec![
+            partition.to_string(),
+            shard.to_string(),
+            hw.map_or_else(|| "-".to_string(), |hw| hw.to_string()),
+        ]
+    });
+    let mut body = table("partitions", &["partition", "owner shard", "high watermark"], rows);
+    body.push_str("<h2>Configs set on the topic</h2>\n");
+    let configs = topic.configs.iter().map(|(k, v)| vec![escape(k), escape(v)]);
+    body.push_str(&table("configs", &["key", "value"], configs));
+    body.push_str("<p>Keys not listed take the broker's defaults (docs/topic-configs.md).</p>\n");
+    page(&format!("Topic {}", topic.name), &body)
+}
+
+pub fn no_such_topic(name: &str) -> String {
+    page("No such topic", &format!("<p>There is no topic <code>{}</code>.</p>", escape(name)))
+}
+
+pub fn groups(snapshots: &[ShardMetrics]) -> String {
+    let watermarks: HashMap<(&str, i32), i64> = snapshots
+        .iter()
+        .flat_map(|s| &s.partitions)
+        .map(|p| ((p.topic.as_str(), p.partition), p.high_watermark))
+        .collect();
+    let mut committed: BTreeMap<(&str, &str, i32), i64> = BTreeMap::new();
+    for c in snapshots.iter().flat_map(|s| &s.committed) {
+        committed.insert((c.group.as_str(), c.topic.as_str(), c.partition), c.offset);
+    }
+    let rows = committed.iter().map(|(&(group, topic, partition), &offset)| {
+        let hw = watermarks.get(&(topic, partition)).copied();
+        vec![
+            escape(group),
+            format!("<a href=\"/topics/{0}\">{0}</a>", escape(topic)),
+            partition.to_string(),
+            offset.to_string(),
+            hw.map_or_else(|| "-".to_string(), |hw| hw.to_string()),
+            hw.map_or_else(|| "-".to_string(), |hw| (hw - offset).max(0).to_string()),
+        ]
+    });
+    let header = ["group", "topic", "partition", "committed", "high watermark", "lag"];
+    let body = format!(
+        "<p>Committed offsets of every group, with the lag behind each partition's high \
+         watermark.</p>\n{}",
+        table("groups", &header, rows)
+    );
+    page("Consumer groups", &body)
+}
+
+/// Every shard's Produce request durations, merged.
+fn produce_durations(snapshots: &[ShardMetrics]) -> Option<Histogram> {
+    let all = snapshots.iter().flat_map(|s| &s.request_durations_us);
+    merged(all.filter(|(key, _, _)| *key == PRODUCE_API_KEY).map(|(_, h, _)| h))
+}
+
+/// The sum of histograms over the same bounds, `None` if there are none.
+fn merged<'a>(histograms: impl Iterator<Item = &'a Histogram>) -> Option<Histogram> {
+    histograms.fold(None, |sum: Option<Histogram>, h| match sum {
+        Some(mut sum) => {
+            sum.merge(h);
+            Some(sum)
+        }
+        None => Some(*h),
+    })
+}
+
+fn histogram_json(h: Option<&Histogram>) -> String {
+    let Some(h) = h else { return "null".to_string() };
+    let pairs: Vec<String> = h.cumulative().map(|(b, n)| format!("[{b},{n}]")).collect();
+    format!("{{\"count\":{},\"cumulative\":[{}]}}", h.count(), pairs.join(","))
+}
+
+fn quantiles(h: &Histogram) -> String {
+    let q = |q| h.quantile_bound(q).map_or_else(|| "-".to_string(), |b| format!("≤ {b}"));
+    if h.count() == 0 {
+        return "-".to_string();
+    }
+    format!("{} / {}", q(0.5), q(0.99))
+}
+
+fn mean(sum: u64, count: u64) -> String {
+    if count == 0 {
+        return "-".to_string();
+    }
+    format!("{:.1}", sum as f64 / count as f64)
+}

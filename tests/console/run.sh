@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The web console in a real browser (Debian's chromium, headless): starts a release broker
+# on free ports with its own temp dir, makes a topic, records and a group with the CLI and
+# the load generator, then loads each page in chromium and checks the DOM it rendered
+# (after its scripts ran). On a failed check the page's screenshot is kept and its path
+# printed. `CONSOLE_SCREENSHOTS=DIR` also saves a screenshot of each page in DIR (the ones
+# in docs/ come from that). Without chromium it says SKIPPED and why; `.ci/run` installs it.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+browser=$(command -v chromium || command -v chromium-browser || true)
+if [ -z "$browser" ]; then
+  echo "console browser test SKIPPED: no chromium (apt-get install chromium)"
+  exit 0
+fi
+cargo build --release -q --bin shardlog
+cargo build --release -q -p shardlog-benches --bin shardlog-load
+
+work=$(mktemp -d)
+broker=
+trap '[ -n "$broker" ] && kill -9 $broker 2>/dev/null; rm -rf "$work"' EXIT
+port=$((30000 + RANDOM % 10000))
+admin=127.0.0.1:$((port + 5))
+./target/release/shardlog --data-dir "$work/data" --kafka-addr 127.0.0.1:$port \
+  --admin-addr "$admin" --cores 2 > "$work/broker.log" 2>&1 &
+broker=$!
+for _ in $(seq 100); do curl -sf "http://$admin/health" >/dev/null && break; sleep 0.1; done
+cli() { ./target/release/shardlog --bootstrap 127.0.0.1:$port "$@"; }
+
+failed=0
+# Loads $1 in chromium, letting its scripts run for $2 ms of virtual time; the DOM goes to
+# $work/dom.html and a screenshot to $work/shot.png.
+render() {
+  local url=http://$admin$1 budget=$2
+  timeout 60 "$browser" --headless --no-sandbox --disable-gpu --hide-scrollbars \
+    --virtual-time-budget="$budget" --dump-dom "$url" > "$work/dom.html" 2>/dev/null
+  timeout 60 "$browser" --headless --no-sandbox --disable-gpu --hide-scrollbars \
+    --window-size=1100,700 --virtual-time-budget="$budget" --screenshot="$work/shot.png" \
+    "$url" >/dev/null 2>&1
+}
+check() { # name page budget grep-pattern [screenshot-name]
+  local name=$1 page=$2 budget=$3 pattern=$4 shot=${5:-}
+  render "$page" "$budget"
+  if grep -Eq "$pattern" "$work/dom.html"; then
+    echo "PASS $name"
+    [ -n "${CONSOLE_SCREENSHOTS:-}" ] && [ -n "$shot" ] && cp "$work/shot.png" "$CONSOLE_SCREENSHOTS/$shot"
+  else
+    echo "FAIL $name: /$page has no match for $pattern"
+    local kept; kept=$(mktemp /tmp/console-failure-XXXX.png); cp "$work/shot.png" "$kept"
+    echo "  screenshot: $kept; DOM:"; head -c 3000 "$work/dom.html" | sed 's/^/  | /'
+    failed=1
+  fi
+  return 0
+}
+
+cli topic create prices --partitions 3 >/dev/null
+check "a topic created with the CLI is on the topics page" /topics 1000 \
+  '<a href="/topics/prices">prices</a>' console-topics.png
+for i in 1 2 3 4 5; do printf '{"sym":"AAPL","px":%s}\n' "18$i.5"; done \
+  | cli produce prices --key AAPL >/dev/null
+check "the topic page shows the partitions' high watermarks" /topics/prices 1000 \
+  '</td><td>5</td></tr>' console-topic.png
+
+# A load while the overview polls: the live chart draws a point per interval.
+./target/release/shardlog-load e2e --bootstrap 127.0.0.1:$port --rate 200 --secs 15 \
+  --size 256 --acks all --partitions 3 > "$work/load.log" 2>&1 &
+load=$!
+sleep 1
+check "the overview's latency chart draws points while a load runs" / 5000 \
+  'data-points="([2-9]|[1-9][0-9]+)"' console-overview.png
+wait $load || { echo "FAIL the load generator failed"; cat "$work/load.log"; failed=1; }
+
+[ $failed = 0 ] && echo "console browser test: all passed" || { echo "console browser test: FAILED"; exit 1; }
