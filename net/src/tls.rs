@@ -165,11 +165,6 @@ impl TlsAcceptor {
         };
         Ok(TlsConnection { stream, peer, principal })
     }
-
-    /// Handshakes in progress on this shard.
-    pub fn handshakes_in_progress(&self) -> usize {
-        self.handshakes.open()
-    }
 }
 
 /// Serves a connection whose handshake completed, as `serve_connection` serves a
