@@ -3,8 +3,9 @@
 //!
 //! Per shard, in order: join the mesh; open and recover the shard's log
 //! (`<data-dir>/shard-NNN`); serve mesh requests; shard 0 restores the topic table and
-//! sends it to every shard; every shard waits for it; then it listens on the bootstrap
-//! port (SO_REUSEPORT, shared by all shards) and on its own port.
+//! sends it to every shard; every shard waits for it; then, for each listener
+//! (`listeners.rs`), it listens on the listener's bootstrap port (SO_REUSEPORT, shared by
+//! all shards) and on its own port of that listener.
 
 use std::net::{SocketAddr, TcpStream};
 use std::rc::Rc;
@@ -12,16 +13,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use glommio::net::TcpListener;
+use shardlog_net::tls::{serve_tls_connection, HandshakeError, SharedTlsConfig, TlsAcceptor};
 use shardlog_net::{serve_connection, ConnectionLimits, ConnectionSlots, ProduceBudget};
 use shardlog_shards::group::GroupConfig;
 use shardlog_shards::txn::TxnConfig;
 use shardlog_shards::{Mesh, Shard, ShardConfig, ShardMeshBuilder};
 use shardlog_storage::{AnyDisk, DmaDisk, LogConfig, ShardLog, StorageError, PAGE_BYTES};
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::config::Config;
-use crate::handlers::{KafkaHandler, Listeners};
+use crate::handlers::KafkaHandler;
+use crate::listeners::{Listener, SecurityProtocol};
 use crate::shutdown::{ShardStop, Shutdown};
+use crate::tls_files::TlsFiles;
 
 /// Runs the broker until the process is stopped.
 pub fn run(mut config: Config) -> Result<(), String> {
@@ -36,18 +40,22 @@ pub fn run(mut config: Config) -> Result<(), String> {
             config.segment_bytes, config.max_message_bytes
         ));
     }
-    if config.kafka_addr.port() as usize + 1 + nr_shards > u16::MAX as usize {
-        return Err(format!("--kafka-addr port leaves no room for {nr_shards} shard ports"));
+    let listeners = crate::listeners::resolve(&config, nr_shards)?;
+    for listener in &listeners {
+        check_ports_free(listener, nr_shards)?;
     }
-    let listeners = Listeners {
-        advertised_host: config
-            .advertised_host
-            .clone()
-            .unwrap_or_else(|| config.kafka_addr.ip().to_string()),
-        bootstrap_port: config.kafka_addr.port(),
-    };
-    check_ports_free(&config.kafka_addr, &listeners, nr_shards)?;
     check_admin_addr(&config, &listeners, nr_shards)?;
+    let tls = match TlsFiles::from_config(&config) {
+        Some(files) if listeners.iter().any(|l| l.protocol == SecurityProtocol::Ssl) => {
+            let shared = SharedTlsConfig::new(files.load()?);
+            Some((files, shared))
+        }
+        Some(_) => {
+            warn!("tls_cert_file and tls_key_file are set but no SSL listener uses them");
+            None
+        }
+        None => None,
+    };
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| format!("cannot create data dir {}: {e}", config.data_dir.display()))?;
     // Resolved once, before any shard opens a file: glommio opens relative paths against
@@ -55,22 +63,40 @@ pub fn run(mut config: Config) -> Result<(), String> {
     // should say where the data really is.
     config.data_dir = std::fs::canonicalize(&config.data_dir)
         .map_err(|e| format!("cannot resolve data dir {}: {e}", config.data_dir.display()))?;
-    let shard_ports: Vec<u16> = (0..nr_shards).map(|s| listeners.shard_port(s)).collect();
+    let summary: Vec<String> = listeners
+        .iter()
+        .map(|l| {
+            let last = l.shard_addr(nr_shards - 1).port();
+            let advertised = &l.advertised;
+            format!(
+                "{l} (shards {}-{last}, advertised {}:{})",
+                l.bind.port() + 1,
+                advertised.host,
+                advertised.port
+            )
+        })
+        .collect();
+    let first = &listeners[0];
+    let shard_ports: Vec<u16> = (0..nr_shards).map(|s| first.shard_addr(s).port()).collect();
     info!(
         shards = nr_shards,
-        bootstrap = %config.kafka_addr,
+        bootstrap = %first.bind,
         shard_ports = ?shard_ports,
-        advertised_host = %listeners.advertised_host,
+        advertised_host = %first.advertised.host,
+        listeners = ?summary,
+        tls_client_auth = config.tls_client_ca_file.is_some() && tls.is_some(),
         data_dir = %config.data_dir.display(),
         version = env!("CARGO_PKG_VERSION"),
         admin = %config.admin_addr,
         durability = "ack after fdatasync (group commit)",
         "starting shardlog"
     );
+    let shared_tls = tls.as_ref().map(|(_, shared)| shared.clone());
+    crate::tls_files::reload_on_sighup(tls)?;
     let shutdown = crate::shutdown::install(nr_shards)?;
     let poll = Duration::from_micros(config.poll_us);
     shardlog_shards::runtime::run_shards_polling(nr_shards, poll, move |mesh| {
-        shard_main(mesh, config, listeners, shutdown)
+        shard_main(mesh, config, listeners, shared_tls, shutdown)
     })
 }
 
@@ -87,16 +113,22 @@ fn topic_max_message_bytes_ceiling(config: &Config) -> usize {
 /// hold the port for a non-REUSEPORT bind, though a restarted broker may reuse it.)
 /// A listener of a broker killed a moment ago can outlive it briefly (io_uring tears its
 /// ring down asynchronously), so a port is retried for a few seconds before giving up.
-fn check_ports_free(
-    addr: &SocketAddr,
-    listeners: &Listeners,
-    nr_shards: usize,
-) -> Result<(), String> {
-    let mut addrs = vec![*addr];
-    addrs.extend((0..nr_shards).map(|s| SocketAddr::new(addr.ip(), listeners.shard_port(s))));
+fn check_ports_free(listener: &Listener, nr_shards: usize) -> Result<(), String> {
+    let mut addrs = vec![listener.bind];
+    addrs.extend((0..nr_shards).map(|s| listener.shard_addr(s)));
+    check_addrs_free(&addrs)
+}
+
+fn check_addrs_free(addrs: &[SocketAddr]) -> Result<(), String> {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     for a in addrs {
-        while TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_ok() {
+        // Nothing answers on an unspecified address: probe loopback instead.
+        let probe = match a.ip().is_unspecified() {
+            true if a.is_ipv4() => SocketAddr::from(([127, 0, 0, 1], a.port())),
+            true => SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, a.port())),
+            false => *a,
+        };
+        while TcpStream::connect_timeout(&probe, Duration::from_millis(200)).is_ok() {
             if std::time::Instant::now() > deadline {
                 return Err(format!("cannot listen on {a}: another process is listening there"));
             }
@@ -109,21 +141,26 @@ fn check_ports_free(
 /// The admin port must be free (as the Kafka ports) and must not be one of them.
 fn check_admin_addr(
     config: &Config,
-    listeners: &Listeners,
+    listeners: &[Listener],
     nr_shards: usize,
 ) -> Result<(), String> {
     let admin = config.admin_addr;
-    let kafka_ports = config.kafka_addr.port()..=listeners.shard_port(nr_shards - 1);
-    if admin.ip() == config.kafka_addr.ip() && kafka_ports.contains(&admin.port()) {
-        return Err(format!("--admin-addr {admin} collides with the Kafka ports {kafka_ports:?}"));
+    for listener in listeners {
+        let kafka_ports = listener.ports(nr_shards);
+        if kafka_ports.contains(&admin.port()) {
+            return Err(format!(
+                "--admin-addr {admin} collides with the Kafka ports {kafka_ports:?} of {listener}"
+            ));
+        }
     }
-    check_ports_free(&admin, listeners, 0)
+    check_addrs_free(&[admin])
 }
 
 async fn shard_main(
     mesh_builder: ShardMeshBuilder,
     config: Config,
-    listeners: Listeners,
+    listeners: Vec<Listener>,
+    tls: Option<Arc<SharedTlsConfig>>,
     shutdown: Arc<Shutdown>,
 ) {
     // The shard's tasks run in glommio's default task queue. Running them in a
@@ -131,7 +168,7 @@ async fn shard_main(
     // of 40 start-ups stall in the log's open on glommio 0.9, and measured no difference
     // end to end (docs/benchmarks.md): correctness first.
     // Test: tests/broker_rdkafka.rs, `the_broker_starts_every_time`.
-    let started = start_shard(mesh_builder, config, listeners, shutdown).await;
+    let started = start_shard(mesh_builder, config, listeners, tls, shutdown).await;
     if let Err(message) = started {
         error!("{message}");
         eprintln!("shardlog: {message}");
@@ -142,7 +179,8 @@ async fn shard_main(
 async fn start_shard(
     mesh_builder: ShardMeshBuilder,
     config: Config,
-    listeners: Listeners,
+    listeners: Vec<Listener>,
+    tls: Option<Arc<SharedTlsConfig>>,
     shutdown: Arc<Shutdown>,
 ) -> Result<(), String> {
     let stop = ShardStop::spawn(shutdown);
@@ -208,14 +246,14 @@ async fn start_shard(
     shard.spawn_group_ticker();
     shard.spawn_txn_ticker();
     shard.spawn_retention();
-    let handler = Rc::new(KafkaHandler {
+    let handler = KafkaHandler {
         shard: shard.clone(),
-        listeners: listeners.clone(),
+        listener: listeners[0].advertised.clone(),
         log_dir: dir.clone(),
         stop: stop.clone(),
         fetch_max_bytes: config.fetch_max_bytes,
         max_records_bytes: config.max_request_bytes,
-    });
+    };
     let limits = ConnectionLimits {
         max_frame_bytes: config.max_request_bytes,
         idle_timeout: Duration::from_millis(config.connection_idle_timeout_ms.max(1)),
@@ -230,21 +268,43 @@ async fn start_shard(
             .map_err(|e| format!("admin endpoint {}: {e}", config.admin_addr))?;
         crate::admin::spawn(admin, shard.clone());
     }
-    let bootstrap = TcpListener::bind(config.kafka_addr).map_err(|e| format!("shard {id}: {e}"))?;
-    let own_addr = SocketAddr::new(config.kafka_addr.ip(), listeners.shard_port(id));
-    let own = TcpListener::bind(own_addr).map_err(|e| format!("shard {id}: {own_addr}: {e}"))?;
-    info!(shard = id, port = listeners.shard_port(id), "shard serving");
-    let first =
-        glommio::spawn_local(accept_loop(bootstrap, handler.clone(), limits, shard_limits.clone()));
-    accept_loop(own, handler, limits, shard_limits).await;
-    first.await;
+    // One acceptor per shard (one SSL listener at most): its handshake limit is the shard's.
+    let tls = tls.map(|shared| {
+        let timeout = Duration::from_millis(config.tls_handshake_timeout_ms.max(1));
+        Rc::new(TlsAcceptor::new(shared, config.max_tls_handshakes_per_shard, timeout))
+    });
+    let mut accept_loops = Vec::new();
+    for listener in &listeners {
+        let handler =
+            Rc::new(KafkaHandler { listener: listener.advertised.clone(), ..handler.clone() });
+        let security = match listener.protocol {
+            SecurityProtocol::Ssl => tls.clone(),
+            _ => None,
+        };
+        let shard_addr = listener.shard_addr(id);
+        for addr in [listener.bind, shard_addr] {
+            let socket = TcpListener::bind(addr)
+                .map_err(|e| format!("shard {id}: {listener}: {addr}: {e}"))?;
+            let accept = Accept {
+                handler: handler.clone(),
+                tls: security.clone(),
+                limits,
+                shard_limits: shard_limits.clone(),
+            };
+            accept_loops.push(glommio::spawn_local(accept.run(socket)));
+        }
+        info!(shard = id, listener = %listener, port = shard_addr.port(), "shard serving");
+    }
+    for accept_loop in accept_loops {
+        accept_loop.await;
+    }
     // Shutdown was requested: the listeners are closed; drain, checkpoint, close.
     stop.finish(&shard, checkpoints).await;
     shardlog_shards::runtime::shard_finished();
     Ok(())
 }
 
-/// What all connections of one shard share: its connection slots (both listeners count)
+/// What all connections of one shard share: its connection slots (every listener counts)
 /// and its budget of produce bytes read but not yet answered.
 #[derive(Clone)]
 struct ShardLimits {
@@ -252,47 +312,93 @@ struct ShardLimits {
     produce_budget: Rc<ProduceBudget>,
 }
 
-/// Accepts connections until shutdown is requested.
-async fn accept_loop(
-    listener: TcpListener,
+/// One listening socket's accept loop: what its connections are served with.
+struct Accept {
     handler: Rc<KafkaHandler>,
+    /// The shard's TLS acceptor on an SSL listener; `None` on a PLAINTEXT one.
+    tls: Option<Rc<TlsAcceptor>>,
     limits: ConnectionLimits,
     shard_limits: ShardLimits,
-) {
-    loop {
-        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            handler.stop.stopping().await;
-            None
-        })
-        .await;
-        let Some(accepted) = accepted else { return };
-        match accepted {
-            Ok(stream) => {
-                // Over --max-connections-per-shard: dropping the stream closes it (logged).
-                let Some(slot) = shard_limits.connections.try_take(stream.peer_addr().ok()) else {
-                    continue;
-                };
-                let handler = handler.clone();
-                let open = handler.stop.connection_opened();
-                let probes = &handler.shard.probes;
-                probes.connections_accepted.set(probes.connections_accepted.get() + 1);
-                probes.connections.set(probes.connections.get() + 1);
-                let budget = shard_limits.produce_budget.clone();
-                glommio::spawn_local(async move {
-                    let _ = serve_connection(stream, handler.clone(), limits, budget).await;
-                    let probes = &handler.shard.probes;
-                    probes.connections.set(probes.connections.get() - 1);
-                    drop((open, slot));
+}
+
+impl Accept {
+    /// Accepts connections until shutdown is requested.
+    async fn run(self, listener: TcpListener) {
+        let handler = &self.handler;
+        loop {
+            let accepted =
+                futures_lite::future::or(async { Some(listener.accept().await) }, async {
+                    handler.stop.stopping().await;
+                    None
                 })
-                .detach();
-            }
-            Err(e) => {
-                // Out of file descriptors and the like: back off rather than spin.
-                warn!(error = %e, "accept failed");
-                glommio::timer::sleep(Duration::from_millis(10)).await;
+                .await;
+            let Some(accepted) = accepted else { return };
+            match accepted {
+                Ok(stream) => self.serve(stream),
+                Err(e) => {
+                    // Out of file descriptors and the like: back off rather than spin.
+                    warn!(error = %e, "accept failed");
+                    glommio::timer::sleep(Duration::from_millis(10)).await;
+                }
             }
         }
     }
+
+    fn serve(&self, stream: glommio::net::TcpStream) {
+        // Over --max-connections-per-shard: dropping the stream closes it (logged).
+        let Some(slot) = self.shard_limits.connections.try_take(stream.peer_addr().ok()) else {
+            return;
+        };
+        let handler = self.handler.clone();
+        let open = handler.stop.connection_opened();
+        let probes = &handler.shard.probes;
+        probes.connections_accepted.set(probes.connections_accepted.get() + 1);
+        probes.connections.set(probes.connections.get() + 1);
+        let budget = self.shard_limits.produce_budget.clone();
+        let (limits, tls) = (self.limits, self.tls.clone());
+        glommio::spawn_local(async move {
+            match tls {
+                None => {
+                    let _ = serve_connection(stream, handler.clone(), limits, budget).await;
+                }
+                Some(tls) => serve_tls(&tls, stream, handler.clone(), limits, budget).await,
+            }
+            let probes = &handler.shard.probes;
+            probes.connections.set(probes.connections.get() - 1);
+            drop((open, slot));
+        })
+        .detach();
+    }
+}
+
+/// The handshake, counted by outcome, then the connection loop over TLS.
+async fn serve_tls(
+    tls: &TlsAcceptor,
+    stream: glommio::net::TcpStream,
+    handler: Rc<KafkaHandler>,
+    limits: ConnectionLimits,
+    budget: Rc<ProduceBudget>,
+) {
+    let probes = &handler.shard.probes;
+    let connection = match tls.handshake(stream, &limits).await {
+        Ok(connection) => connection,
+        Err(e) => {
+            let counter = match e {
+                HandshakeError::OverLimit => &probes.tls_handshakes_refused,
+                HandshakeError::TimedOut => &probes.tls_handshake_timeouts,
+                HandshakeError::Failed(_) => &probes.tls_handshake_errors,
+            };
+            counter.set(counter.get() + 1);
+            // Counted, not logged at warn: a port scan or a plaintext client must not
+            // flood the log.
+            debug!(error = %e, "TLS connection closed before its first request");
+            return;
+        }
+    };
+    probes.tls_handshakes.set(probes.tls_handshakes.get() + 1);
+    let principal = connection.principal.as_deref().unwrap_or("User:ANONYMOUS");
+    debug!(peer = %connection.peer, principal, "TLS handshake completed");
+    let _ = serve_tls_connection(connection, handler, limits, budget).await;
 }
 
 /// Recovery reads the log in 4 MiB windows; glibc's malloc then raises its mmap threshold

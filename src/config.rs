@@ -69,13 +69,50 @@ pub struct Config {
     #[arg(long, env = "SHARDLOG_DATA_DIR", default_value = "./data")]
     pub data_dir: PathBuf,
 
-    /// The bootstrap listener; shard N also listens on this port + 1 + N.
+    /// The PLAINTEXT listener when --listeners is not set: the bootstrap port; shard N also
+    /// listens on this port + 1 + N.
     #[arg(long, env = "SHARDLOG_KAFKA_ADDR", default_value = "127.0.0.1:9092")]
     pub kafka_addr: SocketAddr,
 
     /// Host name clients are told to connect to (default: the IP of --kafka-addr).
     #[arg(long, env = "SHARDLOG_ADVERTISED_HOST")]
     pub advertised_host: Option<String>,
+
+    /// Listeners as PROTOCOL://HOST:PORT (PLAINTEXT or SSL; SASL is not built yet), each
+    /// with its own shard ports (PORT + 1 + shard). Repeat the flag (or --listener) or
+    /// separate with commas. When set, it replaces --kafka-addr; unset: PLAINTEXT on it.
+    #[arg(long, visible_alias = "listener", env = "SHARDLOG_LISTENERS", value_delimiter = ',')]
+    pub listeners: Vec<String>,
+
+    /// Per listener, where clients are told to connect, as PROTOCOL://HOST:PORT (shard N
+    /// is advertised at PORT + 1 + N). Unset for a listener: --advertised-host (or its
+    /// IP) and its own port.
+    #[arg(long, env = "SHARDLOG_ADVERTISED_LISTENERS", value_delimiter = ',')]
+    pub advertised_listeners: Vec<String>,
+
+    /// The SSL listener's certificate chain (PEM, the broker's certificate first).
+    /// Reloaded on SIGHUP.
+    #[arg(long, env = "SHARDLOG_TLS_CERT_FILE", value_name = "PATH")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// The private key of --tls-cert-file (PEM: PKCS#8, PKCS#1 or SEC1). Reloaded on SIGHUP.
+    #[arg(long, env = "SHARDLOG_TLS_KEY_FILE", value_name = "PATH")]
+    pub tls_key_file: Option<PathBuf>,
+
+    /// CA certificates (PEM) that sign client certificates. When set, SSL clients must
+    /// present a certificate (mTLS); their principal is User:<certificate subject>.
+    /// Reloaded on SIGHUP.
+    #[arg(long, env = "SHARDLOG_TLS_CLIENT_CA_FILE", value_name = "PATH")]
+    pub tls_client_ca_file: Option<PathBuf>,
+
+    /// A TLS handshake not finished in this long is abandoned and its connection closed.
+    #[arg(long, env = "SHARDLOG_TLS_HANDSHAKE_TIMEOUT_MS", default_value_t = 10_000)]
+    pub tls_handshake_timeout_ms: u64,
+
+    /// TLS handshakes one shard runs at once; a connection over the limit is closed right
+    /// after accept, so slow or half-open handshakes cannot take every connection slot.
+    #[arg(long, env = "SHARDLOG_MAX_TLS_HANDSHAKES_PER_SHARD", default_value_t = 64)]
+    pub max_tls_handshakes_per_shard: usize,
 
     /// Number of shards (one per core); default: all cores. Fixed when the data dir is created.
     #[arg(long, env = "SHARDLOG_CORES")]

@@ -10,7 +10,9 @@ mod broker;
 mod cli;
 mod config;
 mod handlers;
+mod listeners;
 mod shutdown;
+mod tls_files;
 
 use config::{Config, LogFormat};
 

@@ -183,3 +183,30 @@ fn json_logs_are_one_object_per_line_with_the_startup_summary() {
     assert_eq!(summary["data_dir"], broker.data_dir().display().to_string());
     assert!(summary["durability"].as_str().unwrap().contains("fdatasync"));
 }
+
+#[test]
+fn listeners_come_from_the_file_and_a_sasl_listener_is_refused_at_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "listeners = [\"PLAINTEXT://127.0.0.1:19092\", \"SSL://0.0.0.0:19192\"]\n\
+                advertised_listeners = [\"SSL://broker-1.example.net:19192\"]\n";
+    let file = write_file(dir.path(), "listeners.toml", text);
+    let config = effective(shardlog().arg("--config").arg(&file));
+    let listeners = config["listeners"].as_array().unwrap();
+    assert_eq!(listeners.len(), 2);
+    assert_eq!(listeners[1].as_str(), Some("SSL://0.0.0.0:19192"));
+
+    // Not served as plaintext, not silently dropped: the broker does not start.
+    let data_dir = dir.path().join("data");
+    let stderr = failure(
+        shardlog()
+            .args(["--listener", "PLAINTEXT://127.0.0.1:19092", "--listener"])
+            .arg("SASL_SSL://127.0.0.1:19192")
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .output()
+            .unwrap(),
+    );
+    assert!(stderr.contains("SASL is not built yet"), "{stderr}");
+    assert!(stderr.contains("SASL_SSL://127.0.0.1:19192"), "{stderr}");
+    assert!(!data_dir.exists(), "refused before anything was created");
+}

@@ -18,6 +18,9 @@ pub struct Request {
     pub body: RequestKind,
     /// The client's address (set by the connection loop).
     pub peer: Option<std::net::SocketAddr>,
+    /// The authenticated client, Kafka's way (`User:CN=...` from a TLS client
+    /// certificate), set by the connection loop; `None` is ANONYMOUS.
+    pub principal: Option<std::rc::Rc<str>>,
     /// Bytes left in the frame after the body decoded. Kafka ignores them, and so do
     /// we: librdkafka 2.13+ sends an all-topics Metadata v9+ with a 4-byte array-count
     /// placeholder where a 1-byte varint belongs (librdkafka issue 5049).
@@ -84,7 +87,7 @@ pub fn decode_request(
     let body = RequestKind::decode(api_key, &mut frame, api_version)
         .map_err(|e| malformed(e.to_string()))?;
     let trailing_bytes = frame.remaining();
-    Ok(Request { api_key, api_version, header, body, peer: None, trailing_bytes })
+    Ok(Request { api_key, api_version, header, body, peer: None, principal: None, trailing_bytes })
 }
 
 /// Encodes a response frame, length prefix included.

@@ -106,22 +106,49 @@ struct InFlight {
     _slot: StaticPermit,
 }
 
-/// Serves one accepted connection until the peer closes it or sends a bad frame. Produce
-/// requests take their bytes from `budget`, the shard's, until they are answered.
+/// Serves one accepted plaintext connection until the peer closes it or sends a bad frame.
+/// Produce requests take their bytes from `budget`, the shard's, until they are answered.
 pub async fn serve_connection<H: RequestHandler>(
     stream: TcpStream,
     handler: Rc<H>,
     limits: ConnectionLimits,
     budget: Rc<ProduceBudget>,
 ) -> io::Result<()> {
+    let peer = prepare_socket(&stream, &limits)?;
+    serve_stream(stream, peer, None, handler, limits, budget).await
+}
+
+/// Socket options every Kafka connection gets, set before any byte is read (a TLS
+/// handshake included); returns the peer's address.
+pub(crate) fn prepare_socket(
+    stream: &TcpStream,
+    limits: &ConnectionLimits,
+) -> io::Result<std::net::SocketAddr> {
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(limits.idle_timeout))?;
-    let peer = stream.peer_addr()?;
+    Ok(stream.peer_addr()?)
+}
+
+/// The connection loop over any byte stream: monomorphized per stream type, so a
+/// plaintext connection runs on the bare `TcpStream` (no TLS branch, no dynamic dispatch).
+/// `principal` is the authenticated client (`User:...`), `None` for ANONYMOUS.
+pub(crate) async fn serve_stream<S, H>(
+    stream: S,
+    peer: std::net::SocketAddr,
+    principal: Option<Rc<str>>,
+    handler: Rc<H>,
+    limits: ConnectionLimits,
+    budget: Rc<ProduceBudget>,
+) -> io::Result<()>
+where
+    S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin + 'static,
+    H: RequestHandler,
+{
     let (reader, writer) = futures_lite::io::split(stream);
     let (queue, pending) = local_channel::new_bounded::<InFlight>(limits.max_in_flight.max(1));
     let writer_task = glommio::spawn_local(write_responses(writer, pending, handler.clone()));
     let trailing_bytes_logged = std::cell::Cell::new(false);
-    let connection = Connection { handler, limits, budget, peer, trailing_bytes_logged };
+    let connection = Connection { handler, limits, budget, peer, principal, trailing_bytes_logged };
     let read_result = connection.read_requests(reader, queue).await;
     if let Err(e) = &read_result {
         warn!(%peer, error = %e, "closing connection");
@@ -138,6 +165,7 @@ struct Connection<H> {
     limits: ConnectionLimits,
     budget: Rc<ProduceBudget>,
     peer: std::net::SocketAddr,
+    principal: Option<Rc<str>>,
     /// Whether a request with trailing bytes was logged (once per connection).
     trailing_bytes_logged: std::cell::Cell<bool>,
 }
@@ -228,6 +256,7 @@ impl<H: RequestHandler> Connection<H> {
         match decode_request(frame, |k| handler.supported_versions(k)) {
             Ok(mut request) => {
                 request.peer = Some(self.peer);
+                request.principal = self.principal.clone();
                 let api_key = request.api_key;
                 let api_version = request.api_version;
                 if request.trailing_bytes > 0 {
@@ -327,6 +356,9 @@ async fn write_responses<H: RequestHandler>(
             invalid(e)
         })?;
         writer.write_all(&frame).await?;
+        // A TLS stream may keep encrypted bytes buffered until flushed. On a TcpStream
+        // this is a no-op (glommio's poll_flush is ready at once).
+        writer.flush().await?;
         handler.request_done(in_flight.api_key, stages(Instant::now()));
     }
     writer.flush().await

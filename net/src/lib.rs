@@ -19,6 +19,8 @@
 //!    at the limit the connection reads nothing more until the oldest is answered.
 //! 4. Per shard: at most `max_connections_per_shard` connections, and produce bytes read
 //!    but not yet answered within the shard's budget (`limits.rs`).
+//! 5. TLS handshakes are bounded per shard in number and time (`tls.rs`); plaintext
+//!    connections never pass through TLS code.
 
 mod codec;
 mod connection;
@@ -26,6 +28,7 @@ pub mod fuzzing;
 pub mod legacy_format;
 mod limits;
 pub mod partitioner;
+pub mod tls;
 
 pub use codec::{decode_request, encode_request, encode_response, DecodeError, Request};
 pub use connection::{serve_connection, ConnectionLimits, Reply, RequestHandler, RequestStages};

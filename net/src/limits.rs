@@ -27,6 +27,8 @@ const WARN_INTERVAL: Duration = Duration::from_secs(10);
 /// Counts a shard's open connections (Kafka's max.connections, per shard).
 pub struct ConnectionSlots {
     max: usize,
+    /// What the rate-limited warning says when the limit refuses a connection.
+    warning: &'static str,
     open: Cell<usize>,
     refused_since_warn: Cell<u64>,
     last_warn: Cell<Option<Instant>>,
@@ -39,8 +41,14 @@ pub struct ConnectionSlot {
 
 impl ConnectionSlots {
     pub fn new(max: usize) -> Rc<ConnectionSlots> {
+        Self::with_warning(max, "connection limit reached: closing new connections")
+    }
+
+    /// Slots whose refusals are logged (rate-limited) with `warning`.
+    pub fn with_warning(max: usize, warning: &'static str) -> Rc<ConnectionSlots> {
         Rc::new(ConnectionSlots {
             max,
+            warning,
             open: Cell::new(0),
             refused_since_warn: Cell::new(0),
             last_warn: Cell::new(None),
@@ -58,9 +66,10 @@ impl ConnectionSlots {
         if self.last_warn.get().is_none_or(|last| now - last >= WARN_INTERVAL) {
             warn!(
                 peer = ?peer,
-                max_connections_per_shard = self.max,
+                limit = self.max,
                 refused = self.refused_since_warn.get(),
-                "connection limit reached: closing new connections"
+                "{}",
+                self.warning
             );
             self.last_warn.set(Some(now));
             self.refused_since_warn.set(0);

@@ -74,6 +74,13 @@ pub struct ShardProbes {
     /// Kafka connections open on this shard, and accepted so far.
     pub connections: Cell<u64>,
     pub connections_accepted: Cell<u64>,
+    /// TLS handshakes completed, and connections of SSL listeners closed before their
+    /// first request: a failed handshake (not TLS, a bad certificate), a timed-out one,
+    /// one refused over the shard's handshake limit.
+    pub tls_handshakes: Cell<u64>,
+    pub tls_handshake_errors: Cell<u64>,
+    pub tls_handshake_timeouts: Cell<u64>,
+    pub tls_handshakes_refused: Cell<u64>,
     /// Requests served although bytes followed their body in the frame (as Kafka does).
     pub requests_with_trailing_bytes: Cell<u64>,
     /// Latency per Kafka API of the requests this shard's connections carried.
@@ -93,6 +100,10 @@ impl Default for ShardProbes {
             fetch_bytes: Cell::default(),
             connections: Cell::default(),
             connections_accepted: Cell::default(),
+            tls_handshakes: Cell::default(),
+            tls_handshake_errors: Cell::default(),
+            tls_handshake_timeouts: Cell::default(),
+            tls_handshakes_refused: Cell::default(),
             requests_with_trailing_bytes: Cell::default(),
             request_durations: Default::default(),
             fetch_wake_us: RefCell::new(Histogram::new(STAGE_BOUNDS_US)),

@@ -18,6 +18,8 @@ const MICROS_PER_SECOND: f64 = 1e6;
 type TopicValue = fn(&TopicCounters) -> u64;
 /// One of the log's histograms, read from a shard's snapshot.
 type LogHistogram = fn(&ShardMetrics) -> &Histogram;
+/// Reads one per-shard counter out of a shard's snapshot.
+type ShardValue = fn(&ShardMetrics) -> u64;
 
 /// The text of one scrape.
 pub fn render(shards: &[ShardMetrics]) -> String {
@@ -57,6 +59,7 @@ fn render_traffic(text: &mut Text, shards: &[ShardMetrics]) {
     text.per_shard("shardlog_connections_accepted_total", "counter", accepted, shards, |s| {
         s.connections_accepted
     });
+    render_tls(text, shards);
     let trailing = "Requests served although bytes followed their body (Kafka ignores them).";
     let name = "shardlog_requests_with_trailing_bytes_total";
     text.per_shard(name, "counter", trailing, shards, |s| s.requests_with_trailing_bytes);
@@ -64,6 +67,30 @@ fn render_traffic(text: &mut Text, shards: &[ShardMetrics]) {
     text.per_shard("shardlog_idempotent_producers", "gauge", producers, shards, |s| {
         s.idempotent_producers
     });
+}
+
+fn render_tls(text: &mut Text, shards: &[ShardMetrics]) {
+    let counters: [(&str, &str, ShardValue); 4] = [
+        ("shardlog_tls_handshakes_total", "TLS handshakes completed.", |s| s.tls_handshakes),
+        (
+            "shardlog_tls_handshake_errors_total",
+            "TLS connections closed after a failed handshake (not TLS, a bad certificate).",
+            |s| s.tls_handshake_errors,
+        ),
+        (
+            "shardlog_tls_handshake_timeouts_total",
+            "TLS connections closed because the handshake did not finish in time.",
+            |s| s.tls_handshake_timeouts,
+        ),
+        (
+            "shardlog_tls_handshakes_refused_total",
+            "TLS connections closed at once: the shard ran its most handshakes.",
+            |s| s.tls_handshakes_refused,
+        ),
+    ];
+    for (name, help, value) in counters {
+        text.per_shard(name, "counter", help, shards, value);
+    }
 }
 
 fn render_requests(text: &mut Text, shards: &[ShardMetrics]) {

@@ -51,8 +51,8 @@ fn brokers(handler: &KafkaHandler) -> Vec<DescribeClusterBroker> {
         .map(|s| {
             DescribeClusterBroker::default()
                 .with_broker_id(BrokerId(s as i32))
-                .with_host(str_bytes(&handler.listeners.advertised_host))
-                .with_port(handler.listeners.shard_port(s) as i32)
+                .with_host(str_bytes(&handler.listener.host))
+                .with_port(handler.listener.shard_port(s) as i32)
         })
         .collect()
 }

@@ -69,6 +69,6 @@ fn coordinator(handler: &KafkaHandler, key: &StrBytes, key_type: i8) -> Coordina
     let shard = coordinator_shard(key.as_str(), handler.shard.nr_shards);
     base.with_error_code(errors::NONE)
         .with_node_id(BrokerId(shard as i32))
-        .with_host(str_bytes(&handler.listeners.advertised_host))
-        .with_port(handler.listeners.shard_port(shard) as i32)
+        .with_host(str_bytes(&handler.listener.host))
+        .with_port(handler.listener.shard_port(shard) as i32)
 }

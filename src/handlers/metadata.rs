@@ -50,8 +50,8 @@ pub fn handle(handler: Rc<KafkaHandler>, request: MetadataRequest, version: i16)
             .map(|s| {
                 MetadataResponseBroker::default()
                     .with_node_id(BrokerId(s as i32))
-                    .with_host(str_bytes(&handler.listeners.advertised_host))
-                    .with_port(handler.listeners.shard_port(s) as i32)
+                    .with_host(str_bytes(&handler.listener.host))
+                    .with_port(handler.listener.shard_port(s) as i32)
             })
             .collect();
         let response = MetadataResponse::default()

@@ -47,6 +47,8 @@ use kafka_protocol::protocol::StrBytes;
 use shardlog_net::{Reply, Request, RequestHandler, RequestStages};
 use shardlog_shards::Shard;
 
+use crate::listeners::AdvertisedListener;
+
 /// One served API: the versions advertised in ApiVersions, and the lowest version
 /// actually accepted. They are the same for every API today; they differed for Produce
 /// while v0-v2 were refused but still advertised, because librdkafka gates features on
@@ -102,24 +104,13 @@ pub const SUPPORTED_APIS: &[ApiSupport] = &[
     api(ApiKey::ListTransactions, 0, 0, 1),
 ];
 
-/// Where clients reach each shard.
-#[derive(Clone, Debug)]
-pub struct Listeners {
-    pub advertised_host: String,
-    /// The bootstrap port; shard `s` also listens on `bootstrap_port + 1 + s`.
-    pub bootstrap_port: u16,
-}
-
-impl Listeners {
-    pub fn shard_port(&self, shard: usize) -> u16 {
-        self.bootstrap_port + 1 + shard as u16
-    }
-}
-
-/// The per-shard request handler plugged into `net`.
+/// The request handler plugged into `net`: one per shard and listener.
+#[derive(Clone)]
 pub struct KafkaHandler {
     pub shard: Rc<Shard>,
-    pub listeners: Listeners,
+    /// Where clients of this handler's listener reach each shard: Metadata,
+    /// FindCoordinator and DescribeCluster answer with these addresses only.
+    pub listener: AdvertisedListener,
     /// This shard's log directory (`<data-dir>/shard-NNN`), for DescribeLogDirs.
     pub log_dir: PathBuf,
     /// This shard's shutdown state: connections stop reading frames when it fires.

@@ -35,6 +35,8 @@ pub struct Broker {
     child: Option<Child>,
     /// The admin HTTP port (/metrics, /health): the port after the shard ports.
     pub admin_port: u16,
+    /// Environment variables set for the broker process (after SHARDLOG_LOG=info).
+    pub env: Vec<(String, String)>,
 }
 
 impl Broker {
@@ -52,7 +54,33 @@ impl Broker {
         let extra_args = extra_args.iter().map(|s| s.to_string()).collect();
         let admin_port = port + 1 + cores as u16;
         let data_dir_flag = DataDirFlag::Absolute;
-        Broker { dir, port, cores, extra_args, data_dir_flag, child: None, admin_port }
+        let env = Vec::new();
+        Broker { dir, port, cores, extra_args, data_dir_flag, child: None, admin_port, env }
+    }
+
+    /// Starts a broker whose flags depend on its bootstrap port (`--listeners`, files in
+    /// its temp dir), with extra environment variables.
+    pub fn start_configured(
+        cores: usize,
+        env: &[(&str, &str)],
+        args: impl FnOnce(&Broker) -> Vec<String>,
+    ) -> Broker {
+        let mut broker = Broker::unstarted(cores, &[]);
+        broker.extra_args = args(&broker);
+        broker.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        broker.spawn();
+        broker
+    }
+
+    /// The sum over shards of a counter or gauge from `GET /metrics`.
+    pub fn metric_sum(&self, name: &str) -> f64 {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.admin_port)).expect("admin port");
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).expect("the metrics, then close");
+        let samples = text.lines().filter(|l| l.starts_with(&format!("{name}{{")));
+        samples.filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
     }
 
     /// Starts a broker whose working directory is its temp dir, told of its data dir the
@@ -123,6 +151,7 @@ impl Broker {
             .args(&self.extra_args)
             .env("SHARDLOG_LOG", "info")
             .env("NO_COLOR", "1")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))
             .spawn()
@@ -185,7 +214,7 @@ impl Drop for Broker {
 /// A base port p such that p..p+count are free on 127.0.0.1 right now, below the
 /// kernel's ephemeral range: after a kill -9, clients reconnecting from ephemeral ports
 /// could otherwise take the broker's port before it restarts.
-fn free_port_range(count: usize) -> u16 {
+pub fn free_port_range(count: usize) -> u16 {
     let seed = std::process::id() as u64
         ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos()
             as u64;
@@ -215,6 +244,11 @@ impl RawClient {
         let stream = TcpStream::connect(addr).expect("connect");
         stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         RawClient { stream, next_correlation_id: 1 }
+    }
+
+    /// The socket, for tests that read or write it directly.
+    pub fn stream(&mut self) -> &mut TcpStream {
+        &mut self.stream
     }
 
     /// Sends one request and returns its decoded response.

@@ -1,0 +1,494 @@
+//! Listeners and TLS (docs/security.md), with real clients: librdkafka over PLAINTEXT and
+//! SSL (with and without client certificates), a rustls client for exact checks on one
+//! connection, and raw sockets for what misbehaving clients do. Every certificate is made
+//! here with rcgen, in the broker's temp dir.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use common::{eventually, free_port_range, Broker, RawClient};
+use kafka_protocol::messages::api_versions_request::ApiVersionsRequest;
+use kafka_protocol::messages::metadata_request::MetadataRequest;
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, SanType,
+};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use shardlog_net::tls::rustls;
+
+/// A certificate authority made for one test.
+struct Ca {
+    cert: rcgen::Certificate,
+    key: KeyPair,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let key = KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        Ca { cert, key }
+    }
+
+    /// A certificate for 127.0.0.1 and localhost (what the brokers advertise here).
+    fn issue_server(&self) -> (String, String) {
+        let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        params.subject_alt_names.push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        params.distinguished_name.push(DnType::CommonName, "shardlog-test-broker");
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        self.issue(params)
+    }
+
+    /// A client certificate whose subject is O=Example, OU=eng, CN=`name`.
+    fn issue_client(&self, name: &str) -> (String, String) {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.distinguished_name.push(DnType::OrganizationName, "Example");
+        params.distinguished_name.push(DnType::OrganizationalUnitName, "eng");
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.issue(params)
+    }
+
+    fn issue(&self, params: CertificateParams) -> (String, String) {
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    fn write(&self, dir: &Path, name: &str) -> PathBuf {
+        write(dir, name, &self.cert.pem())
+    }
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    // Written aside and renamed, as an operator replacing certificates should.
+    let aside = dir.join(format!("{name}.new"));
+    std::fs::write(&aside, text).unwrap();
+    std::fs::rename(&aside, &path).unwrap();
+    path
+}
+
+/// The files of a broker's SSL listener, in `dir`.
+struct BrokerTls {
+    ca: Ca,
+    cert_file: PathBuf,
+    key_file: PathBuf,
+}
+
+impl BrokerTls {
+    fn new(dir: &Path) -> BrokerTls {
+        let ca = Ca::new("shardlog test CA");
+        ca.write(dir, "ca.pem");
+        let (cert, key) = ca.issue_server();
+        let cert_file = write(dir, "broker.pem", &cert);
+        let key_file = write(dir, "broker.key", &key);
+        BrokerTls { ca, cert_file, key_file }
+    }
+
+    fn args(&self) -> Vec<String> {
+        let path = |p: &PathBuf| p.display().to_string();
+        vec![
+            "--tls-cert-file".into(),
+            path(&self.cert_file),
+            "--tls-key-file".into(),
+            path(&self.key_file),
+        ]
+    }
+}
+
+/// A free port range for a second listener that does not overlap the broker's own.
+fn second_listener_port(broker_port: u16, cores: usize) -> u16 {
+    loop {
+        let port = free_port_range(cores + 1);
+        let span = cores as u16 + 2;
+        if port + span <= broker_port || broker_port + span <= port {
+            return port;
+        }
+    }
+}
+
+/// A broker with a PLAINTEXT listener on its usual port and an SSL one on `ssl_port`.
+fn two_listener_broker(cores: usize, extra: &[&str], env: &[(&str, &str)]) -> (Broker, u16) {
+    let mut ssl_port = 0;
+    let broker = Broker::start_configured(cores, env, |b| {
+        ssl_port = second_listener_port(b.port, cores);
+        let tls = BrokerTls::new(b.dir.path());
+        let listeners = format!("PLAINTEXT://127.0.0.1:{},SSL://127.0.0.1:{ssl_port}", b.port);
+        let mut args = vec!["--listeners".to_string(), listeners];
+        args.extend(tls.args());
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    });
+    (broker, ssl_port)
+}
+
+fn ca_file(broker: &Broker) -> String {
+    broker.dir.path().join("ca.pem").display().to_string()
+}
+
+/// librdkafka settings for the SSL listener on `port`, trusting the broker's test CA.
+fn ssl_client(broker: &Broker, port: u16) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", format!("127.0.0.1:{port}"))
+        .set("security.protocol", "ssl")
+        .set("ssl.ca.location", ca_file(broker));
+    config
+}
+
+/// Produces `count` records over `config`'s connection, round-robin over `partitions`;
+/// each must be acknowledged within `timeout`. Returns how many were.
+fn produce(config: &ClientConfig, topic: &str, partitions: i32, tag: &str, count: usize) -> usize {
+    let mut config = config.clone();
+    if config.get("message.timeout.ms").is_none() {
+        config.set("message.timeout.ms", "20000");
+    }
+    let producer: FutureProducer =
+        config.set("acks", "all").set("linger.ms", "1").create().expect("a librdkafka producer");
+    common::runtime().block_on(async {
+        let mut pending = Vec::new();
+        for i in 0..count {
+            let value = format!("{tag}-{i}");
+            let record =
+                FutureRecord::<(), _>::to(topic).payload(&value).partition(i as i32 % partitions);
+            // Queued at once (the payload is copied); refused only if the queue is full.
+            pending.push(producer.send_result(record).map_err(|(e, _)| e));
+        }
+        let mut acknowledged = 0;
+        for p in pending.into_iter().flatten() {
+            acknowledged += matches!(p.await, Ok(Ok(_))) as usize;
+        }
+        acknowledged
+    })
+}
+
+/// Every value in `topic`'s partitions, read from the beginning over `config`.
+fn read_values(
+    config: &ClientConfig,
+    topic: &str,
+    partitions: i32,
+    expected: usize,
+) -> Vec<String> {
+    let consumer: BaseConsumer = config
+        .clone()
+        .set("group.id", "listeners-test-reader")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut assignment = TopicPartitionList::new();
+    for p in 0..partitions {
+        assignment.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+    }
+    consumer.assign(&assignment).unwrap();
+    let mut values = Vec::new();
+    eventually(Duration::from_secs(60), "every record read back", || {
+        if let Some(message) = consumer.poll(Duration::from_millis(200)) {
+            let m = message.expect("a record");
+            values.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+        }
+        values.len() >= expected
+    });
+    values.sort();
+    values
+}
+
+/// A rustls client connection to `addr` trusting `ca_pem`, with a client certificate if
+/// given; `Err` if the handshake fails.
+fn tls_connect(
+    addr: SocketAddr,
+    ca_pem: &str,
+    client: Option<&(String, String)>,
+) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap()).unwrap();
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let config = match client {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let chain = vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()];
+            let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+            builder.with_client_auth_cert(chain, key).unwrap()
+        }
+    };
+    let name = ServerName::from(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    let connection = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let socket = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    socket.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut stream = rustls::StreamOwned::new(connection, socket);
+    // TLS 1.3 servers check the client certificate after the client's last handshake
+    // message: a request and its answer show whether the server kept the connection.
+    call(&mut stream, ApiKey::ApiVersions, 3, RequestKind::ApiVersions(api_versions()))?;
+    Ok(stream)
+}
+
+fn api_versions() -> ApiVersionsRequest {
+    ApiVersionsRequest::default()
+        .with_client_software_name(StrBytes::from_static_str("tls-test"))
+        .with_client_software_version(StrBytes::from_static_str("1"))
+}
+
+/// One request and its response over any stream (the TLS one here).
+fn call(
+    stream: &mut impl ReadWrite,
+    api_key: ApiKey,
+    version: i16,
+    body: RequestKind,
+) -> Result<ResponseKind, String> {
+    let header = RequestHeader::default()
+        .with_request_api_key(api_key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(7);
+    let mut frame = BytesMut::new();
+    header.encode(&mut frame, api_key.request_header_version(version)).unwrap();
+    body.encode(&mut frame, version).unwrap();
+    let mut out = (frame.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(&frame);
+    stream.write_all(&out).map_err(|e| e.to_string())?;
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).map_err(|e| e.to_string())?;
+    let mut response = vec![0u8; u32::from_be_bytes(len) as usize];
+    stream.read_exact(&mut response).map_err(|e| e.to_string())?;
+    let mut response = bytes::Bytes::from(response);
+    let header = ResponseHeader::decode(&mut response, api_key.response_header_version(version))
+        .map_err(|e| e.to_string())?;
+    assert_eq!(header.correlation_id, 7);
+    let body = ResponseKind::decode(api_key, &mut response, version).map_err(|e| e.to_string())?;
+    assert_eq!(response.remaining(), 0);
+    Ok(body)
+}
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
+/// The (host, port) of every broker a Metadata v9 response lists, by node id.
+fn advertised(response: ResponseKind) -> Vec<(String, i32)> {
+    let ResponseKind::Metadata(metadata) = response else { panic!("{response:?}") };
+    let mut brokers: Vec<_> = metadata.brokers.iter().map(|b| (b.node_id.0, b)).collect();
+    brokers.sort_by_key(|(id, _)| *id);
+    brokers.into_iter().map(|(_, b)| (b.host.to_string(), b.port)).collect()
+}
+
+fn all_topics() -> RequestKind {
+    RequestKind::Metadata(MetadataRequest::default().with_topics(None))
+}
+
+#[test]
+fn each_listener_advertises_its_own_shard_ports_and_ssl_clients_stay_on_ssl() {
+    let (broker, ssl_port) = two_listener_broker(2, &[], &[]);
+    let mut plaintext = RawClient::connect(broker.bootstrap().parse().unwrap());
+    let brokers = advertised(plaintext.call(ApiKey::Metadata, 9, all_topics()));
+    let expected =
+        |port: u16| (0..2).map(move |s| ("127.0.0.1".to_string(), (port + 1 + s) as i32));
+    assert_eq!(brokers, expected(broker.port).collect::<Vec<_>>());
+    let ca = std::fs::read_to_string(ca_file(&broker)).unwrap();
+    let ssl_bootstrap = SocketAddr::from(([127, 0, 0, 1], ssl_port));
+    let mut tls = tls_connect(ssl_bootstrap, &ca, None).expect("a TLS connection");
+    let brokers = advertised(call(&mut tls, ApiKey::Metadata, 9, all_topics()).unwrap());
+    assert_eq!(brokers, expected(ssl_port).collect::<Vec<_>>(), "SSL metadata: SSL ports only");
+
+    // librdkafka over SSL, on both shards' SSL ports; read back over both listeners.
+    common::create_topic(&broker, "over-ssl", 2);
+    let ssl = ssl_client(&broker, ssl_port);
+    assert_eq!(produce(&ssl, "over-ssl", 2, "ssl", 20), 20);
+    let mut plain = ClientConfig::new();
+    plain.set("bootstrap.servers", broker.bootstrap());
+    let expected: Vec<String> = {
+        let mut v: Vec<String> = (0..20).map(|i| format!("ssl-{i}")).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(read_values(&ssl, "over-ssl", 2, 20), expected);
+    assert_eq!(read_values(&plain, "over-ssl", 2, 20), expected);
+    assert!(broker.metric_sum("shardlog_tls_handshakes_total") >= 3.0, "bootstrap + 2 shards");
+    assert_eq!(broker.metric_sum("shardlog_tls_handshake_errors_total"), 0.0);
+}
+
+#[test]
+fn a_plaintext_client_on_the_ssl_port_is_refused_cleanly_and_counted() {
+    let (broker, ssl_port) = two_listener_broker(1, &[], &[]);
+    for port in [ssl_port, ssl_port + 1] {
+        let mut client = RawClient::connect(SocketAddr::from(([127, 0, 0, 1], port)));
+        client.send(ApiKey::ApiVersions, 3, &RequestKind::ApiVersions(api_versions()));
+        // The broker answers with at most a TLS alert, never a Kafka response, and closes.
+        let stream = client.stream();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut received = Vec::new();
+        let mut chunk = [0u8; 64];
+        loop {
+            match stream.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => received.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+                Err(e) => panic!("the broker did not close the connection: {e}"),
+            }
+        }
+        assert!(received.is_empty() || received[0] == 0x15, "not a TLS alert: {received:?}");
+    }
+    eventually(Duration::from_secs(10), "the refusals counted", || {
+        broker.metric_sum("shardlog_tls_handshake_errors_total") >= 2.0
+    });
+    let ca = std::fs::read_to_string(ca_file(&broker)).unwrap();
+    tls_connect(SocketAddr::from(([127, 0, 0, 1], ssl_port)), &ca, None)
+        .expect("TLS clients are still served");
+    let mut plaintext = RawClient::connect(broker.bootstrap().parse().unwrap());
+    plaintext.call(ApiKey::ApiVersions, 3, RequestKind::ApiVersions(api_versions()));
+}
+
+#[test]
+fn with_a_client_ca_only_clients_with_a_certificate_it_signed_are_served() {
+    let env = [("SHARDLOG_LOG", "info,shardlog::broker=debug")];
+    let broker = Broker::start_configured(1, &env, |b| {
+        let dir = b.dir.path();
+        let tls = BrokerTls::new(dir);
+        let clients = Ca::new("client CA");
+        clients.write(dir, "client-ca.pem");
+        let (cert, key) = clients.issue_client("client-1");
+        write(dir, "client-1.pem", &cert);
+        write(dir, "client-1.key", &key);
+        let (cert, key) = Ca::new("another CA").issue_client("intruder");
+        write(dir, "intruder.pem", &cert);
+        write(dir, "intruder.key", &key);
+        let mut args = vec!["--listener".to_string(), format!("SSL://127.0.0.1:{}", b.port)];
+        args.extend(tls.args());
+        args.extend([
+            "--tls-client-ca-file".into(),
+            dir.join("client-ca.pem").display().to_string(),
+        ]);
+        args
+    });
+    let ssl_port = broker.port;
+    let dir = broker.dir.path().to_path_buf();
+    let file = |name: &str| dir.join(name).display().to_string();
+    let with_certificate = |name: &str| {
+        let mut config = ssl_client(&broker, ssl_port);
+        config
+            .set("ssl.certificate.location", file(&format!("{name}.pem")))
+            .set("ssl.key.location", file(&format!("{name}.key")));
+        config
+    };
+    // Created by the first produce (auto-create, one partition).
+    assert_eq!(produce(&with_certificate("client-1"), "mtls", 1, "m", 5), 5);
+    assert!(
+        broker.log().contains("User:CN=client-1,OU=eng,O=Example"),
+        "the principal is the certificate's subject, Kafka's way:\n{}",
+        broker.log()
+    );
+    let errors_before = broker.metric_sum("shardlog_tls_handshake_errors_total");
+    let short = |config: ClientConfig| {
+        let mut config = config;
+        config.set("message.timeout.ms", "3000");
+        produce(&config, "mtls", 1, "refused", 1)
+    };
+    assert_eq!(short(ssl_client(&broker, ssl_port)), 0, "no client certificate: refused");
+    assert_eq!(short(with_certificate("intruder")), 0, "a certificate of another CA: refused");
+    assert!(broker.metric_sum("shardlog_tls_handshake_errors_total") >= errors_before + 2.0);
+    // Exactly the one client's records, nothing of the refused ones.
+    let values = read_values(&with_certificate("client-1"), "mtls", 1, 5);
+    assert_eq!(values, ["m-0", "m-1", "m-2", "m-3", "m-4"]);
+}
+
+#[test]
+fn slow_and_half_open_tls_handshakes_are_bounded_and_producers_keep_being_served() {
+    let limits = [
+        "--max-connections-per-shard",
+        "12",
+        "--max-tls-handshakes-per-shard",
+        "3",
+        "--tls-handshake-timeout-ms",
+        "1500",
+    ];
+    let (broker, ssl_port) = two_listener_broker(2, &limits, &[]);
+    // 15 stalled handshakes per shard, more than its connection slots: half of them send
+    // the start of a ClientHello and stop, half send nothing at all.
+    let mut stalled = Vec::new();
+    for shard in 0..2u16 {
+        for i in 0..15 {
+            let mut socket = TcpStream::connect(("127.0.0.1", ssl_port + 1 + shard)).unwrap();
+            if i % 2 == 0 {
+                // Refused at once over the limit: the write may then fail, which is fine.
+                let _ = socket.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01]);
+            }
+            stalled.push(socket);
+        }
+    }
+    // Producers on the same shards, over PLAINTEXT and over SSL, are still served.
+    common::create_topic(&broker, "under-flood", 2);
+    let mut plain = ClientConfig::new();
+    plain.set("bootstrap.servers", broker.bootstrap());
+    assert_eq!(produce(&plain, "under-flood", 2, "plain", 20), 20);
+    assert_eq!(produce(&ssl_client(&broker, ssl_port), "under-flood", 2, "ssl", 20), 20);
+    // Every stalled connection was closed by the broker: at once over the limit, else
+    // when its handshake timed out.
+    for mut socket in stalled {
+        socket.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut byte = [0u8; 1];
+        match socket.read(&mut byte) {
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            other => panic!("a stalled handshake was not closed: {other:?}"),
+        }
+    }
+    assert!(broker.metric_sum("shardlog_tls_handshakes_refused_total") >= 1.0);
+    assert!(broker.metric_sum("shardlog_tls_handshake_timeouts_total") >= 1.0);
+    assert!(broker.log().contains("TLS handshake limit reached"), "the refusals are logged");
+}
+
+#[test]
+fn sighup_reloads_certificates_for_new_connections_and_keeps_open_ones() {
+    let broker = Broker::start_configured(1, &[], |b| {
+        let tls = BrokerTls::new(b.dir.path());
+        let mut args = vec!["--listeners".to_string(), format!("SSL://127.0.0.1:{}", b.port)];
+        args.extend(tls.args());
+        args
+    });
+    let dir = broker.dir.path().to_path_buf();
+    let addr = broker.shard_addr(0);
+    let first_ca = std::fs::read_to_string(dir.join("ca.pem")).unwrap();
+    let mut open = tls_connect(addr, &first_ca, None).expect("served with the first certificate");
+
+    std::fs::create_dir_all(dir.join("second")).unwrap();
+    let second = BrokerTls::new(&dir.join("second"));
+    write(&dir, "broker.pem", &std::fs::read_to_string(&second.cert_file).unwrap());
+    write(&dir, "broker.key", &std::fs::read_to_string(&second.key_file).unwrap());
+    let second_ca = second.ca.cert.pem();
+    assert!(tls_connect(addr, &second_ca, None).is_err(), "not reloaded before SIGHUP");
+    hangup(&broker);
+    eventually(Duration::from_secs(10), "the new certificate served", || {
+        tls_connect(addr, &second_ca, None).is_ok()
+    });
+    assert!(tls_connect(addr, &first_ca, None).is_err(), "new connections: the new certificate");
+    let again = call(&mut open, ApiKey::ApiVersions, 3, RequestKind::ApiVersions(api_versions()));
+    assert!(again.is_ok(), "the connection opened before the reload still works: {again:?}");
+
+    // A broken key file: the reload is refused and the current certificate stays.
+    write(&dir, "broker.key", "not a key\n");
+    hangup(&broker);
+    eventually(Duration::from_secs(10), "the failed reload logged", || {
+        broker.log().contains("TLS reload failed")
+    });
+    tls_connect(addr, &second_ca, None).expect("still served with the second certificate");
+}
+
+fn hangup(broker: &Broker) {
+    assert_eq!(unsafe { libc::kill(broker.pid() as i32, libc::SIGHUP) }, 0);
+}
