@@ -15,6 +15,7 @@ use std::time::Duration;
 use glommio::net::TcpListener;
 use shardlog_net::tls::{serve_tls_connection, HandshakeError, SharedTlsConfig, TlsAcceptor};
 use shardlog_net::{serve_connection, ConnectionLimits, ConnectionSlots, ProduceBudget};
+use shardlog_shards::compaction::CleanerConfig;
 use shardlog_shards::group::GroupConfig;
 use shardlog_shards::txn::TxnConfig;
 use shardlog_shards::{Mesh, Shard, ShardConfig, ShardMeshBuilder};
@@ -224,6 +225,11 @@ async fn start_shard(
             check_interval: Duration::from_millis(config.transaction_check_interval_ms.max(10)),
         },
         retention_check_interval: Duration::from_millis(config.retention_check_interval_ms.max(10)),
+        cleaner: CleanerConfig {
+            check_interval: Duration::from_millis(config.log_cleaner_interval_ms.max(10)),
+            bytes_per_second: config.log_cleaner_bytes_per_sec,
+            ..CleanerConfig::default()
+        },
         checkpoint_interval: Duration::from_millis(config.checkpoint_interval_ms.max(10)),
         group: GroupConfig {
             min_session_timeout_ms: config.group_min_session_timeout_ms,
@@ -246,6 +252,7 @@ async fn start_shard(
     shard.spawn_group_ticker();
     shard.spawn_txn_ticker();
     shard.spawn_retention();
+    shard.spawn_cleaner();
     let handler = KafkaHandler {
         shard: shard.clone(),
         listener: listeners[0].advertised.clone(),

@@ -174,6 +174,17 @@ pub struct Config {
     #[arg(long, env = "SHARDLOG_RETENTION_CHECK_INTERVAL_MS", default_value_t = 30_000)]
     pub retention_check_interval_ms: u64,
 
+    /// How often each shard looks for a compacted partition to clean (Kafka's
+    /// log.cleaner.backoff.ms).
+    #[arg(long, env = "SHARDLOG_LOG_CLEANER_INTERVAL_MS", default_value_t = 15_000)]
+    pub log_cleaner_interval_ms: u64,
+
+    /// Bytes the log cleaner may read plus write per second on each shard (Kafka's
+    /// log.cleaner.io.max.bytes.per.second).
+    #[arg(long, env = "SHARDLOG_LOG_CLEANER_BYTES_PER_SEC", default_value_t = 32 << 20,
+        value_parser = clap::value_parser!(u64).range(1..))]
+    pub log_cleaner_bytes_per_sec: u64,
+
     /// How often each shard writes an index checkpoint (and producer-state snapshot).
     #[arg(long, env = "SHARDLOG_CHECKPOINT_INTERVAL_MS", default_value_t = 60_000)]
     pub checkpoint_interval_ms: u64,

@@ -15,6 +15,7 @@
 
 pub mod admin;
 pub mod codec;
+pub mod compaction;
 pub mod controller;
 pub mod error;
 pub mod group;

@@ -43,6 +43,8 @@ pub struct ShardConfig {
     pub producer_id_expiration_ms: i64,
     /// Transaction settings.
     pub txn: crate::txn::TxnConfig,
+    /// Log cleaner (compacted topics) settings.
+    pub cleaner: crate::compaction::CleanerConfig,
 }
 
 impl Default for ShardConfig {
@@ -58,6 +60,7 @@ impl Default for ShardConfig {
             group: GroupConfig::default(),
             producer_id_expiration_ms: 86_400_000,
             txn: Default::default(),
+            cleaner: Default::default(),
         }
     }
 }

@@ -130,6 +130,9 @@ fn api_name(api_key: i16) -> String {
     ApiKey::try_from(api_key).map_or_else(|_| format!("ApiKey{api_key}"), |k| format!("{k:?}"))
 }
 
+/// A per-shard counter: its value in a shard's snapshot.
+type Counter = fn(&ShardMetrics) -> u64;
+
 fn render_log(text: &mut Text, shards: &[ShardMetrics]) {
     let partitions = "Partitions owned by the shard.";
     text.per_shard("shardlog_partitions", "gauge", partitions, shards, |s| {
@@ -160,6 +163,28 @@ fn render_log(text: &mut Text, shards: &[ShardMetrics]) {
         shards,
         |s| s.log.retention_deleted_bytes,
     );
+    let cleaner: [(&str, &str, Counter); 5] = [
+        ("shardlog_cleaner_passes_total", "Log cleaner passes run (compacted partitions).", |s| {
+            s.log.cleaner_passes
+        }),
+        ("shardlog_cleaner_read_bytes_total", "Batch bytes log cleaner passes read.", |s| {
+            s.log.cleaner_read_bytes
+        }),
+        (
+            "shardlog_cleaner_written_bytes_total",
+            "Bytes of Replace entries the log cleaner wrote.",
+            |s| s.log.cleaner_written_bytes,
+        ),
+        ("shardlog_cleaner_removed_records_total", "Records the log cleaner removed.", |s| {
+            s.log.cleaner_removed_records
+        }),
+        ("shardlog_cleaner_removed_tombstones_total", "Tombstones the log cleaner removed.", |s| {
+            s.log.cleaner_removed_tombstones
+        }),
+    ];
+    for (name, help, value) in cleaner {
+        text.per_shard(name, "counter", help, shards, value);
+    }
     let zeros = "Bytes of prepared segments zero-filled while the log was idle.";
     text.per_shard("shardlog_zero_filled_bytes_total", "counter", zeros, shards, |s| {
         s.log.zero_filled_bytes

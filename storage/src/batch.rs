@@ -241,6 +241,8 @@ pub struct RecordView<'a> {
     pub key: Option<&'a [u8]>,
     /// None: a null value (a tombstone in a compacted topic).
     pub value: Option<&'a [u8]>,
+    /// The whole record as stored, its length varint included (the cleaner copies it).
+    pub bytes: &'a [u8],
 }
 
 /// Walks the records of an uncompressed, validated batch in order. Allocates nothing; the
@@ -257,6 +259,7 @@ pub fn for_each_record<'a>(
     let mut at = RECORD_BATCH_HEADER_BYTES;
     for index in 0..header.records_count {
         let malformed = RecordsError::Malformed { index };
+        let start = at;
         let length = read_varlong(batch, &mut at).ok_or(malformed)?;
         let end = usize::try_from(length).ok().and_then(|l| at.checked_add(l)).ok_or(malformed)?;
         let record = batch.get(..end).ok_or(malformed)?;
@@ -265,7 +268,8 @@ pub fn for_each_record<'a>(
         let offset_delta = read_varlong(record, &mut at).ok_or(malformed)?;
         let key = read_nullable_bytes(record, &mut at).ok_or(malformed)?;
         let value = read_nullable_bytes(record, &mut at).ok_or(malformed)?;
-        f(RecordView { index, offset_delta, timestamp_delta, key, value });
+        let bytes = &record[start..];
+        f(RecordView { index, offset_delta, timestamp_delta, key, value, bytes });
         // Headers are skipped with the rest of the record.
         at = end;
     }

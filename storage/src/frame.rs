@@ -8,11 +8,11 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 1 | version (= 1; 0 means "no entry here": end of log) |
-//! | 1 | 1 | kind: 1 RecordBatch, 2 Internal, 3 Pad, 4 LogStart, 5 DropPartition |
+//! | 1 | 1 | kind: 1 RecordBatch, 2 Internal, 3 Pad, 4 LogStart, 5 DropPartition, 6 Replace |
 //! | 2 | 1 | flags: bit 0 = snapshot (Internal) |
 //! | 3 | 1 | stream (Internal: `InternalStream` as u8; else 0) |
 //! | 4 | 4 | payload_len u32 (Pad: bytes to skip after the header) |
-//! | 8 | 8 | partition id u64 (RecordBatch, LogStart, DropPartition; else 0) |
+//! | 8 | 8 | partition id u64 (RecordBatch, LogStart, DropPartition, Replace; else 0) |
 //! | 16 | 8 | log position of this header (u64): stale or misplaced bytes never verify |
 //! | 24 | 4 | reserved (0) |
 //! | 28 | 4 | CRC-32C of bytes 0..28 and the payload (Pad: header only) |
@@ -46,6 +46,11 @@ pub enum EntryKind {
     LogStart = 4,
     /// A partition was dropped; replay forgets it.
     DropPartition = 5,
+    /// The log cleaner's copy of one batch (compacted topics, `cleaner.rs`): the payload is
+    /// the cleaned batch, whose base offset and last offset delta name the original range
+    /// it replaces, or 16 bytes (first and last offset, i64 LE) when the whole range was
+    /// removed. An older broker stops at this kind as at a corrupt entry.
+    Replace = 6,
 }
 
 impl EntryKind {
@@ -56,6 +61,7 @@ impl EntryKind {
             3 => EntryKind::Pad,
             4 => EntryKind::LogStart,
             5 => EntryKind::DropPartition,
+            6 => EntryKind::Replace,
             _ => return None,
         })
     }

@@ -4,10 +4,13 @@
 //! other allocation). Lookups are binary searches: O(log batches).
 //!
 //! Invariants:
-//! 1. Offsets are dense and strictly increasing: a batch's base_offset == next_offset.
+//! 1. Offsets are strictly increasing; an append's base_offset == next_offset. Gaps exist
+//!    only where the log cleaner removed a whole batch (a `Replace` entry, `cleaner.rs`).
 //! 2. `log_start_offset <= high_watermark <= next_offset`.
-//! 3. Index entries are sorted by base_offset and by log position (one log, appended in
-//!    order); `running_max_timestamp` is non-decreasing.
+//! 3. Index entries are sorted by base_offset, and by log position until the cleaner
+//!    replaced a batch (`replaced`): a cleaned copy lies after newer batches, so the
+//!    oldest position a partition keeps alive is then the minimum over its batches, not
+//!    the front's. `running_max_timestamp` is non-decreasing.
 //! 4. The cached batches are a suffix of the index.
 
 use std::collections::VecDeque;
@@ -38,6 +41,8 @@ pub struct PartitionLog {
     pub size_bytes: u64,
     /// Batch bytes of the newest batches (a suffix of `batches`), base offset rewritten.
     pub cached: VecDeque<Bytes>,
+    /// Whether positions may be out of offset order (a batch was replaced; invariant 3).
+    pub replaced: bool,
 }
 
 impl PartitionLog {
@@ -60,10 +65,21 @@ impl PartitionLog {
         max_timestamp: i64,
     ) {
         assert_eq!(base_offset, self.next_offset, "offsets are dense (invariant 1)");
-        assert!(last_offset >= base_offset);
         if let Some(last) = self.batches.back() {
             assert!(position > last.position, "log positions increase (invariant 3)");
         }
+        self.push_unchecked(base_offset, last_offset, position, len, max_timestamp);
+    }
+
+    fn push_unchecked(
+        &mut self,
+        base_offset: Offset,
+        last_offset: Offset,
+        position: u64,
+        len: u32,
+        max_timestamp: i64,
+    ) {
+        assert!(last_offset >= base_offset);
         let running = self
             .batches
             .back()
@@ -78,6 +94,59 @@ impl PartitionLog {
         });
         self.next_offset = last_offset + 1;
         self.size_bytes += len as u64;
+    }
+
+    /// Adds a batch from a checkpoint: after the previous one, gaps allowed (invariant 1),
+    /// positions in any order (invariant 3).
+    pub fn restore(&mut self, batch: BatchEntry) {
+        if let Some(last) = self.batches.back() {
+            assert!(batch.base_offset > last.last_offset, "offsets increase (invariant 1)");
+            self.replaced |= batch.position < last.position;
+        }
+        self.push_unchecked(
+            batch.base_offset,
+            batch.last_offset,
+            batch.position,
+            batch.len,
+            batch.max_timestamp,
+        );
+    }
+
+    /// Applies a cleaned copy of the batch `[base_offset, last_offset]`: its new place
+    /// `Some((position, len))`, or `None` when the cleaner removed the whole batch. Returns
+    /// the bytes dropped from the cache, or `None` if no batch has exactly that range (it
+    /// left by retention, or the partition was recreated): then nothing changes.
+    pub fn replace(
+        &mut self,
+        base_offset: Offset,
+        last_offset: Offset,
+        copy: Option<(u64, u32)>,
+    ) -> Option<usize> {
+        let i = self.find_offset(base_offset);
+        let batch = self.batches.get(i)?;
+        if batch.base_offset != base_offset || batch.last_offset != last_offset {
+            return None;
+        }
+        // The cache stays a suffix (invariant 4): drop it up to and including this batch.
+        let first_cached = self.batches.len() - self.cached.len();
+        let mut uncached = 0;
+        for _ in first_cached..=i {
+            uncached += self.cached.pop_front().map_or(0, |b| b.len());
+        }
+        self.size_bytes -= batch.len as u64;
+        self.replaced = true;
+        match copy {
+            Some((position, len)) => {
+                let batch = &mut self.batches[i];
+                batch.position = position;
+                batch.len = len;
+                self.size_bytes += len as u64;
+            }
+            None => {
+                self.batches.remove(i);
+            }
+        }
+        Some(uncached)
     }
 
     /// Index of the batch holding `offset`, or of the first batch after it.
@@ -138,8 +207,11 @@ impl PartitionLog {
         uncached
     }
 
-    /// The oldest log position this partition keeps alive.
+    /// The oldest log position this partition keeps alive (invariant 3).
     pub fn oldest_position(&self) -> Option<u64> {
+        if self.replaced {
+            return self.batches.iter().map(|b| b.position).min();
+        }
         self.batches.front().map(|b| b.position)
     }
 }
@@ -184,6 +256,40 @@ mod tests {
         let mut p = partition();
         let next = p.next_offset;
         p.push(next + 1, next + 1, 99_999, 10, 0);
+    }
+
+    #[test]
+    fn a_cleaned_partition_keeps_its_oldest_position_as_the_minimum_over_its_batches() {
+        let mut p = partition();
+        // offsets: [0..=2]@0 [3]@1000 [4..=8]@2000 [9..=10]@3000
+        assert_eq!(p.replace(0, 2, Some((5000, 40))), Some(0));
+        assert_eq!(p.oldest_position(), Some(1000), "not the front's 5000");
+        assert_eq!(p.replace(3, 3, None), Some(0));
+        assert_eq!(p.oldest_position(), Some(2000));
+        assert_eq!(p.size_bytes, 40 + 100 + 100);
+        // A range the index does not hold exactly is left alone.
+        assert_eq!(p.replace(4, 7, None), None);
+        assert_eq!(p.replace(3, 3, None), None);
+        // A fetch from the removed offset 3 starts at the next batch.
+        assert_eq!(p.batches[p.find_offset(3)].base_offset, 4);
+        // A checkpoint of it restores the same index, gaps and positions as they are.
+        let mut restored = PartitionLog::starting_at(0);
+        for b in &p.batches {
+            restored.restore(*b);
+        }
+        assert_eq!(restored.batches, p.batches);
+        assert_eq!(restored.oldest_position(), Some(2000));
+    }
+
+    #[test]
+    fn replacing_a_cached_batch_uncaches_up_to_it_so_the_cache_stays_a_suffix() {
+        let mut p = partition();
+        for len in [10, 20, 30] {
+            p.cached.push_back(Bytes::from(vec![0; len]));
+        }
+        assert_eq!(p.replace(4, 8, Some((9000, 50))), Some(30), "batches 1 and 2 uncached");
+        assert_eq!(p.cached.len(), 1);
+        assert_eq!(p.cached_batch(3).map(|b| b.len()), Some(30));
     }
 
     #[test]

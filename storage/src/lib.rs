@@ -13,7 +13,8 @@
 //! failed write or fdatasync stops the log for good (`StorageError::Fatal`), never retried.
 //! On-disk format (entry framing, version byte 1): `frame.rs` and docs/storage.md.
 //!
-//! Modules: `batch` (Kafka v2 batch validation), `frame` (entry framing), `batcher` (the
+//! Modules: `batch` (Kafka v2 batch validation), `cleaner` (the log cleaner of compacted
+//! partitions), `frame` (entry framing), `batcher` (the
 //! group-commit state machine), `index` (per-partition index), `state` (in-memory state,
 //! retention, checkpoint snapshots), `recovery`, `checkpoint` (rkyv file), `disk` (Disk
 //! trait + DmaDisk), `sim` (SimDisk), `any` (AnyDisk: either, what the shards hold), `log`
@@ -176,6 +177,7 @@ mod batcher;
 #[doc(hidden)]
 pub mod bench_support;
 mod checkpoint;
+mod cleaner;
 mod disk;
 mod frame;
 pub mod fuzzing;
@@ -191,6 +193,7 @@ pub use batch::{
     for_each_record, split_batches, with_log_append_time, RecordBatchHeader, RecordView,
     RecordsError, RECORD_BATCH_HEADER_BYTES,
 };
+pub use cleaner::{CleanPolicy, CleanReport, Cleanable};
 pub use disk::{Disk, DmaDisk, IoBuffer, SegmentFile, IOPOLL_PROBE_FILE};
 pub use frame::{EntryKind, ENTRY_HEADER_BYTES, FORMAT_VERSION, PAGE_BYTES};
 pub use histogram::{

@@ -75,6 +75,13 @@ pub struct LogProbes {
     /// Segment files deleted after retention freed them, and their bytes.
     pub retention_deleted_segments: u64,
     pub retention_deleted_bytes: u64,
+    /// Log cleaner (compacted partitions): passes run, batch bytes they read, `Replace`
+    /// bytes they wrote, records and tombstones they removed.
+    pub cleaner_passes: u64,
+    pub cleaner_read_bytes: u64,
+    pub cleaner_written_bytes: u64,
+    pub cleaner_removed_records: u64,
+    pub cleaner_removed_tombstones: u64,
 }
 
 impl Default for LogProbes {
@@ -94,6 +101,11 @@ impl Default for LogProbes {
             flush_fdatasync_us: Histogram::new(STAGE_BOUNDS_US),
             retention_deleted_segments: 0,
             retention_deleted_bytes: 0,
+            cleaner_passes: 0,
+            cleaner_read_bytes: 0,
+            cleaner_written_bytes: 0,
+            cleaner_removed_records: 0,
+            cleaner_removed_tombstones: 0,
         }
     }
 }
@@ -687,6 +699,80 @@ impl<D: Disk> ShardLog<D> {
     }
 }
 
+/// What the log cleaner (`cleaner.rs`) needs of the log.
+impl<D: Disk> ShardLog<D> {
+    /// Adds a cleaning pass to the probes (also a pass cut short by an error: what it
+    /// wrote before is applied).
+    pub(crate) fn count_pass(&self, report: &crate::CleanReport) {
+        let mut probes = self.inner.signal.probes.get();
+        probes.cleaner_passes += 1;
+        probes.cleaner_read_bytes += report.bytes_read;
+        probes.cleaner_written_bytes += report.bytes_written;
+        probes.cleaner_removed_records += report.records_removed;
+        probes.cleaner_removed_tombstones += report.tombstones_removed;
+        self.inner.signal.probes.set(probes);
+    }
+
+    pub(crate) fn with_partition<R>(
+        &self,
+        partition: PartitionId,
+        f: impl FnOnce(&PartitionLog) -> R,
+    ) -> Option<R> {
+        self.inner.state.borrow().core.partitions.get(&partition).map(f)
+    }
+
+    /// Base offsets of the partition's batches below `clean_point` that lie in the oldest
+    /// segment it keeps alive, unless that is the segment being written: a pass copies
+    /// them forward even when it removes nothing from them (cleaner.rs invariant 4).
+    pub(crate) fn oldest_segment_batches(
+        &self,
+        partition: PartitionId,
+        clean_point: Offset,
+    ) -> std::collections::HashSet<Offset> {
+        let state = self.inner.state.borrow();
+        let Some(log) = state.core.partitions.get(&partition) else { return Default::default() };
+        let oldest = log.oldest_position().and_then(|p| state.segment_of(p));
+        let Some(oldest) = oldest.filter(|&s| s != state.batcher.segment_base()) else {
+            return Default::default();
+        };
+        log.batches
+            .iter()
+            .take_while(|b| b.base_offset < clean_point)
+            .filter(|b| state.segment_of(b.position) == Some(oldest))
+            .map(|b| b.base_offset)
+            .collect()
+    }
+
+    /// Appends `Replace` entries (payloads in offset order) and waits until they are
+    /// durable, hence applied (state.rs invariant 6).
+    pub(crate) async fn append_replaces(
+        &self,
+        partition: PartitionId,
+        payloads: Vec<Bytes>,
+    ) -> Result<(), StorageError> {
+        let inner = &*self.inner;
+        let durable = {
+            let mut state = inner.state.borrow_mut();
+            let state = &mut *state;
+            let refused = |e: AppendError| match e {
+                AppendError::Storage(e) => e,
+                other => StorageError::Corrupt(format!("cleaner append refused: {other:?}")),
+            };
+            inner.check_writable(state).map_err(refused)?;
+            let header = control_header(EntryKind::Replace, partition);
+            let entries: Vec<(EntryHeader, &[u8])> =
+                payloads.iter().map(|p| (header, &p[..])).collect();
+            let positions = inner.place_entries(state, &entries).map_err(refused)?;
+            for (position, payload) in positions.into_iter().zip(payloads) {
+                state.pending_replaces.push_back((position, header, payload));
+            }
+            inner.wake_flusher(state);
+            Durable { signal: inner.signal.clone(), position: state.batcher.position() }
+        };
+        durable.wait().await
+    }
+}
+
 pub(crate) fn data_header(partition: PartitionId) -> EntryHeader {
     EntryHeader {
         kind: EntryKind::RecordBatch,
@@ -864,9 +950,15 @@ impl<D: Disk> Inner<D> {
             let mut run = vec![first];
             while let Some(Piece::Disk { segment_base: s, batch }) = pieces.get(i + run.len()) {
                 let last = run.last().unwrap();
-                let gap = batch.position.saturating_sub(last.position + last.len as u64);
+                // A cleaned partition's batches are not in log order (index.rs invariant
+                // 3): only a batch after the run's end joins the run.
+                let last_end = last.position + last.len as u64;
+                if *s != segment_base || batch.position < last_end {
+                    break;
+                }
+                let gap = batch.position - last_end;
                 let span = batch.position + batch.len as u64 - first.position;
-                if *s != segment_base || gap > COALESCE_GAP_BYTES || span > MAX_READ_BYTES {
+                if gap > COALESCE_GAP_BYTES || span > MAX_READ_BYTES {
                     break;
                 }
                 run.push(*batch);
@@ -985,6 +1077,7 @@ async fn run_flusher<D: Disk>(weak: Weak<Inner<D>>) {
             let mut state = inner.state.borrow_mut();
             let durable = state.batcher.flush_done();
             assert_eq!(durable, flush.end);
+            state.apply_durable_replaces(durable);
             for (partition, high_watermark) in flush.high_watermarks {
                 if let Some(log) = state.core.partitions.get_mut(&partition) {
                     log.high_watermark =

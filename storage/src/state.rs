@@ -17,6 +17,9 @@
 //!    power-loss test).
 //! 5. A checkpoint carries at least one entry of every stream that has an entry before
 //!    its position (asserted when it is made, the moment a crash would lose the stream).
+//! 6. A `Replace` entry changes the index only once durable, and before the durable
+//!    position that covers it is published (`apply_durable_replaces`): every index entry
+//!    points at durable bytes, and a checkpoint at or past a `Replace` holds its effect.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
@@ -98,6 +101,9 @@ pub(crate) struct State<B> {
     pub gathering_since: Option<std::time::Instant>,
     pub flusher: Option<std::task::Waker>,
     pub maintenance: Option<std::task::Waker>,
+    /// `Replace` entries appended and not yet durable, in log order: (position, header,
+    /// payload). The flusher applies them once a completed fdatasync covers them.
+    pub pending_replaces: VecDeque<(u64, EntryHeader, Bytes)>,
 }
 
 /// Rebuilt state before the batcher exists (recovery).
@@ -130,11 +136,16 @@ impl Replayed {
             let mut log = PartitionLog::starting_at(p.log_start_offset);
             for b in &p.batches {
                 // The first batch may start below the log start (DeleteRecords can move it
-                // into a batch); later ones follow densely.
-                if log.batches.is_empty() {
-                    log.next_offset = b.base_offset;
-                }
-                log.push(b.base_offset, b.last_offset, b.position, b.len, b.max_timestamp);
+                // into a batch); later ones follow, with gaps where the cleaner removed
+                // batches and positions out of order where it copied them.
+                log.restore(crate::index::BatchEntry {
+                    base_offset: b.base_offset,
+                    last_offset: b.last_offset,
+                    position: b.position,
+                    len: b.len,
+                    max_timestamp: b.max_timestamp,
+                    running_max_timestamp: 0, // recomputed by `push`
+                });
             }
             log.next_offset = log.next_offset.max(p.next_offset);
             log.high_watermark = log.next_offset;
@@ -216,8 +227,43 @@ impl Replayed {
                     self.partitions.insert(header.partition, PartitionLog::starting_at(offset));
                 }
             }
+            EntryKind::Replace => self.apply_replace(header, position, payload)?,
             EntryKind::DropPartition => self.drop_partition(header.partition),
             EntryKind::Pad => {}
+        }
+        Ok(())
+    }
+
+    /// A `Replace` entry (`frame::EntryKind::Replace`): the cleaned copy of one batch, or
+    /// its removal. Applied only once durable (live: by the flusher after the fdatasync
+    /// that covers it; replay: as found), so a range is always either its original batch
+    /// or a complete copy. A range the index no longer holds exactly is left alone.
+    fn apply_replace(
+        &mut self,
+        header: &EntryHeader,
+        position: u64,
+        payload: &[u8],
+    ) -> Result<(), StorageError> {
+        let corrupt = |why: &str| StorageError::Corrupt(format!("Replace at {position}: {why}"));
+        let (base, last, copy) = if payload.len() == REMOVED_RANGE_BYTES {
+            let base = i64::from_le_bytes(payload[..8].try_into().unwrap());
+            let last = i64::from_le_bytes(payload[8..].try_into().unwrap());
+            (base, last, None)
+        } else {
+            let batch = RecordBatchHeader::parse_unvalidated(payload)
+                .map_err(|e| corrupt(&format!("{e:?}")))?;
+            let last = batch.base_offset.checked_add(batch.last_offset_delta as i64);
+            let last = last.filter(|_| batch.last_offset_delta >= 0).ok_or_else(|| {
+                corrupt(&format!("last offset delta {}", batch.last_offset_delta))
+            })?;
+            let at = position + ENTRY_HEADER_BYTES as u64;
+            (batch.base_offset, last, Some((at, payload.len() as u32)))
+        };
+        if base > last {
+            return Err(corrupt(&format!("range {base}..={last}")));
+        }
+        if let Some(log) = self.partitions.get_mut(&header.partition) {
+            self.cache_bytes -= log.replace(base, last, copy).unwrap_or(0);
         }
         Ok(())
     }
@@ -313,6 +359,7 @@ impl Replayed {
             gathering_since: None,
             flusher: None,
             maintenance: None,
+            pending_replaces: VecDeque::new(),
         }
     }
 
@@ -327,6 +374,10 @@ impl Replayed {
             .collect()
     }
 }
+
+/// Payload of a `Replace` entry that removes a whole range: first and last offset, i64 LE.
+/// (A cleaned batch is never this short: a batch header alone is 61 bytes.)
+pub(crate) const REMOVED_RANGE_BYTES: usize = 16;
 
 /// Per stream, the position of its latest snapshot entry before `position`.
 fn latest_snapshots(internal: &[LiveInternal], position: u64) -> HashMap<InternalStream, u64> {
@@ -376,6 +427,18 @@ impl<B: crate::disk::IoBuffer> State<B> {
             (start < end).then(|| (base, start, (start + ZERO_STEP_BYTES).min(end)))
         };
         self.segments.range(current..).find_map(work)
+    }
+
+    /// Applies the `Replace` entries that `durable` now covers (the flusher, right after
+    /// the fdatasync: before any checkpoint can cover them, so a checkpoint at or past a
+    /// `Replace` always holds its effect).
+    pub fn apply_durable_replaces(&mut self, durable: u64) {
+        while self.pending_replaces.front().is_some_and(|(position, ..)| *position < durable) {
+            let (position, header, payload) = self.pending_replaces.pop_front().unwrap();
+            self.core
+                .apply(&header, position, &payload, None)
+                .expect("a Replace made by the cleaner");
+        }
     }
 
     /// The segment base holding log position `position`.

@@ -46,14 +46,6 @@ impl PartitionModel {
 
 const PARTITIONS: u64 = 3;
 
-async fn reopen(disk: &SimDisk, config: &LogConfig) -> ShardLog<SimDisk> {
-    let (log, _, _) = ShardLog::open(disk.clone(), config.clone()).await.expect("open");
-    for p in 0..PARTITIONS {
-        log.ensure_partition(PartitionId(p));
-    }
-    log
-}
-
 /// After recovery: the log is a prefix of the model holding at least the acked part.
 fn reconcile(log: &ShardLog<SimDisk>, model: &mut [PartitionModel]) {
     for (p, m) in model.iter_mut().enumerate() {
@@ -76,7 +68,7 @@ async fn execute(ops: Vec<Op>, seed: u64) {
     };
     let mut disk = SimDisk::new(seed);
     disk.set_lazy_zero_fill(seed.is_multiple_of(2));
-    let mut log = reopen(&disk, &config).await;
+    let mut log = reopen(&disk, &config, PARTITIONS).await;
     let mut model = vec![PartitionModel::default(); PARTITIONS as usize];
     let mut pending: Vec<(usize, Offset, Durable)> = Vec::new();
     for (step, op) in ops.into_iter().enumerate() {
@@ -153,7 +145,7 @@ async fn execute(ops: Vec<Op>, seed: u64) {
                 drop(log);
                 pending.clear();
                 disk = next;
-                log = reopen(&disk, &config).await;
+                log = reopen(&disk, &config, PARTITIONS).await;
                 reconcile(&log, &mut model);
             }
         }

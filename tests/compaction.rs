@@ -1,0 +1,164 @@
+//! The log cleaner through a real client (librdkafka): many values for few keys to a
+//! compacted topic on small segments, then a consumer reading from the beginning sees each
+//! key's latest value at the offset it was acknowledged with (gaps where older values
+//! were), deleted keys are gone after `delete.retention.ms`, the segment files of the
+//! superseded values are deleted, and all of it holds after kill -9 and a restart.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
+use rdkafka::consumer::Consumer;
+use rdkafka::producer::FutureRecord;
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+const TOPIC: &str = "changelog";
+const KEYS: usize = 20;
+const ROUNDS: usize = 200;
+const DELETED: [usize; 3] = [3, 7, 11];
+
+fn create_compacted(broker: &Broker) {
+    let topic = NewTopic::new(TOPIC, 1, TopicReplication::Fixed(1))
+        .set("cleanup.policy", "compact")
+        .set("min.cleanable.dirty.ratio", "0.01")
+        .set("delete.retention.ms", "0");
+    let admin = admin_client(broker);
+    let results = runtime().block_on(admin.create_topics(&[topic], &AdminOptions::new())).unwrap();
+    results[0].clone().expect("compacted topic created");
+}
+
+/// Produces every record (acks=all) and returns what was acknowledged at each offset.
+fn produce(
+    broker: &Broker,
+    records: &[(String, Option<String>)],
+) -> BTreeMap<i64, (String, Option<String>)> {
+    let producer = acks_all_producer(broker);
+    runtime().block_on(async {
+        let sends: Vec<_> = records
+            .iter()
+            .map(|(key, value)| {
+                let mut record = FutureRecord::<str, str>::to(TOPIC).key(key);
+                if let Some(v) = value {
+                    record = record.payload(v);
+                }
+                producer.send(record, TIMEOUT)
+            })
+            .collect();
+        let mut acked = BTreeMap::new();
+        for (send, record) in sends.into_iter().zip(records) {
+            let offset = send.await.expect("acknowledged").offset;
+            acked.insert(offset, record.clone());
+        }
+        acked
+    })
+}
+
+/// Every record from the beginning to the high watermark: (offset, key, value).
+fn consume_all(broker: &Broker) -> Vec<(i64, String, Option<String>)> {
+    let consumer = assign_only_consumer(broker);
+    let (_, high) = consumer.fetch_watermarks(TOPIC, 0, TIMEOUT).unwrap();
+    let mut assignment = TopicPartitionList::new();
+    assignment.add_partition_offset(TOPIC, 0, Offset::Beginning).unwrap();
+    consumer.assign(&assignment).unwrap();
+    let mut out = Vec::new();
+    let mut next = 0;
+    eventually(Duration::from_secs(30), "reading up to the high watermark", || {
+        while let Some(message) = consumer.poll(Duration::from_millis(100)) {
+            let message = message.expect("a record");
+            let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8(b.to_vec()).unwrap());
+            out.push((message.offset(), text(message.key()).unwrap(), text(message.payload())));
+            next = message.offset() + 1;
+        }
+        next >= high
+    });
+    out
+}
+
+fn segment_files(dir: &Path) -> usize {
+    let shard = dir.join("shard-000");
+    std::fs::read_dir(shard)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".log"))
+        .count()
+}
+
+/// Checks what a consumer from the beginning sees against what was acknowledged.
+fn check(seen: &[(i64, String, Option<String>)], acked: &BTreeMap<i64, (String, Option<String>)>) {
+    let mut latest: HashMap<&String, (i64, &Option<String>)> = HashMap::new();
+    for (offset, (key, value)) in acked {
+        latest.insert(key, (*offset, value));
+    }
+    let mut seen_latest: HashMap<&String, (i64, &Option<String>)> = HashMap::new();
+    let mut previous = -1;
+    for (offset, key, value) in seen {
+        assert!(*offset > previous, "offsets increase");
+        previous = *offset;
+        assert_eq!(acked.get(offset), Some(&(key.clone(), value.clone())), "offset {offset}");
+        seen_latest.insert(key, (*offset, value));
+    }
+    for (key, (offset, value)) in &latest {
+        match value {
+            Some(_) => assert_eq!(seen_latest.get(key), Some(&(*offset, *value)), "key {key}"),
+            None => assert_eq!(seen_latest.get(key), None, "deleted key {key} is gone"),
+        }
+    }
+}
+
+#[test]
+fn a_consumer_from_the_beginning_sees_each_keys_latest_value_after_cleaning_and_a_restart() {
+    let mut broker = Broker::start(
+        1,
+        &[
+            "--segment-bytes",
+            "1048576",
+            "--max-message-bytes",
+            "65536",
+            "--checkpoint-interval-ms",
+            "200",
+            // No cleaning while the workload is written: "before" is measured first.
+            "--log-cleaner-interval-ms",
+            "3600000",
+        ],
+    );
+    create_compacted(&broker);
+    let filler = "x".repeat(1000);
+    let mut records: Vec<(String, Option<String>)> = Vec::new();
+    for round in 0..ROUNDS {
+        for key in 0..KEYS {
+            records.push((format!("key-{key}"), Some(format!("{round}:{filler}"))));
+        }
+    }
+    let mut acked = produce(&broker, &records);
+    let deletes: Vec<_> = DELETED.iter().map(|k| (format!("key-{k}"), None)).collect();
+    acked.extend(produce(&broker, &deletes));
+    // A last value after the tombstones: the partition's last batch is never cleaned.
+    acked.extend(produce(&broker, &[("key-0".to_string(), Some("last".to_string()))]));
+    let before = segment_files(&broker.data_dir());
+    assert!(before >= 4, "the workload filled several segments ({before})");
+
+    // Restart (kill -9) with the cleaner every 200 ms.
+    let interval = broker.extra_args.iter().position(|a| a == "3600000").unwrap();
+    broker.extra_args[interval] = "200".to_string();
+    broker.kill_and_restart();
+    let alive = KEYS - DELETED.len();
+    eventually(Duration::from_secs(60), "cleaning and the segments it freed", || {
+        let seen = consume_all(&broker);
+        seen.len() <= alive + 1 && segment_files(&broker.data_dir()) < before
+    });
+    let seen = consume_all(&broker);
+    check(&seen, &acked);
+    let after = segment_files(&broker.data_dir());
+    println!("segment files: {before} before cleaning, {after} after; records seen {}", seen.len());
+
+    broker.kill_and_restart();
+    let seen = consume_all(&broker);
+    check(&seen, &acked);
+    assert!(seen.len() <= alive + 1, "the cleaned log came back cleaned: {} records", seen.len());
+    let (_, high) = assign_only_consumer(&broker).fetch_watermarks(TOPIC, 0, TIMEOUT).unwrap();
+    assert_eq!(high, *acked.keys().last().unwrap() + 1, "the high watermark is unchanged");
+}
