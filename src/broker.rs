@@ -17,6 +17,7 @@ use shardlog_net::tls::{serve_tls_connection, HandshakeError, SharedTlsConfig, T
 use shardlog_net::{serve_connection, ConnectionLimits, ConnectionSlots, ProduceBudget};
 use shardlog_shards::compaction::CleanerConfig;
 use shardlog_shards::group::GroupConfig;
+use shardlog_shards::metadata_log::SnapshotPolicy;
 use shardlog_shards::txn::TxnConfig;
 use shardlog_shards::{Mesh, Shard, ShardConfig, ShardMeshBuilder};
 use shardlog_storage::{AnyDisk, DmaDisk, LogConfig, ShardLog, StorageError, PAGE_BYTES};
@@ -234,6 +235,10 @@ async fn start_shard(
         group: GroupConfig {
             min_session_timeout_ms: config.group_min_session_timeout_ms,
             ..GroupConfig::default()
+        },
+        metadata_snapshot: SnapshotPolicy {
+            max_changes: config.metadata_snapshot_max_changes.max(1),
+            min_change_bytes: config.metadata_snapshot_min_change_bytes,
         },
     };
     let shard = Shard::new(log, mesh.clone(), shard_config);

@@ -189,6 +189,15 @@ pub struct Config {
     #[arg(long, env = "SHARDLOG_CHECKPOINT_INTERVAL_MS", default_value_t = 60_000)]
     pub checkpoint_interval_ms: u64,
 
+    /// The controller snapshots the topic table after this many change records.
+    #[arg(long, env = "SHARDLOG_METADATA_SNAPSHOT_MAX_CHANGES", default_value_t = 100_000)]
+    pub metadata_snapshot_max_changes: u64,
+
+    /// ... or once the change records since the last snapshot hold this many bytes, or as
+    /// many as that snapshot if it is larger.
+    #[arg(long, env = "SHARDLOG_METADATA_SNAPSHOT_MIN_CHANGE_BYTES", default_value_t = 1 << 20)]
+    pub metadata_snapshot_min_change_bytes: u64,
+
     /// Size of each log segment file (preallocated).
     #[arg(long, env = "SHARDLOG_SEGMENT_BYTES", default_value_t = 128 << 20)]
     pub segment_bytes: u64,

@@ -2,7 +2,7 @@
 //! DeleteRecords (on the partition's owner shard).
 //!
 //! CreatePartitions follows the controller's contract (`controller.rs`): validated under
-//! the controller lock, the new table written to shard 0's log and fdatasync'd, sent to
+//! the controller lock, a change record written to shard 0's log and fdatasync'd, sent to
 //! every shard (each creates the partitions it owns), and only then answered. Existing
 //! partitions keep their data and owners; new ones are placed like CreateTopics places
 //! them, or on the shards the client names.
@@ -19,7 +19,8 @@ use shardlog_storage::{LogStartError, Offset};
 use crate::controller::CONTROLLER_SHARD;
 use crate::error::{PartitionError, TopicError};
 use crate::message::{ShardReply, ShardRequest};
-use crate::metadata::{NewPartitions, TopicTable};
+use crate::metadata::NewPartitions;
+use crate::metadata_log::PendingTable;
 use crate::ops::append_error;
 use crate::shard::Shard;
 use crate::topic_config::CleanupPolicy;
@@ -53,21 +54,24 @@ impl Shard {
         validate_only: bool,
     ) -> Vec<Result<(), TopicError>> {
         assert_eq!(self.id, CONTROLLER_SHARD);
-        let _permit = self.controller_lock.acquire_permit(1).await;
-        let mut table = (*self.table()).clone();
+        let permit = self.controller_permit().await;
+        let table = self.table();
+        let mut pending = PendingTable::new(&table);
         let mut results = Vec::with_capacity(topics.len());
         for request in &topics {
-            let placed = place_new_partitions(&table, request);
+            let placed = place_new_partitions(&pending, request);
             if let Ok(shards) = &placed {
                 if !validate_only {
-                    table.add_partitions(&request.topic, shards);
+                    pending.add_partitions(&request.topic, shards);
                     tracing::info!(topic = %request.topic, partitions = request.count,
                         "partitions added");
                 }
             }
             results.push(placed.map(|_| ()));
         }
-        self.commit_table(table, results).await
+        let record = pending.into_record();
+        drop(table);
+        self.commit_changes(permit, record, results).await
     }
 
     /// DeleteRecords of one partition on whichever shard owns it: the new log start offset.
@@ -136,7 +140,7 @@ impl Shard {
 /// Checks one CreatePartitions request against the table; the owner shard of each new
 /// partition if it is valid.
 fn place_new_partitions(
-    table: &TopicTable,
+    table: &PendingTable,
     request: &NewPartitions,
 ) -> Result<Vec<u32>, TopicError> {
     let name = &request.topic;
@@ -167,7 +171,7 @@ fn place_new_partitions(
             assignments.len()
         )));
     }
-    assignments.iter().map(|brokers| assigned_shard(table.nr_shards, brokers)).collect()
+    assignments.iter().map(|brokers| assigned_shard(table.nr_shards(), brokers)).collect()
 }
 
 /// The shard an explicit assignment names: exactly one broker id (no replication yet),
@@ -188,7 +192,7 @@ fn assigned_shard(nr_shards: u32, brokers: &[i32]) -> Result<u32, TopicError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metadata::NewTopic;
+    use crate::metadata::{NewTopic, TopicTable};
 
     fn table_with(partitions: i32) -> TopicTable {
         let mut table = TopicTable::new(3);
@@ -209,7 +213,7 @@ mod tests {
     #[test]
     fn new_partitions_continue_the_default_placement() {
         let table = table_with(2);
-        let placed = place_new_partitions(&table, &request(5, None)).unwrap();
+        let placed = place_new_partitions(&PendingTable::new(&table), &request(5, None)).unwrap();
         let whole = table_with(5).topic("t").unwrap().partition_shards.clone();
         assert_eq!(placed, whole[2..], "as if the topic had been created with 5");
     }
@@ -228,10 +232,11 @@ mod tests {
             (NewPartitions { topic: "nope".into(), count: 3, assignments: None }, "UnknownTopic"),
         ];
         for (req, expected) in cases {
-            let error = place_new_partitions(&table, &req).unwrap_err();
+            let error = place_new_partitions(&PendingTable::new(&table), &req).unwrap_err();
             assert!(format!("{error:?}").starts_with(expected), "{req:?}: {error:?}");
         }
-        let assigned = place_new_partitions(&table, &request(4, Some(vec![vec![2], vec![0]])));
+        let pending = PendingTable::new(&table);
+        let assigned = place_new_partitions(&pending, &request(4, Some(vec![vec![2], vec![0]])));
         assert_eq!(assigned.unwrap(), vec![2, 0], "explicit shards are honoured");
     }
 }

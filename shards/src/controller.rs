@@ -1,21 +1,27 @@
 //! The controller: shard 0 owns the topic table.
 //!
-//! Every change is (1) validated, (2) written to shard 0's log as a `Metadata` snapshot
-//! entry and fdatasync'd, (3) sent to every other shard, which replaces its copy and
-//! creates or drops its partitions, and (4) only then answered. So when CreateTopics
-//! returns, every shard can serve the new partitions, and a crash after the answer
-//! cannot lose the topic.
+//! Every change is (1) validated against the table plus the request's earlier changes,
+//! (2) written to shard 0's log as one change record of the metadata log
+//! (`metadata_log/`) and fdatasync'd, (3) sent to every other shard, which applies it to
+//! its copy and creates or drops its partitions, and (4) only then answered. So when
+//! CreateTopics returns, every shard can serve the new partitions, and a crash after the
+//! answer cannot lose the topic. Snapshots of the whole table are written in the
+//! background (`metadata_log::SnapshotPolicy`).
 //!
 //! Runs on shard 0 only (asserted); other shards reach it through the mesh.
 
 use std::rc::Rc;
 
+use std::sync::Arc;
+
+use glommio::sync::StaticPermit;
 use shardlog_storage::{InternalEntry, InternalStream};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::error::TopicError;
 use crate::message::{ShardReply, ShardRequest};
 use crate::metadata::{validate_topic_configs, validate_topic_name, NewTopic, TopicTable};
+use crate::metadata_log::{self, ChangeRecord, PendingTable};
 use crate::shard::Shard;
 use crate::topic_config::{apply_change, check_max_message_bytes, TopicConfigChange};
 
@@ -24,16 +30,28 @@ pub const CONTROLLER_SHARD: usize = 0;
 
 impl Shard {
     /// Start-up on shard 0: restore the table from the recovered internal entries (the
-    /// last `Metadata` snapshot) and hand it to every shard.
+    /// newest `Metadata` snapshot and the change records after it) and hand it to every
+    /// shard. A fresh data dir first gets a durable snapshot of the empty table
+    /// (`metadata_log` invariant 3).
     pub async fn start_controller(
         self: &Rc<Self>,
         recovered: &[InternalEntry],
     ) -> Result<(), String> {
         assert_eq!(self.id, CONTROLLER_SHARD);
-        let last = recovered.iter().rev().find(|e| e.stream == InternalStream::Metadata);
-        let table = match last {
-            Some(entry) => TopicTable::decode(&entry.payload)?,
-            None => TopicTable::new(self.nr_shards as u32),
+        let (table, schedule) = match metadata_log::restore(recovered)? {
+            Some(restored) => restored,
+            None => {
+                let table = TopicTable::new(self.nr_shards as u32);
+                let payload = table.encode();
+                let durable = self
+                    .log
+                    .append_internal(InternalStream::Metadata, true, &payload)
+                    .map_err(|e| format!("writing the first topic table snapshot: {e:?}"))?;
+                durable.wait().await.map_err(|e| format!("the first topic table: {e:?}"))?;
+                let mut schedule = metadata_log::SnapshotSchedule::default();
+                schedule.snapshot_taken(payload.len());
+                (table, schedule)
+            }
         };
         if table.nr_shards as usize != self.nr_shards {
             return Err(format!(
@@ -42,7 +60,13 @@ impl Shard {
                 table.nr_shards, self.nr_shards, table.nr_shards
             ));
         }
-        info!(topics = table.topics.len(), version = table.version, "topic table restored");
+        info!(
+            topics = table.topics.len(),
+            version = table.version,
+            changes_since_snapshot = schedule.changes_since,
+            "topic table restored"
+        );
+        *self.metadata_snapshots.borrow_mut() = schedule;
         self.publish_table(table).await;
         Ok(())
     }
@@ -80,23 +104,26 @@ impl Shard {
         validate_only: bool,
     ) -> Vec<Result<(), TopicError>> {
         assert_eq!(self.id, CONTROLLER_SHARD);
-        let _permit = self.controller_lock.acquire_permit(1).await;
-        let mut table = (*self.table()).clone();
+        let permit = self.controller_permit().await;
+        let table = self.table();
+        let mut pending = PendingTable::new(&table);
         let mut results = Vec::with_capacity(topics.len());
         for mut topic in topics {
             if topic.num_partitions == -1 {
                 topic.num_partitions = self.config.default_partitions;
             }
             let ceiling = self.config.topic_max_message_bytes_ceiling;
-            let checked = validate_new_topic(&table, &topic)
+            let checked = validate_new_topic(&pending, &topic)
                 .and_then(|()| check_max_message_bytes(&topic.configs, ceiling));
             if checked.is_ok() && !validate_only {
-                table.add_topic(&topic, random_topic_id());
+                pending.create(&topic, random_topic_id());
                 info!(topic = %topic.name, partitions = topic.num_partitions, "topic created");
             }
             results.push(checked);
         }
-        self.commit_table(table, results).await
+        let record = pending.into_record();
+        drop(table);
+        self.commit_changes(permit, record, results).await
     }
 
     pub(crate) async fn controller_delete_topics(
@@ -104,51 +131,66 @@ impl Shard {
         names: Vec<String>,
     ) -> Vec<Result<(), TopicError>> {
         assert_eq!(self.id, CONTROLLER_SHARD);
-        let _permit = self.controller_lock.acquire_permit(1).await;
-        let mut table = (*self.table()).clone();
+        let permit = self.controller_permit().await;
+        let table = self.table();
+        let mut pending = PendingTable::new(&table);
         let results: Vec<_> = names
             .iter()
-            .map(|name| match table.remove_topic(name) {
-                Some(_) => Ok(()),
-                None => Err(TopicError::UnknownTopic(format!("topic {name:?} does not exist"))),
+            .map(|name| match pending.delete(name) {
+                true => Ok(()),
+                false => Err(TopicError::UnknownTopic(format!("topic {name:?} does not exist"))),
             })
             .collect();
-        self.commit_table(table, results).await
+        let record = pending.into_record();
+        drop(table);
+        self.commit_changes(permit, record, results).await
     }
 
-    /// Persists and publishes `table` if it changed (before anyone is answered); if that
-    /// fails, every result that succeeded fails with it.
-    pub(crate) async fn commit_table(
+    /// The controller lock: held from validation until the change is published, and by a
+    /// snapshot until it is appended (`metadata_log` invariant 1).
+    pub(crate) async fn controller_permit(&self) -> StaticPermit {
+        let permit = self.controller_lock.acquire_static_permit(1).await;
+        permit.expect("the controller lock is never closed")
+    }
+
+    /// Writes and publishes a request's change record, if it changed anything, before
+    /// anyone is answered; if that fails, every result that succeeded fails with it.
+    /// Called under the controller lock (`permit`), with no copy of the table held
+    /// (shard 0 applies the record in place).
+    pub(crate) async fn commit_changes(
         self: &Rc<Self>,
-        table: TopicTable,
+        permit: StaticPermit,
+        record: Option<ChangeRecord>,
         results: Vec<Result<(), TopicError>>,
     ) -> Vec<Result<(), TopicError>> {
-        if table.version == self.table().version {
-            return results;
-        }
-        match self.persist_and_publish(table).await {
-            Ok(()) => results,
+        let Some(record) = record else { return results };
+        match self.persist_and_publish(record).await {
+            Ok(()) => {
+                if self.metadata_snapshots.borrow().due(&self.config.metadata_snapshot) {
+                    self.spawn_metadata_snapshot(permit);
+                }
+                results
+            }
             Err(e) => results.into_iter().map(|r| r.and(Err(e.clone()))).collect(),
         }
     }
 
-    pub(crate) async fn persist_and_publish(
-        self: &Rc<Self>,
-        table: TopicTable,
-    ) -> Result<(), TopicError> {
-        let payload = table.encode();
+    async fn persist_and_publish(self: &Rc<Self>, record: ChangeRecord) -> Result<(), TopicError> {
+        let payload = record.encode();
         let durable = self
             .log
-            .append_internal(InternalStream::Metadata, true, &payload)
-            .map_err(|e| TopicError::Storage(format!("writing the topic table: {e:?}")))?;
+            .append_internal(InternalStream::Metadata, false, &payload)
+            .map_err(|e| TopicError::Storage(format!("writing a topic change: {e:?}")))?;
+        self.metadata_snapshots.borrow_mut().record_change(payload.len());
         if let Err(e) = durable.wait().await {
             self.fatal_storage_error(&e);
         }
-        self.publish_table(table).await;
+        self.publish_changes(Arc::new(record)).await;
         Ok(())
     }
 
-    /// Sends the table to every other shard, waits for each to apply it, applies it here.
+    /// Sends the table to every other shard, waits for each to apply it, applies it here
+    /// (start-up).
     async fn publish_table(self: &Rc<Self>, table: TopicTable) {
         let mut pending = Vec::with_capacity(self.nr_shards);
         for peer in (0..self.nr_shards).filter(|p| *p != self.id) {
@@ -160,9 +202,48 @@ impl Shard {
         }
         self.apply_table(table);
     }
+
+    /// Sends a change record to every other shard, waits for each to apply it to its
+    /// copy, applies it here.
+    async fn publish_changes(self: &Rc<Self>, record: Arc<ChangeRecord>) {
+        let mut pending = Vec::with_capacity(self.nr_shards);
+        for peer in (0..self.nr_shards).filter(|p| *p != self.id) {
+            let request = ShardRequest::ApplyTopicChanges(record.clone());
+            pending.push(self.mesh.send(peer, request).await);
+        }
+        for reply in pending {
+            reply.wait().await;
+        }
+        self.apply_changes(&record);
+    }
+
+    /// Writes a snapshot of the table in the background: the request that made it due is
+    /// answered at once, and hands its controller lock (`permit`) to this task, which
+    /// encodes the table on a blocking thread and appends it before releasing the lock,
+    /// so no change record slips between the table it holds and its place in the log
+    /// (`metadata_log` invariant 1), and a stream of topic requests cannot starve it.
+    /// Nobody waits for it to be durable: until it is, storage keeps the older snapshot
+    /// and the changes after it (storage `state.rs` invariant 4).
+    fn spawn_metadata_snapshot(self: &Rc<Self>, permit: StaticPermit) {
+        let shard = self.clone();
+        glommio::spawn_local(async move {
+            let table = shard.table();
+            let payload = glommio::executor().spawn_blocking(move || table.encode()).await;
+            match shard.log.append_internal(InternalStream::Metadata, true, &payload) {
+                Ok(_durable) => {
+                    shard.metadata_snapshots.borrow_mut().snapshot_taken(payload.len());
+                    info!(bytes = payload.len(), "topic table snapshot written");
+                }
+                // Tried again after the next change (a full disk, a log closing).
+                Err(e) => warn!(error = ?e, "topic table snapshot not written"),
+            }
+            drop(permit);
+        })
+        .detach();
+    }
 }
 
-fn validate_new_topic(table: &TopicTable, topic: &NewTopic) -> Result<(), TopicError> {
+fn validate_new_topic(table: &PendingTable, topic: &NewTopic) -> Result<(), TopicError> {
     validate_topic_name(&topic.name)?;
     if table.topic(&topic.name).is_some() {
         return Err(TopicError::AlreadyExists(format!("topic {:?} already exists", topic.name)));
@@ -199,7 +280,7 @@ fn random_topic_id() -> [u8; 16] {
 }
 
 /// Topic config changes (AlterConfigs, IncrementalAlterConfigs): like create and delete,
-/// validated here, persisted (fdatasync'd snapshot) and published to every shard before
+/// validated here, persisted (fdatasync'd change record) and published to every shard before
 /// the answer, so a change is in force everywhere and survives a crash once answered.
 impl Shard {
     /// Change topics' configs through the controller, from any shard; one result per change.
@@ -224,11 +305,12 @@ impl Shard {
         validate_only: bool,
     ) -> Vec<Result<(), TopicError>> {
         assert_eq!(self.id, CONTROLLER_SHARD);
-        let _permit = self.controller_lock.acquire_permit(1).await;
-        let mut table = (*self.table()).clone();
+        let permit = self.controller_permit().await;
+        let table = self.table();
+        let mut pending = PendingTable::new(&table);
         let mut results = Vec::with_capacity(changes.len());
         for TopicConfigChange { topic, change } in changes {
-            let Some(meta) = table.topic(&topic) else {
+            let Some(meta) = pending.topic(&topic) else {
                 let why = format!("topic {topic:?} does not exist");
                 results.push(Err(TopicError::UnknownTopic(why)));
                 continue;
@@ -239,11 +321,13 @@ impl Shard {
                 Ok(configs)
             });
             if let (Ok(configs), false) = (&checked, validate_only) {
-                table.set_topic_configs(&topic, configs.clone());
+                pending.set_configs(&topic, configs.clone());
                 info!(%topic, ?configs, "topic configs changed");
             }
             results.push(checked.map(|_| ()));
         }
-        self.commit_table(table, results).await
+        let record = pending.into_record();
+        drop(table);
+        self.commit_changes(permit, record, results).await
     }
 }

@@ -4,11 +4,14 @@
 //! cross-core interaction is a plain `Send` value, so it can be logged, counted and (later)
 //! recorded in a simulation. Payloads are `Bytes`, so batch bytes cross cores without a copy.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use shardlog_storage::Offset;
 
 use crate::error::{GroupError, PartitionError, TopicError};
 use crate::metadata::{NewPartitions, NewTopic, TopicTable};
+use crate::metadata_log::ChangeRecord;
 use crate::metrics::ShardMetrics;
 use crate::topic_config::TopicConfigChange;
 
@@ -26,8 +29,11 @@ pub enum ShardRequest {
     CreateTopics { topics: Vec<NewTopic>, validate_only: bool },
     /// Ask the controller (shard 0) to delete topics by name.
     DeleteTopics { names: Vec<String> },
-    /// The controller's new topic table; every shard replaces its copy.
+    /// The controller's topic table at start-up; every shard replaces its copy.
     ApplyTopicTable(Box<TopicTable>),
+    /// A change record of the metadata log, durable on the controller; every shard applies
+    /// it to its copy (the change travels, not the table).
+    ApplyTopicChanges(Arc<ChangeRecord>),
     /// Ask the controller (shard 0) to change topics' configs.
     AlterTopicConfigs { changes: Vec<TopicConfigChange>, validate_only: bool },
     /// A snapshot of the receiver's counters (shard 0 asks, per metrics scrape).
@@ -55,6 +61,7 @@ pub enum ShardReply {
     CreateTopics(Vec<Result<(), TopicError>>),
     DeleteTopics(Vec<Result<(), TopicError>>),
     ApplyTopicTable,
+    ApplyTopicChanges,
     AlterTopicConfigs(Vec<Result<(), TopicError>>),
     Metrics(Box<ShardMetrics>),
     Health(Option<String>),

@@ -1,9 +1,9 @@
 //! The topic table: what topics exist, their partitions' owner shards, their configs.
 //!
-//! Shard 0 (the controller) owns the table and persists it through its log as a
-//! snapshot entry of the `Metadata` internal stream (fdatasync'd before any shard sees
-//! the change). Every shard holds a read-only copy, replaced by an
-//! `ApplyTopicTable` message.
+//! Shard 0 (the controller) owns the table and persists it through its log as the
+//! metadata log (`metadata_log/`): a change record per answered request, and now and
+//! then a snapshot of the whole table (fdatasync'd before any shard sees a change). Every
+//! shard holds a read-only copy, built by applying the same change records.
 //!
 //! On-disk format of the snapshot payload: one version byte (`TABLE_FORMAT_VERSION`)
 //! followed by the rkyv archive of [`TopicTable`].
@@ -25,7 +25,7 @@ pub use crate::topic_config::validate_topic_configs;
 /// Version byte in front of the rkyv archive.
 pub const TABLE_FORMAT_VERSION: u8 = 1;
 
-/// The controller's view of every topic.
+/// The controller's view of every topic (a metadata log snapshot is this, archived).
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct TopicTable {
     /// Bumped on every change.
@@ -115,22 +115,42 @@ impl TopicTable {
         decode_versioned(TABLE_FORMAT_VERSION, "topic table snapshot", bytes)
     }
 
-    /// Adds a validated topic; partitions are placed round-robin starting at a shard that
-    /// depends on the topic number, so many small topics still spread over all shards.
+    /// Adds a validated topic with the next topic number, placed by default.
     pub fn add_topic(&mut self, topic: &NewTopic, topic_id: [u8; 16]) -> &TopicMeta {
-        let topic_number = self.next_topic_number;
-        self.next_topic_number += 1;
+        let meta = self.new_topic_meta(topic, self.next_topic_number, topic_id);
+        self.insert_topic(meta);
+        &self.topics[&topic.name]
+    }
+
+    /// A validated topic numbered `topic_number`; partitions are placed round-robin
+    /// starting at a shard that depends on the topic number, so many small topics still
+    /// spread over all shards.
+    pub fn new_topic_meta(&self, topic: &NewTopic, topic_number: u32, id: [u8; 16]) -> TopicMeta {
         let partition_shards =
             (0..topic.num_partitions as u32).map(|p| self.placement(topic_number, p)).collect();
-        let meta = TopicMeta {
+        TopicMeta {
             name: topic.name.clone(),
             topic_number,
-            topic_id,
+            topic_id: id,
             partition_shards,
             configs: topic.configs.clone(),
-        };
+        }
+    }
+
+    /// Adds a topic whose number and placement were chosen before (a change record); the
+    /// next topic number moves past it (invariant 1).
+    pub fn insert_topic(&mut self, meta: TopicMeta) {
+        self.next_topic_number = self.next_topic_number.max(meta.topic_number + 1);
         self.version += 1;
-        self.topics.entry(topic.name.clone()).or_insert(meta)
+        self.topics.insert(meta.name.clone(), meta);
+    }
+
+    /// Replaces a topic's explicit configs (a change record: the version moves even if
+    /// they are equal, as the record counted it).
+    pub fn replace_topic_configs(&mut self, name: &str, configs: Vec<(String, String)>) {
+        let meta = self.topics.get_mut(name).expect("configs of an existing topic");
+        meta.configs = configs;
+        self.version += 1;
     }
 
     /// The shard of a partition placed by default: round-robin from a shard that depends

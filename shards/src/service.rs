@@ -45,6 +45,10 @@ impl MeshService for Shard {
                 self.apply_table(*table);
                 Box::pin(async { ShardReply::ApplyTopicTable })
             }
+            ShardRequest::ApplyTopicChanges(record) => {
+                self.apply_changes(&record);
+                Box::pin(async { ShardReply::ApplyTopicChanges })
+            }
             ShardRequest::AlterTopicConfigs { changes, validate_only } => Box::pin(async move {
                 let results = self.controller_alter_topic_configs(changes, validate_only).await;
                 ShardReply::AlterTopicConfigs(results)

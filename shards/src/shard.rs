@@ -7,6 +7,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
@@ -16,6 +17,7 @@ use tracing::info;
 use crate::group::{GroupConfig, GroupCoordinator};
 use crate::mesh::Mesh;
 use crate::metadata::{TopicMeta, TopicTable};
+use crate::metadata_log::{ChangeRecord, SnapshotPolicy, SnapshotSchedule, TopicChange};
 use crate::producer::ProducerStates;
 use crate::write_caching::UnsyncedAcks;
 
@@ -45,6 +47,8 @@ pub struct ShardConfig {
     pub txn: crate::txn::TxnConfig,
     /// Log cleaner (compacted topics) settings.
     pub cleaner: crate::compaction::CleanerConfig,
+    /// When the controller snapshots the topic table (shard 0).
+    pub metadata_snapshot: SnapshotPolicy,
 }
 
 impl Default for ShardConfig {
@@ -61,6 +65,7 @@ impl Default for ShardConfig {
             producer_id_expiration_ms: 86_400_000,
             txn: Default::default(),
             cleaner: Default::default(),
+            metadata_snapshot: SnapshotPolicy::default(),
         }
     }
 }
@@ -158,12 +163,16 @@ pub struct Shard {
     pub(crate) pid_next: Cell<u64>,
     pub(crate) pid_reserved: Cell<u64>,
     pub(crate) pid_lock: glommio::sync::Semaphore,
-    table: RefCell<Rc<TopicTable>>,
+    /// `Arc` (not `Rc`) only so that the controller can encode a snapshot of it on a
+    /// blocking thread; changes are applied in place (`Arc::make_mut`).
+    table: RefCell<Arc<TopicTable>>,
     table_ready: Cell<bool>,
     ready_signal: LocalSender<()>,
     ready_wait: RefCell<Option<LocalReceiver<()>>>,
     /// Serialises the controller's read-modify-write of the topic table (shard 0 only).
-    pub(crate) controller_lock: glommio::sync::Semaphore,
+    pub(crate) controller_lock: Rc<glommio::sync::Semaphore>,
+    /// Change records since the last topic table snapshot (shard 0).
+    pub(crate) metadata_snapshots: RefCell<SnapshotSchedule>,
     /// Relaxed acks (write.caching=true) not yet covered by an fdatasync.
     pub(crate) unsynced_acks: RefCell<UnsyncedAcks<Durable>>,
 }
@@ -183,18 +192,20 @@ impl Shard {
             config,
             log,
             probes: ShardProbes::default(),
-            table: RefCell::new(Rc::new(TopicTable::new(mesh.nr_shards() as u32))),
+            table: RefCell::new(Arc::new(TopicTable::new(mesh.nr_shards() as u32))),
             mesh,
             table_ready: Cell::new(false),
             ready_signal,
             ready_wait: RefCell::new(Some(ready_wait)),
-            controller_lock: glommio::sync::Semaphore::new(1),
+            controller_lock: Rc::new(glommio::sync::Semaphore::new(1)),
+            metadata_snapshots: RefCell::default(),
             unsynced_acks: RefCell::new(UnsyncedAcks::default()),
         })
     }
 
-    /// This shard's current copy of the topic table.
-    pub fn table(&self) -> Rc<TopicTable> {
+    /// This shard's current copy of the topic table. Hold it briefly: a change applied
+    /// while a copy is held copies the whole table.
+    pub fn table(&self) -> Arc<TopicTable> {
         self.table.borrow().clone()
     }
 
@@ -202,33 +213,72 @@ impl Shard {
         self.table.borrow().topic(name).cloned()
     }
 
-    /// Replaces the table copy, creating and dropping local partitions to match.
+    /// Replaces the table copy (start-up), creating and dropping local partitions to match.
     pub fn apply_table(&self, table: TopicTable) {
-        let old = self.table.replace(Rc::new(table));
+        let old = self.table.replace(Arc::new(table));
         let new = self.table();
         for meta in new.topics.values() {
-            for (index, shard) in meta.partition_shards.iter().enumerate() {
-                if *shard as usize == self.id {
-                    self.log.ensure_partition(PartitionId::new(meta.topic_number, index as u32));
-                }
-            }
+            self.ensure_local_partitions(meta, 0);
         }
         for meta in old.topics.values() {
             let still_there =
                 new.topics.get(&meta.name).is_some_and(|m| m.topic_number == meta.topic_number);
-            if still_there {
-                continue;
+            if !still_there {
+                self.drop_local_partitions(meta);
             }
-            for (index, shard) in meta.partition_shards.iter().enumerate() {
-                if *shard as usize == self.id {
-                    let partition = PartitionId::new(meta.topic_number, index as u32);
-                    self.log.drop_partition(partition);
-                    self.producers.borrow_mut().drop_partition(partition);
-                    self.txn.partitions.borrow_mut().remove(&partition);
-                }
-            }
-            info!(shard = self.id, topic = %meta.name, "topic deleted");
         }
+        self.mark_table_ready();
+    }
+
+    /// Applies a change record of the metadata log to the table copy in place, creating
+    /// and dropping the local partitions it names. The controller validated it, so a
+    /// record that does not apply is a bug.
+    pub fn apply_changes(&self, record: &ChangeRecord) {
+        let deleted = {
+            let mut table = self.table.borrow_mut();
+            let table = Arc::make_mut(&mut table);
+            record.apply(table).unwrap_or_else(|e| panic!("shard {}: {e}", self.id))
+        };
+        let table = self.table();
+        for change in &record.changes {
+            match change {
+                TopicChange::Create(meta) => self.ensure_local_partitions(meta, 0),
+                TopicChange::AddPartitions { name, partition_shards, .. } => {
+                    let meta = table.topic(name).expect("a topic just given partitions");
+                    let first = meta.partition_shards.len() - partition_shards.len();
+                    self.ensure_local_partitions(meta, first);
+                }
+                TopicChange::Delete { .. } | TopicChange::SetConfigs { .. } => {}
+            }
+        }
+        for meta in &deleted {
+            self.drop_local_partitions(meta);
+        }
+    }
+
+    /// Opens this shard's partitions of a topic, from partition index `first` on.
+    fn ensure_local_partitions(&self, meta: &TopicMeta, first: usize) {
+        for (index, shard) in meta.partition_shards.iter().enumerate().skip(first) {
+            if *shard as usize == self.id {
+                self.log.ensure_partition(PartitionId::new(meta.topic_number, index as u32));
+            }
+        }
+    }
+
+    /// Forgets this shard's partitions of a deleted topic.
+    fn drop_local_partitions(&self, meta: &TopicMeta) {
+        for (index, shard) in meta.partition_shards.iter().enumerate() {
+            if *shard as usize == self.id {
+                let partition = PartitionId::new(meta.topic_number, index as u32);
+                self.log.drop_partition(partition);
+                self.producers.borrow_mut().drop_partition(partition);
+                self.txn.partitions.borrow_mut().remove(&partition);
+            }
+        }
+        info!(shard = self.id, topic = %meta.name, "topic deleted");
+    }
+
+    fn mark_table_ready(&self) {
         if !self.table_ready.replace(true) {
             let _ = self.ready_signal.try_send(());
         }

@@ -40,8 +40,12 @@ use bytes::Bytes;
 use shardlog_benches::load::record_batch::{batches, ProducerFields, RecordBatchWriter};
 use shardlog_shards::group::{coordinator_shard, OffsetCommitPartition};
 use shardlog_shards::runtime::run_shards;
+use shardlog_shards::TopicTable;
 use shardlog_shards::{Mesh, NewTopic, PartitionRead, Shard, ShardConfig, ShardMeshBuilder};
 use shardlog_storage::{AnyDisk, LogConfig, ShardLog, SimDisk, SimImage, XorShift};
+
+#[path = "power_loss/churn.rs"]
+mod churn;
 
 const SHARDS: usize = 2;
 /// Idempotent batches in flight per producer: with the last acknowledged one, the 5 a
@@ -185,6 +189,8 @@ struct Stats {
     acked_batches: u64,
     acked_commits: u64,
     topics_created: u64,
+    /// Acknowledged requests of the topic churn (`churn.rs`).
+    topic_changes: u64,
     power_losses: u64,
     dedup_checks: u64,
     in_flight_retried: u64,
@@ -197,6 +203,7 @@ struct Stats {
 #[derive(Default)]
 struct Model {
     topics: BTreeMap<String, TopicModel>,
+    churn: BTreeMap<String, churn::ChurnTopic>,
     /// Per partition: offset -> record of every acknowledged record.
     acked: HashMap<Key, BTreeMap<i64, RecordId>>,
     /// Per partition, filled by the checker: where each record present after a restart is.
@@ -354,6 +361,7 @@ async fn start_shard(
     let config = ShardConfig {
         max_message_bytes: 64 << 10,
         checkpoint_interval: world.checkpoint_interval,
+        metadata_snapshot: churn::snapshot_policy(world.seed, world.number),
         ..ShardConfig::default()
     };
     let shard = Shard::new(log, mesh.clone(), config);
@@ -415,8 +423,9 @@ fn check_table(world: &Incarnation, shard: &Shard) {
         return;
     }
     let table = shard.table();
+    churn::check(world, &table);
     let mut model = world.model.lock().unwrap();
-    for (name, meta) in &table.topics {
+    for (name, meta) in table.topics.iter().filter(|(n, _)| !n.starts_with(churn::PREFIX)) {
         let Some(topic) = model.topics.get_mut(name) else {
             drop(model);
             return world.fail(format!("topic {name} exists but was never created"));
@@ -728,6 +737,7 @@ async fn start_workload(world: &Arc<Incarnation>, shard: &Rc<Shard>) {
     glommio::spawn_local(async move { commit_loop(&world2, &shard2).await }).detach();
     let (world3, shard3) = (world.clone(), shard.clone());
     glommio::spawn_local(async move { topic_loop(&world3, &shard3).await }).detach();
+    churn::spawn(world, shard);
 }
 
 /// Acknowledged topics and their partition counts.
@@ -976,6 +986,7 @@ impl Stats {
         self.acked_batches += other.acked_batches;
         self.acked_commits += other.acked_commits;
         self.topics_created += other.topics_created;
+        self.topic_changes += other.topic_changes;
         self.power_losses += other.power_losses;
         self.dedup_checks += other.dedup_checks;
         self.in_flight_retried += other.in_flight_retried;
@@ -990,13 +1001,14 @@ impl Stats {
         let s = self;
         format!(
             "POWER-LOSS-TOTALS seeds={seeds} power_losses={} acked_records={} acked_batches={} \
-             acked_commits={} topics_created={} dedup_checks={} in_flight_retried={} \
+             acked_commits={} topics_created={} topic_changes={} dedup_checks={} in_flight_retried={} \
              in_flight_survived={} producer_ids={} lost={} duplicated={}",
             s.power_losses,
             s.acked_records,
             s.acked_batches,
             s.acked_commits,
             s.topics_created,
+            s.topic_changes,
             s.dedup_checks,
             s.in_flight_retried,
             s.in_flight_survived,
@@ -1022,6 +1034,7 @@ impl Stats {
             acked_batches: get("acked_batches")?,
             acked_commits: get("acked_commits")?,
             topics_created: get("topics_created")?,
+            topic_changes: get("topic_changes")?,
             dedup_checks: get("dedup_checks")?,
             in_flight_retried: get("in_flight_retried")?,
             in_flight_survived: get("in_flight_survived")?,

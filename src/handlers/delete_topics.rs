@@ -34,6 +34,8 @@ pub fn handle(shard: Rc<Shard>, request: DeleteTopicsRequest) -> Reply {
             };
             asked.push((name, state.topic_id));
         }
+        // Not held while the controller applies the deletes: that would copy the table.
+        drop(table);
         let names: Vec<String> = asked.iter().filter_map(|(n, _)| n.clone()).collect();
         let mut deleted = shard.delete_topics(names).await.into_iter();
         let responses = asked

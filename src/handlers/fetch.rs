@@ -86,6 +86,9 @@ pub fn handle(shard: Rc<Shard>, request: FetchRequest, version: i16, limits: Lim
                 });
             }
         }
+        // Not held across the long poll: a topic change applied meanwhile would copy the
+        // whole table (`Shard::apply_changes`).
+        drop(table);
         let max_wait = Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
         let min_bytes = request.min_bytes.max(0) as usize;
         let max_bytes = (request.max_bytes.max(0) as usize).min(limits.fetch_max_bytes);

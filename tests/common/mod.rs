@@ -122,7 +122,11 @@ impl Broker {
             .append(true)
             .open(self.log_path())
             .expect("broker log file");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_shardlog"));
+        // SHARDLOG_BENCH_BIN runs another build (e.g. main's) under the same harness; only
+        // the measurement in tests/many_topics.rs documents it.
+        let binary = std::env::var_os("SHARDLOG_BENCH_BIN")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_shardlog").into());
+        let mut command = Command::new(binary);
         match self.data_dir_flag {
             DataDirFlag::Absolute => {
                 command.arg("--data-dir").arg(self.data_dir());

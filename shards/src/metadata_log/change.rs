@@ -1,0 +1,109 @@
+//! Change records: one entry of the `Metadata` stream per answered topic request.
+//!
+//! A record names the table version it applies to and the changes, in order; applying a
+//! change bumps the table version by one, exactly as the table's own methods do, so the
+//! controller, the other shards and recovery reach the same table.
+//!
+//! On-disk format of a change payload: one version byte (`CHANGE_FORMAT_VERSION` = 2)
+//! followed by the rkyv archive of [`ChangeRecord`]. Snapshots keep the topic table's
+//! format (version byte 1, `metadata.rs`). A broker that predates change records reads
+//! version 2 as "topic table snapshot format version 2 is not supported" and refuses to
+//! start, rather than misread the log.
+
+use crate::codec::{decode_versioned, encode_versioned};
+use crate::metadata::{TopicMeta, TopicTable};
+
+/// Version byte in front of a change record's rkyv archive.
+pub const CHANGE_FORMAT_VERSION: u8 = 2;
+
+/// The changes of one request, applied to the table at `base_version`.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+pub struct ChangeRecord {
+    pub base_version: u64,
+    pub changes: Vec<TopicChange>,
+}
+
+/// One change of the topic table.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+pub enum TopicChange {
+    /// A new topic, with its topic number and placement already chosen.
+    Create(TopicMeta),
+    /// A topic deleted; its number names it, so a record can never drop a newer namesake.
+    Delete { name: String, topic_number: u32 },
+    /// Partitions appended to a topic: the owner shard of each new one.
+    AddPartitions { name: String, topic_number: u32, partition_shards: Vec<u32> },
+    /// A topic's explicit configs replaced.
+    SetConfigs { name: String, topic_number: u32, configs: Vec<(String, String)> },
+}
+
+impl ChangeRecord {
+    pub fn encode(&self) -> Vec<u8> {
+        encode_versioned(CHANGE_FORMAT_VERSION, self)
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<ChangeRecord, String> {
+        decode_versioned(CHANGE_FORMAT_VERSION, "topic change record", bytes)
+    }
+
+    /// The table version once this record is applied.
+    pub fn end_version(&self) -> u64 {
+        self.base_version + self.changes.len() as u64
+    }
+
+    /// Applies every change in order. Returns the topics deleted, for the caller to drop
+    /// their partitions. An error means the record does not follow `table` (a wrong
+    /// version, a topic that is not there): recovery refuses the log rather than guess, and
+    /// the table is then left half-changed, so the caller must discard it.
+    pub fn apply(&self, table: &mut TopicTable) -> Result<Vec<TopicMeta>, String> {
+        if table.version != self.base_version {
+            return Err(format!(
+                "a topic change record for table version {} follows table version {}",
+                self.base_version, table.version
+            ));
+        }
+        let mut deleted = Vec::new();
+        for change in &self.changes {
+            deleted.extend(change.apply(table)?);
+        }
+        Ok(deleted)
+    }
+}
+
+impl TopicChange {
+    /// Applies one change (version + 1); the deleted topic for a `Delete`.
+    fn apply(&self, table: &mut TopicTable) -> Result<Option<TopicMeta>, String> {
+        let existing = |table: &TopicTable, name: &str, number: u32| match table.topic(name) {
+            Some(meta) if meta.topic_number == number => Ok(()),
+            _ => Err(format!(
+                "a topic change names topic {name:?} number {number}, not in the table"
+            )),
+        };
+        match self {
+            TopicChange::Create(meta) => {
+                if table.topic(&meta.name).is_some() || meta.topic_number < table.next_topic_number
+                {
+                    return Err(format!(
+                        "a topic change creates {:?} number {} again",
+                        meta.name, meta.topic_number
+                    ));
+                }
+                table.insert_topic(meta.clone());
+                Ok(None)
+            }
+            TopicChange::Delete { name, topic_number } => {
+                existing(table, name, *topic_number)?;
+                Ok(table.remove_topic(name))
+            }
+            TopicChange::AddPartitions { name, topic_number, partition_shards } => {
+                existing(table, name, *topic_number)?;
+                table.add_partitions(name, partition_shards);
+                Ok(None)
+            }
+            TopicChange::SetConfigs { name, topic_number, configs } => {
+                existing(table, name, *topic_number)?;
+                table.replace_topic_configs(name, configs.clone());
+                Ok(None)
+            }
+        }
+    }
+}
