@@ -161,6 +161,39 @@ pub struct CommittedOffset {
     pub offset: Offset,
 }
 
+/// A group's committed offset of a partition, joined with that partition's high watermark.
+#[derive(Clone, Debug)]
+pub struct GroupLag<'a> {
+    pub committed: &'a CommittedOffset,
+    /// `None` when the topic is gone.
+    pub high_watermark: Option<Offset>,
+}
+
+impl GroupLag<'_> {
+    /// High watermark - committed offset; never negative (a commit past the watermark reads
+    /// as 0).
+    pub fn lag(&self) -> Option<i64> {
+        self.high_watermark.map(|hw| (hw - self.committed.offset).max(0))
+    }
+}
+
+/// Every committed offset in `shards` (held by the group coordinators) joined with its
+/// partition's high watermark (held by the owner shards), in the shards' order.
+pub fn consumer_lags(shards: &[ShardMetrics]) -> Vec<GroupLag<'_>> {
+    let high_watermarks: HashMap<(&str, i32), Offset> = shards
+        .iter()
+        .flat_map(|s| &s.partitions)
+        .map(|p| ((p.topic.as_str(), p.partition), p.high_watermark))
+        .collect();
+    let committed = shards.iter().flat_map(|s| &s.committed);
+    committed
+        .map(|c| GroupLag {
+            committed: c,
+            high_watermark: high_watermarks.get(&(c.topic.as_str(), c.partition)).copied(),
+        })
+        .collect()
+}
+
 /// A shard that failed a health check, and why.
 #[derive(Clone, Debug)]
 pub struct Unhealthy {

@@ -5,11 +5,10 @@
 //! Runs on shard 0 per scrape (not a hot path). Units: durations in seconds (probes
 //! keep microseconds), sizes in bytes.
 
-use std::collections::HashMap;
 use std::fmt::{Display, Write};
 
 use kafka_protocol::messages::ApiKey;
-use shardlog_shards::metrics::{ShardMetrics, TopicCounters};
+use shardlog_shards::metrics::{consumer_lags, ShardMetrics, TopicCounters};
 use shardlog_storage::Histogram;
 
 const MICROS_PER_SECOND: f64 = 1e6;
@@ -251,21 +250,14 @@ fn render_flushes(text: &mut Text, shards: &[ShardMetrics]) {
 }
 
 /// Lag = high watermark (on the partition's owner) - committed offset (on the group's
-/// coordinator), joined here; never negative (a commit past the watermark reads as 0).
+/// coordinator), joined by `consumer_lags`; a partition whose topic is gone is left out.
 fn render_consumer_lag(text: &mut Text, shards: &[ShardMetrics]) {
-    let high_watermarks: HashMap<(&str, i32), i64> = shards
-        .iter()
-        .flat_map(|s| &s.partitions)
-        .map(|p| ((p.topic.as_str(), p.partition), p.high_watermark))
-        .collect();
     let name = "shardlog_consumer_group_lag";
     let help = "Records between a group's committed offset and the partition's high watermark.";
     text.family(name, "gauge", help);
-    for c in shards.iter().flat_map(|s| &s.committed) {
-        let Some(&high_watermark) = high_watermarks.get(&(c.topic.as_str(), c.partition)) else {
-            continue; // the topic is gone
-        };
-        let lag = (high_watermark - c.offset).max(0);
+    for joined in consumer_lags(shards) {
+        let Some(lag) = joined.lag() else { continue };
+        let c = joined.committed;
         let labels: [(&str, &dyn Display); 3] =
             [("group", &c.group), ("topic", &c.topic), ("partition", &c.partition)];
         text.sample(name, &labels, lag);

@@ -1,10 +1,10 @@
 //! The console's pages, each a function of the shards' snapshots (and the topic table).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt::Write;
 
 use shardlog_shards::metadata::{TopicMeta, TopicTable};
-use shardlog_shards::metrics::ShardMetrics;
+use shardlog_shards::metrics::{consumer_lags, GroupLag, ShardMetrics};
 use shardlog_storage::Histogram;
 
 use super::html::{escape, page, table};
@@ -60,9 +60,10 @@ pub fn overview(snapshots: &[ShardMetrics]) -> String {
 /// The cumulative figures the live chart differences: totals over every shard, and the
 /// produce→ack and fdatasync histograms as `[bound, values at or below]` pairs.
 pub fn overview_json(snapshots: &[ShardMetrics]) -> String {
-    let sum = |f: &dyn Fn(&ShardMetrics) -> u64| snapshots.iter().map(f).sum::<u64>();
-    let produce_bytes = sum(&|s| s.topics.iter().map(|t| t.counters.produce_bytes).sum::<u64>());
-    let fetch_bytes = sum(&|s| s.topics.iter().map(|t| t.counters.fetch_bytes).sum::<u64>());
+    let topics = snapshots.iter().flat_map(|s| &s.topics);
+    let (produce_bytes, fetch_bytes) = topics.fold((0u64, 0u64), |(produced, fetched), t| {
+        (produced + t.counters.produce_bytes, fetched + t.counters.fetch_bytes)
+    });
     let fsync = merged(snapshots.iter().map(|s| &s.log.fsync_duration_us));
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -75,7 +76,7 @@ pub fn overview_json(snapshots: &[ShardMetrics]) -> String {
     )
 }
 
-pub fn topics(table_: &TopicTable, snapshots: &[ShardMetrics], page_number: usize) -> String {
+pub fn topics(topic_table: &TopicTable, snapshots: &[ShardMetrics], page_number: usize) -> String {
     let mut sizes: HashMap<&str, (u64, u64, u64)> = HashMap::new();
     for t in snapshots.iter().flat_map(|s| &s.topics) {
         let entry = sizes.entry(t.topic.as_str()).or_default();
@@ -83,10 +84,10 @@ pub fn topics(table_: &TopicTable, snapshots: &[ShardMetrics], page_number: usiz
         entry.1 += t.counters.produce_bytes;
         entry.2 += t.counters.fetch_bytes;
     }
-    let total = table_.topics.len();
+    let total = topic_table.topics.len();
     let pages = total.div_ceil(TOPICS_PER_PAGE).max(1);
     let page_number = page_number.min(pages);
-    let shown = table_.topics.values().skip((page_number - 1) * TOPICS_PER_PAGE);
+    let shown = topic_table.topics.values().skip((page_number - 1) * TOPICS_PER_PAGE);
     let rows = shown.take(TOPICS_PER_PAGE).map(|topic| {
         let (size, produced, fetched) = sizes.get(topic.name.as_str()).copied().unwrap_or_default();
         vec![
@@ -137,24 +138,22 @@ pub fn no_such_topic(name: &str) -> String {
 }
 
 pub fn groups(snapshots: &[ShardMetrics]) -> String {
-    let watermarks: HashMap<(&str, i32), i64> = snapshots
-        .iter()
-        .flat_map(|s| &s.partitions)
-        .map(|p| ((p.topic.as_str(), p.partition), p.high_watermark))
-        .collect();
-    let mut committed: BTreeMap<(&str, &str, i32), i64> = BTreeMap::new();
-    for c in snapshots.iter().flat_map(|s| &s.committed) {
-        committed.insert((c.group.as_str(), c.topic.as_str(), c.partition), c.offset);
-    }
-    let rows = committed.iter().map(|(&(group, topic, partition), &offset)| {
-        let hw = watermarks.get(&(topic, partition)).copied();
+    let mut lags = consumer_lags(snapshots);
+    let order = |l: &GroupLag| {
+        let c = l.committed;
+        (c.group.clone(), c.topic.clone(), c.partition)
+    };
+    lags.sort_by_key(order);
+    let dash = || "-".to_string();
+    let rows = lags.iter().map(|joined| {
+        let c = joined.committed;
         vec![
-            escape(group),
-            format!("<a href=\"/topics/{0}\">{0}</a>", escape(topic)),
-            partition.to_string(),
-            offset.to_string(),
-            hw.map_or_else(|| "-".to_string(), |hw| hw.to_string()),
-            hw.map_or_else(|| "-".to_string(), |hw| (hw - offset).max(0).to_string()),
+            escape(&c.group),
+            format!("<a href=\"/topics/{0}\">{0}</a>", escape(&c.topic)),
+            c.partition.to_string(),
+            c.offset.to_string(),
+            joined.high_watermark.map_or_else(dash, |hw| hw.to_string()),
+            joined.lag().map_or_else(dash, |lag| lag.to_string()),
         ]
     });
     let header = ["group", "topic", "partition", "committed", "high watermark", "lag"];
