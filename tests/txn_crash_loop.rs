@@ -136,8 +136,7 @@ fn run_instance(
         }
         let mut batch = Vec::new();
         let gathering = Instant::now();
-        while batch.len() < TRANSACTION_RECORDS && gathering.elapsed() < Duration::from_millis(50)
-        {
+        while batch.len() < TRANSACTION_RECORDS && gathering.elapsed() < Duration::from_millis(50) {
             match consumer.poll(Duration::from_millis(10)) {
                 Some(Ok(m)) => {
                     let value = String::from_utf8(m.payload().unwrap_or_default().to_vec())
@@ -237,29 +236,16 @@ fn read_all(broker: &Broker, topic: &str, isolation: &str) -> BTreeMap<i32, Vec<
     seen
 }
 
-struct SeedOnFailure(u64);
-
-impl Drop for SeedOnFailure {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("txn_crash_loop FAILED with SHARDLOG_SEED={}", self.0);
-        }
-    }
-}
-
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|s| s.parse().ok())
 }
 
 #[test]
 fn an_exactly_once_pipeline_keeps_exactly_once_across_repeated_kill_9() {
-    let seed = env_u64("SHARDLOG_SEED").unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
-            as u64
-    });
+    let seed = common::seed_from_env();
     let cycles = env_u64("SHARDLOG_TXN_CRASH_CYCLES").unwrap_or(6);
     eprintln!("txn_crash_loop: SHARDLOG_SEED={seed} SHARDLOG_TXN_CRASH_CYCLES={cycles}");
-    let _replay = SeedOnFailure(seed);
+    let _replay = common::SeedOnFailure { test: "txn_crash_loop", seed };
     let mut rng = XorShift::new(seed);
 
     let mut broker = Broker::start(2, &["--checkpoint-interval-ms", "1000"]);
