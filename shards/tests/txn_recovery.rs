@@ -19,6 +19,7 @@ fn log_config() -> LogConfig {
         segment_size_bytes: 256 << 10,
         tail_cache_bytes: 16 << 10,
         max_batch_bytes: 64 << 10,
+        blocking_flush_max_bytes: 0,
     }
 }
 
