@@ -88,10 +88,7 @@ fn batch(producer: ProducerFields, values: &[String]) -> Bytes {
         writer.push(None, v.as_bytes());
     }
     writer.finish();
-    let attributes = i16::from_be_bytes([out[21], out[22]]) | 0x10;
-    out[21..23].copy_from_slice(&attributes.to_be_bytes());
-    let crc = crc32c::crc32c(&out[21..]);
-    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    shardlog_benches::load::record_batch::set_transactional(&mut out);
     Bytes::from(out)
 }
 
