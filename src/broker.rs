@@ -201,6 +201,7 @@ async fn start_shard(
     let log_config = LogConfig {
         segment_size_bytes: config.segment_bytes,
         max_batch_bytes: topic_max_message_bytes_ceiling(&config),
+        blocking_flush_max_bytes: config.log_blocking_flush_max_bytes,
         ..LogConfig::default()
     };
     let (log, internal, report) = ShardLog::open(AnyDisk::Dma(disk), log_config)

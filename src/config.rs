@@ -246,6 +246,13 @@ pub struct Config {
     /// docs/storage.md). Either way an ack waits for durability.
     #[arg(long, env = "SHARDLOG_LOG_SYNC", value_enum, default_value_t = LogSync::Fdatasync)]
     pub log_sync: LogSync,
+
+    /// A flush of at most this many bytes is written and fdatasync'd with blocking
+    /// syscalls on the shard's own thread instead of through io_uring: fewer thread
+    /// hand-offs per durable ack on a lightly loaded shard, while larger flushes keep the
+    /// shard serving during their IO (docs/storage.md). 0: never.
+    #[arg(long, env = "SHARDLOG_LOG_BLOCKING_FLUSH_MAX_BYTES", default_value_t = 0)]
+    pub log_blocking_flush_max_bytes: u64,
 }
 
 /// Parses flags and environment and, when the broker is to run (no command), fills the

@@ -305,31 +305,13 @@ fn check(stored: &common::Stored, deliveries: &[Arc<Deliveries>]) -> Summary {
     summary
 }
 
-/// Prints the seed if the test fails, so that the run can be replayed.
-struct SeedOnFailure(u64);
-
-impl Drop for SeedOnFailure {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("crash_loop FAILED with SHARDLOG_SEED={}", self.0);
-        }
-    }
-}
-
-fn seed() -> u64 {
-    let fallback =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
-            as u64;
-    std::env::var("SHARDLOG_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(fallback)
-}
-
 #[test]
 fn acknowledged_records_and_commits_survive_repeated_kill_9() {
-    let seed = seed();
+    let seed = common::seed_from_env();
     let cycles: u64 =
         std::env::var("SHARDLOG_CRASH_CYCLES").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
     eprintln!("crash_loop: SHARDLOG_SEED={seed} SHARDLOG_CRASH_CYCLES={cycles}");
-    let _replay = SeedOnFailure(seed);
+    let _replay = common::SeedOnFailure { test: "crash_loop", seed };
     let mut rng = XorShift::new(seed);
 
     let mut broker = Broker::start(2, &["--checkpoint-interval-ms", "1000"]);

@@ -20,7 +20,12 @@ use shardlog_storage::{AnyDisk, InternalStream, LogConfig, ShardLog, SimDisk, Si
 const SHARDS: usize = 2;
 
 fn log_config() -> LogConfig {
-    LogConfig { segment_size_bytes: 8 << 20, tail_cache_bytes: 1 << 20, max_batch_bytes: 64 << 10 }
+    LogConfig {
+        segment_size_bytes: 8 << 20,
+        tail_cache_bytes: 1 << 20,
+        max_batch_bytes: 64 << 10,
+        blocking_flush_max_bytes: 0,
+    }
 }
 
 fn new_topic(name: &str, partitions: i32) -> NewTopic {

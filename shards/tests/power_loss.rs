@@ -17,7 +17,9 @@
 //! 5. every acknowledged offset commit survived (or the commit in flight at the loss);
 //! 6. a retried acknowledged batch (same producer id, epoch, sequence) gets its original
 //!    offsets, and retried in-flight batches land exactly once;
-//! 7. producer ids handed out are never handed out again.
+//! 7. producer ids handed out are never handed out again;
+//! 8. transactions open, committing or aborting at the power loss end complete or aborted,
+//!    never half, and committed ones stay visible in full (`power_loss/txn.rs`).
 //!
 //! `SHARDLOG_SEED=N` replays seed N; `SHARDLOG_POWER_LOSS_SEEDS=N` runs N seeds (default
 //! `DEFAULT_SEEDS`) from `SHARDLOG_POWER_LOSS_FIRST_SEED` (default 1). More seeds than
@@ -30,7 +32,7 @@
 //! power-loss moments and the disks' fault choices; the two executors are OS threads, so
 //! their interleaving is not replayed exactly, only the workload.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
@@ -46,6 +48,8 @@ use shardlog_storage::{AnyDisk, LogConfig, ShardLog, SimDisk, SimImage, XorShift
 
 #[path = "power_loss/churn.rs"]
 mod churn;
+#[path = "power_loss/txn.rs"]
+mod txn;
 
 const SHARDS: usize = 2;
 /// Idempotent batches in flight per producer: with the last acknowledged one, the 5 a
@@ -196,6 +200,11 @@ struct Stats {
     in_flight_retried: u64,
     in_flight_survived: u64,
     producer_ids: u64,
+    /// Transactions whose EndTxn was answered, and those in flight at a power loss that
+    /// the checks found complete (`txn.rs`).
+    txn_committed: u64,
+    txn_aborted: u64,
+    txn_in_flight_resolved: u64,
     lost: u64,
     duplicated: u64,
 }
@@ -204,6 +213,7 @@ struct Stats {
 struct Model {
     topics: BTreeMap<String, TopicModel>,
     churn: BTreeMap<String, churn::ChurnTopic>,
+    txn: txn::TxnModel,
     /// Per partition: offset -> record of every acknowledged record.
     acked: HashMap<Key, BTreeMap<i64, RecordId>>,
     /// Per partition, filled by the checker: where each record present after a restart is.
@@ -233,7 +243,7 @@ struct Incarnation {
     images: Mutex<Vec<Option<SimImage>>>,
     power_off: AtomicBool,
     ops: AtomicU64,
-    phases: [AtomicUsize; 3],
+    phases: [AtomicUsize; 5],
     model: Arc<Mutex<Model>>,
 }
 
@@ -317,6 +327,7 @@ fn log_config() -> LogConfig {
         segment_size_bytes: 256 << 10,
         tail_cache_bytes: 16 << 10,
         max_batch_bytes: 64 << 10,
+        blocking_flush_max_bytes: 0,
     }
 }
 
@@ -362,6 +373,7 @@ async fn start_shard(
         max_message_bytes: 64 << 10,
         checkpoint_interval: world.checkpoint_interval,
         metadata_snapshot: churn::snapshot_policy(world.seed, world.number),
+        txn: shardlog_shards::txn::TxnConfig { check_interval: txn::TICK, ..Default::default() },
         ..ShardConfig::default()
     };
     let shard = Shard::new(log, mesh.clone(), config);
@@ -381,6 +393,7 @@ async fn start_shard(
     }
     shard.rebuild_producer_state(&internal).await?;
     spawn_checkpoints(shard.clone());
+    shard.spawn_txn_ticker();
     Ok(shard)
 }
 
@@ -404,6 +417,7 @@ async fn run_incarnation(world: &Arc<Incarnation>, shard: &Rc<Shard>) {
         check_table(world, shard);
         check_partitions(world, shard).await;
         check_commits(world, shard);
+        txn::check(world, shard).await;
     }
     world.rendezvous(0, true).await;
     retry_producers(world, shard).await;
@@ -425,7 +439,11 @@ fn check_table(world: &Incarnation, shard: &Shard) {
     let table = shard.table();
     churn::check(world, &table);
     let mut model = world.model.lock().unwrap();
-    for (name, meta) in table.topics.iter().filter(|(n, _)| !n.starts_with(churn::PREFIX)) {
+    for (name, meta) in table
+        .topics
+        .iter()
+        .filter(|(n, _)| !n.starts_with(churn::PREFIX) && !n.starts_with(txn::PREFIX))
+    {
         let Some(topic) = model.topics.get_mut(name) else {
             drop(model);
             return world.fail(format!("topic {name} exists but was never created"));
@@ -738,6 +756,7 @@ async fn start_workload(world: &Arc<Incarnation>, shard: &Rc<Shard>) {
     let (world3, shard3) = (world.clone(), shard.clone());
     glommio::spawn_local(async move { topic_loop(&world3, &shard3).await }).detach();
     churn::spawn(world, shard);
+    txn::spawn(world, shard);
 }
 
 /// Acknowledged topics and their partition counts.
@@ -939,7 +958,13 @@ fn run_seed(seed: u64) -> Result<Stats, String> {
             model.stats.power_losses += 1;
         }
     }
-    let stats = model.lock().unwrap().stats;
+    let model = model.lock().unwrap();
+    let stats = Stats {
+        txn_committed: model.txn.committed,
+        txn_aborted: model.txn.aborted,
+        txn_in_flight_resolved: model.txn.resolved_in_flight,
+        ..model.stats
+    };
     Ok(stats)
 }
 
@@ -992,6 +1017,9 @@ impl Stats {
         self.in_flight_retried += other.in_flight_retried;
         self.in_flight_survived += other.in_flight_survived;
         self.producer_ids += other.producer_ids;
+        self.txn_committed += other.txn_committed;
+        self.txn_aborted += other.txn_aborted;
+        self.txn_in_flight_resolved += other.txn_in_flight_resolved;
         self.lost += other.lost;
         self.duplicated += other.duplicated;
     }
@@ -1002,7 +1030,8 @@ impl Stats {
         format!(
             "POWER-LOSS-TOTALS seeds={seeds} power_losses={} acked_records={} acked_batches={} \
              acked_commits={} topics_created={} topic_changes={} dedup_checks={} in_flight_retried={} \
-             in_flight_survived={} producer_ids={} lost={} duplicated={}",
+             in_flight_survived={} producer_ids={} txn_committed={} txn_aborted={} \
+             txn_in_flight_resolved={} lost={} duplicated={}",
             s.power_losses,
             s.acked_records,
             s.acked_batches,
@@ -1013,6 +1042,9 @@ impl Stats {
             s.in_flight_retried,
             s.in_flight_survived,
             s.producer_ids,
+            s.txn_committed,
+            s.txn_aborted,
+            s.txn_in_flight_resolved,
             s.lost,
             s.duplicated
         )
@@ -1039,6 +1071,9 @@ impl Stats {
             in_flight_retried: get("in_flight_retried")?,
             in_flight_survived: get("in_flight_survived")?,
             producer_ids: get("producer_ids")?,
+            txn_committed: get("txn_committed")?,
+            txn_aborted: get("txn_aborted")?,
+            txn_in_flight_resolved: get("txn_in_flight_resolved")?,
             lost: get("lost")?,
             duplicated: get("duplicated")?,
         };

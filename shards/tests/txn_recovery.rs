@@ -19,6 +19,7 @@ fn log_config() -> LogConfig {
         segment_size_bytes: 256 << 10,
         tail_cache_bytes: 16 << 10,
         max_batch_bytes: 64 << 10,
+        blocking_flush_max_bytes: 0,
     }
 }
 
@@ -31,10 +32,7 @@ fn transactional_batch(producer_id: i64, epoch: i16, base_sequence: i32, count: 
         writer.push(None, format!("v{i}").as_bytes());
     }
     writer.finish();
-    let attributes = i16::from_be_bytes([out[21], out[22]]) | 0x10;
-    out[21..23].copy_from_slice(&attributes.to_be_bytes());
-    let crc = crc32c::crc32c(&out[21..]);
-    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    shardlog_benches::load::record_batch::set_transactional(&mut out);
     Bytes::from(out)
 }
 

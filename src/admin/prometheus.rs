@@ -241,6 +241,12 @@ fn render_flushes(text: &mut Text, shards: &[ShardMetrics]) {
         let seconds = s.log.flush_write_us as f64 / MICROS_PER_SECOND;
         text.sample(name, &[("shard", &s.shard)], seconds);
     }
+    let name = "shardlog_blocking_flushes_total";
+    let help = "Flushes written and fdatasync'd with blocking syscalls on the shard's thread.";
+    text.family(name, "counter", help);
+    for s in shards {
+        text.sample(name, &[("shard", &s.shard)], s.log.blocking_flushes);
+    }
     let name = "shardlog_segment_wait_seconds_total";
     text.family(name, "counter", "Time flushes waited for their next segment to be prepared.");
     for s in shards {

@@ -128,6 +128,30 @@ impl Disk for AnyDisk {
         }
     }
 
+    async fn write_at_blocking(
+        &self,
+        base: u64,
+        offset: u64,
+        buf: AnyBuffer,
+    ) -> Result<(), StorageError> {
+        match (self, buf) {
+            (AnyDisk::Dma(disk), AnyBuffer::Dma(buf)) => {
+                disk.write_at_blocking(base, offset, buf).await
+            }
+            (AnyDisk::Sim(disk), AnyBuffer::Sim(buf)) => {
+                disk.write_at_blocking(base, offset, buf).await
+            }
+            _ => panic!("a buffer written to a disk of another kind than the one that made it"),
+        }
+    }
+
+    async fn sync_blocking(&self, base: u64) -> Result<(), StorageError> {
+        match self {
+            AnyDisk::Dma(disk) => disk.sync_blocking(base).await,
+            AnyDisk::Sim(disk) => disk.sync_blocking(base).await,
+        }
+    }
+
     async fn read_at(&self, base: u64, offset: u64, len: usize) -> Result<Bytes, StorageError> {
         match self {
             AnyDisk::Dma(disk) => disk.read_at(base, offset, len).await,

@@ -13,6 +13,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -97,6 +98,22 @@ pub trait Disk: 'static {
     async fn read_at(&self, base: u64, offset: u64, len: usize) -> Result<Bytes, StorageError>;
     /// fdatasync of one segment file.
     async fn sync(&self, base: u64) -> Result<(), StorageError>;
+    /// `write_at` as a blocking syscall on the calling thread, where the disk has one: no
+    /// io_uring round trip, no wake-up of the executor by a completion (see
+    /// `LogConfig::blocking_flush_max_bytes`). Same contract as `write_at`.
+    async fn write_at_blocking(
+        &self,
+        base: u64,
+        offset: u64,
+        buf: Self::Buffer,
+    ) -> Result<(), StorageError> {
+        self.write_at(base, offset, buf).await
+    }
+    /// `sync` as a blocking syscall on the calling thread, where the disk has one: no
+    /// hand-off to io_uring's worker thread and back. Same contract as `sync`.
+    async fn sync_blocking(&self, base: u64) -> Result<(), StorageError> {
+        self.sync(base).await
+    }
     async fn list_checkpoints(&self) -> Result<Vec<u64>, StorageError>;
     async fn write_checkpoint(&self, position: u64, bytes: Vec<u8>) -> Result<(), StorageError>;
     async fn read_checkpoint(&self, position: u64) -> Result<Vec<u8>, StorageError>;
@@ -318,6 +335,40 @@ impl Disk for DmaDisk {
             return Err(io_error("write segment", io::Error::other("short O_DIRECT write")));
         }
         Ok(())
+    }
+
+    async fn write_at_blocking(
+        &self,
+        base: u64,
+        offset: u64,
+        buf: DmaBuffer,
+    ) -> Result<(), StorageError> {
+        let file = self.file(base).await?;
+        let bytes = buf.as_bytes();
+        // SAFETY: `bytes` is alive and `bytes.len()` long for the whole call; the
+        // descriptor is the segment's, held open by `file`.
+        let written = unsafe {
+            libc::pwrite(file.as_raw_fd(), bytes.as_ptr().cast(), bytes.len(), offset as i64)
+        };
+        match written {
+            n if n < 0 => Err(io_error("write segment", io::Error::last_os_error())),
+            n if n as usize != bytes.len() => {
+                Err(io_error("write segment", io::Error::other("short O_DIRECT write")))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn sync_blocking(&self, base: u64) -> Result<(), StorageError> {
+        if self.dsync_writes.get() {
+            return Ok(()); // as in `sync`
+        }
+        let file = self.file(base).await?;
+        // SAFETY: a plain syscall on the segment's descriptor, held open by `file`.
+        match unsafe { libc::fdatasync(file.as_raw_fd()) } {
+            0 => Ok(()),
+            _ => Err(io_error("fdatasync segment", io::Error::last_os_error())),
+        }
     }
 
     async fn read_at(&self, base: u64, offset: u64, len: usize) -> Result<Bytes, StorageError> {

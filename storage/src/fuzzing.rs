@@ -28,6 +28,7 @@ fn fuzz_config() -> LogConfig {
         segment_size_bytes: FUZZ_SEGMENT_BYTES,
         tail_cache_bytes: 8 << 10,
         max_batch_bytes: 4 << 10,
+        blocking_flush_max_bytes: 0,
     }
 }
 

@@ -75,6 +75,11 @@ pub struct LogConfig {
     pub segment_size_bytes: u64,
     pub tail_cache_bytes: usize,
     pub max_batch_bytes: usize,
+    /// A flush of at most this many bytes is written and fdatasync'd with blocking
+    /// syscalls on the shard's thread instead of through io_uring (`Disk::sync_blocking`):
+    /// fewer thread hand-offs and wake-ups for the small flushes of a lightly loaded
+    /// shard, at the price of the shard doing nothing else meanwhile. 0: never.
+    pub blocking_flush_max_bytes: u64,
 }
 
 impl Default for LogConfig {
@@ -83,6 +88,7 @@ impl Default for LogConfig {
             segment_size_bytes: 128 << 20,
             tail_cache_bytes: 64 << 20,
             max_batch_bytes: 1 << 20,
+            blocking_flush_max_bytes: 0,
         }
     }
 }

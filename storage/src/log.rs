@@ -52,6 +52,8 @@ const CHECKPOINTS_KEPT: usize = 2;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LogProbes {
     pub flushes: u64,
+    /// Flushes done with blocking syscalls (`LogConfig::blocking_flush_max_bytes`).
+    pub blocking_flushes: u64,
     pub flushed_bytes: u64,
     /// Time in DMA writes of flushes (all chunks of a flush in parallel).
     pub flush_write_us: u64,
@@ -88,6 +90,7 @@ impl Default for LogProbes {
     fn default() -> Self {
         LogProbes {
             flushes: 0,
+            blocking_flushes: 0,
             flushed_bytes: 0,
             flush_write_us: 0,
             flush_sync_us: 0,
@@ -880,19 +883,30 @@ impl<D: Disk> Inner<D> {
                 zeroing.is_none_or(|(_, start, end)| end <= first || start >= last)
             })
             .await;
-        let writes: Vec<_> = flush
-            .chunks
-            .drain(..)
-            .map(|chunk| {
-                let offset = chunk.offset_in_segment();
-                self.disk.write_at(chunk.segment_base, offset, chunk.buf)
-            })
-            .collect();
         let started = std::time::Instant::now();
-        join_all(writes, WRITES_IN_FLIGHT).await?;
+        let blocking = flush.end - first <= self.config.blocking_flush_max_bytes;
+        if blocking {
+            for chunk in flush.chunks.drain(..) {
+                let offset = chunk.offset_in_segment();
+                self.disk.write_at_blocking(chunk.segment_base, offset, chunk.buf).await?;
+            }
+        } else {
+            let writes: Vec<_> = flush
+                .chunks
+                .drain(..)
+                .map(|chunk| {
+                    let offset = chunk.offset_in_segment();
+                    self.disk.write_at(chunk.segment_base, offset, chunk.buf)
+                })
+                .collect();
+            join_all(writes, WRITES_IN_FLIGHT).await?;
+        }
         let written = std::time::Instant::now();
         for base in touched {
-            self.disk.sync(base).await?;
+            match blocking {
+                true => self.disk.sync_blocking(base).await?,
+                false => self.disk.sync(base).await?,
+            }
         }
         let sync_us = written.elapsed().as_micros() as u64;
         let write_us = (written - started).as_micros() as u64;
@@ -905,6 +919,7 @@ impl<D: Disk> Inner<D> {
         probes.flush_write_duration_us.record(write_us);
         probes.flush_fdatasync_us.record(sync_us);
         probes.flushes += 1;
+        probes.blocking_flushes += blocking as u64;
         probes.flushed_bytes += flush.end - first;
         probes.flush_write_us += write_us;
         probes.flush_sync_us += sync_us;

@@ -82,6 +82,7 @@ fn cleaning_throughput_and_bytes_on_disk_for_a_keyed_workload() {
             segment_size_bytes: 8 << 20,
             tail_cache_bytes: 4 << 20,
             max_batch_bytes: 1 << 20,
+            blocking_flush_max_bytes: 0,
         };
         let disk = DmaDisk::open(path.clone()).await.unwrap();
         let (log, _, _) = ShardLog::open(disk, config).await.unwrap();

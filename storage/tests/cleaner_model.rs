@@ -142,6 +142,7 @@ async fn execute(ops: Vec<Op>, seed: u64) {
         segment_size_bytes: 32 << 10,
         tail_cache_bytes: 4 << 10,
         max_batch_bytes: 4096,
+        blocking_flush_max_bytes: 0,
     };
     let mut disk = SimDisk::new(seed);
     let mut log = reopen(&disk, &config, PARTITIONS).await;

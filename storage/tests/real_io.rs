@@ -9,7 +9,19 @@ use common::*;
 use shardlog_storage::*;
 
 fn config() -> LogConfig {
-    LogConfig { segment_size_bytes: 1 << 20, tail_cache_bytes: 64 << 10, max_batch_bytes: 64 << 10 }
+    LogConfig {
+        segment_size_bytes: 1 << 20,
+        tail_cache_bytes: 64 << 10,
+        max_batch_bytes: 64 << 10,
+        blocking_flush_max_bytes: 0,
+    }
+}
+
+/// How the reopen tests make flushes durable.
+#[derive(Clone, Copy)]
+struct Sync {
+    dsync_writes: bool,
+    blocking_flush_max_bytes: u64,
 }
 
 #[test]
@@ -43,13 +55,15 @@ fn append_some(
     start_seed: u64,
     count: u64,
     await_every: u64,
-    dsync_writes: bool,
+    sync: Sync,
 ) -> Vec<(PartitionId, Offset)> {
     let (tx, rx) = std::sync::mpsc::channel();
     run(move || async move {
         let disk = DmaDisk::open(path).await.unwrap();
-        disk.set_dsync_writes(dsync_writes);
-        let (log, _, _) = ShardLog::open(disk, config()).await.unwrap();
+        disk.set_dsync_writes(sync.dsync_writes);
+        let config =
+            LogConfig { blocking_flush_max_bytes: sync.blocking_flush_max_bytes, ..config() };
+        let (log, _, _) = ShardLog::open(disk, config).await.unwrap();
         let mut acked = Vec::new();
         for i in 0..count {
             let (p, b) = nth_batch(start_seed, i);
@@ -60,6 +74,11 @@ fn append_some(
                 acked.push((p, a.last_offset));
             }
         }
+        let probes = log.probes();
+        match sync.blocking_flush_max_bytes {
+            0 => assert_eq!(probes.blocking_flushes, 0),
+            _ => assert!(probes.blocking_flushes > 0, "no flush took the blocking path"),
+        }
         // Dropped without close: the executor ends with appends still queued.
         tx.send(acked).unwrap();
     });
@@ -68,24 +87,38 @@ fn append_some(
 
 #[test]
 fn appends_survive_dropping_the_log_without_close_and_reopen_byte_identical() {
-    appends_survive_a_drop_and_reopen(false);
+    appends_survive_a_drop_and_reopen(Sync { dsync_writes: false, blocking_flush_max_bytes: 0 });
+}
+
+/// The same with flushes of up to 16 KiB written and fdatasync'd by blocking syscalls
+/// (`--log-blocking-flush-max-bytes`), larger ones through io_uring.
+#[test]
+fn with_blocking_flushes_appends_survive_dropping_the_log_and_reopen_byte_identical() {
+    appends_survive_a_drop_and_reopen(Sync {
+        dsync_writes: false,
+        blocking_flush_max_bytes: 16 << 10,
+    });
 }
 
 /// The same with segment files opened O_DSYNC (`--log-sync dsync`): the log's `sync` is
 /// then a no-op, and the reopened log must still find every acknowledged batch.
 #[test]
 fn with_dsync_writes_appends_survive_dropping_the_log_and_reopen_byte_identical() {
-    appends_survive_a_drop_and_reopen(true);
+    appends_survive_a_drop_and_reopen(Sync { dsync_writes: true, blocking_flush_max_bytes: 0 });
+    appends_survive_a_drop_and_reopen(Sync {
+        dsync_writes: true,
+        blocking_flush_max_bytes: 16 << 10,
+    });
 }
 
-fn appends_survive_a_drop_and_reopen(dsync_writes: bool) {
+fn appends_survive_a_drop_and_reopen(sync: Sync) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_path_buf();
-    let acked = append_some(path.clone(), 0, 3000, 7, dsync_writes);
+    let acked = append_some(path.clone(), 0, 3000, 7, sync);
     let acked2 = acked.clone();
     run(move || async move {
         let disk = DmaDisk::open(path).await.unwrap();
-        disk.set_dsync_writes(dsync_writes);
+        disk.set_dsync_writes(sync.dsync_writes);
         let (log, _, report) = ShardLog::open(disk, config()).await.unwrap();
         assert_eq!(report.checkpoint_position, None);
         let mut expected: Vec<Vec<(Offset, Bytes)>> = vec![Vec::new(); 3];

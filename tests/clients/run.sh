@@ -38,5 +38,7 @@ python3 $here/stateful_apps.py quixstreams
 python3 $here/stateful_apps.py faust
 python3 $here/aiokafka_smoke.py
 python3 $here/txn_smoke.py
-(cd "$work" && NODE_PATH="$work/node_modules" KAFKAJS_NO_PARTITIONER_WARNING=1 node "$OLDPWD/$here/kafkajs_smoke.js")
+for script in kafkajs_smoke.js kafkajs_txn_smoke.js; do
+  (cd "$work" && NODE_PATH="$work/node_modules" KAFKAJS_NO_PARTITIONER_WARNING=1 node "$OLDPWD/$here/$script")
+done
 echo "all clients ok"

@@ -579,3 +579,25 @@ pub fn assign_only_consumer(broker: &Broker) -> rdkafka::consumer::BaseConsumer 
         .create()
         .unwrap()
 }
+
+/// `SHARDLOG_SEED` if set, else a fresh seed from the clock (printed by the caller).
+pub fn seed_from_env() -> u64 {
+    let fallback =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+            as u64;
+    std::env::var("SHARDLOG_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(fallback)
+}
+
+/// Prints the seed if the test fails, so that the run can be replayed.
+pub struct SeedOnFailure {
+    pub test: &'static str,
+    pub seed: u64,
+}
+
+impl Drop for SeedOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{} FAILED with SHARDLOG_SEED={}", self.test, self.seed);
+        }
+    }
+}

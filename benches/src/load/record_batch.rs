@@ -119,6 +119,14 @@ impl<'a> RecordBatchWriter<'a> {
     }
 }
 
+/// Sets the TRANSACTIONAL attribute of a finished batch and redoes its CRC.
+pub fn set_transactional(batch: &mut [u8]) {
+    let attributes = i16::from_be_bytes([batch[ATTRIBUTES_AT], batch[ATTRIBUTES_AT + 1]]) | 0x10;
+    batch[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attributes.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[ATTRIBUTES_AT..]);
+    batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 fn zigzag(n: i32) -> u32 {
     ((n << 1) ^ (n >> 31)) as u32
 }

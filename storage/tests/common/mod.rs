@@ -109,7 +109,12 @@ where
 }
 
 pub fn small_config() -> LogConfig {
-    LogConfig { segment_size_bytes: 64 << 10, tail_cache_bytes: 16 << 10, max_batch_bytes: 8 << 10 }
+    LogConfig {
+        segment_size_bytes: 64 << 10,
+        tail_cache_bytes: 16 << 10,
+        max_batch_bytes: 8 << 10,
+        blocking_flush_max_bytes: 0,
+    }
 }
 
 /// One keyed record: key, and value (None: a tombstone).
