@@ -348,3 +348,129 @@ impl RaftGroup {
         self.committed.extend(committed);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raft::eraftpb::MessageType;
+
+    /// Three replicas; replica 1 times out first, so it is elected first, then replica 2
+    /// (equal fixed timeouts would split every vote in lockstep).
+    fn three_replicas() -> Vec<RaftGroup> {
+        (1..=3)
+            .map(|id| {
+                let mut config = GroupConfig::new(id);
+                config.fixed_election_timeout = Some(10 + 7 * (id as usize - 1));
+                RaftGroup::recover(&config, LogImage::new(&[1, 2, 3]), 0).unwrap()
+            })
+            .collect()
+    }
+
+    /// Writes made durable at once and messages delivered until nothing moves.
+    fn settle(groups: &mut [RaftGroup]) {
+        loop {
+            let mut mail = Vec::new();
+            for group in groups.iter_mut() {
+                if let Some(last) = group.take_writes().last() {
+                    group.durable(last.number);
+                }
+                mail.extend(group.take_messages());
+            }
+            if mail.is_empty() {
+                return;
+            }
+            for message in mail {
+                let to = message.to as usize - 1;
+                groups[to].step(message).unwrap();
+            }
+        }
+    }
+
+    fn elect_replica_1() -> Vec<RaftGroup> {
+        let mut groups = three_replicas();
+        for _ in 0..30 {
+            groups.iter_mut().for_each(RaftGroup::tick);
+            settle(&mut groups);
+        }
+        assert!(groups[0].is_leader());
+        for group in groups.iter_mut() {
+            group.take_committed();
+        }
+        groups
+    }
+
+    #[test]
+    fn a_follower_refuses_proposals_and_names_the_leader() {
+        let mut groups = elect_replica_1();
+        assert_eq!(groups[1].leader_id(), Some(1));
+        assert_eq!(groups[1].term(), groups[0].term());
+        let refused = groups[1].propose(b"batch".to_vec());
+        assert_eq!(refused, Err(ProposeError::NotLeader { leader: Some(1) }));
+    }
+
+    #[test]
+    fn a_follower_acknowledges_an_append_only_once_its_write_is_durable() {
+        let mut groups = elect_replica_1();
+        let proposal = groups[0].propose(b"batch".to_vec()).unwrap();
+        let appends = groups[0].take_messages();
+        let to_2 = appends.into_iter().find(|m| m.to == 2).expect("an append to replica 2");
+        assert_eq!(to_2.get_msg_type(), MessageType::MsgAppend);
+        groups[1].step(to_2).unwrap();
+        let writes = groups[1].take_writes();
+        assert_eq!(writes.len(), 1);
+        assert_eq!(writes[0].entries.last().unwrap().index, proposal.index);
+        assert!(groups[1].take_messages().is_empty(), "acknowledged before durable");
+        groups[1].durable(writes[0].number);
+        let acks = groups[1].take_messages();
+        assert_eq!(acks.len(), 1);
+        assert_eq!(acks[0].get_msg_type(), MessageType::MsgAppendResponse);
+        assert_eq!(acks[0].index, proposal.index);
+    }
+
+    #[test]
+    fn a_proposal_commits_only_when_a_majority_including_the_leader_is_durable() {
+        let mut groups = elect_replica_1();
+        let proposal = groups[0].propose(b"batch".to_vec()).unwrap();
+        let leader_writes = groups[0].take_writes();
+        let to_2 = groups[0].take_messages().into_iter().find(|m| m.to == 2).unwrap();
+        groups[1].step(to_2).unwrap();
+        let number = groups[1].take_writes().last().unwrap().number;
+        groups[1].durable(number);
+        for ack in groups[1].take_messages() {
+            groups[0].step(ack).unwrap();
+        }
+        // Replica 2 is durable, the leader's own write is not: no majority yet.
+        assert!(groups[0].take_outcomes().is_empty());
+        assert!(groups[0].commit_index() < proposal.index);
+        groups[0].durable(leader_writes.last().unwrap().number);
+        assert_eq!(groups[0].take_outcomes(), vec![Outcome::Committed(proposal)]);
+        assert_eq!(groups[0].commit_index(), proposal.index);
+        let committed = groups[0].take_committed();
+        assert_eq!(committed.last().unwrap().data.as_ref(), b"batch");
+    }
+
+    #[test]
+    fn a_deposed_leader_abandons_its_pending_proposals() {
+        let mut groups = elect_replica_1();
+        let proposal = groups[0].propose(b"batch".to_vec()).unwrap();
+        groups[0].take_messages(); // lost: replicas 2 and 3 never see the proposal
+                                   // Replica 2 times out first, campaigns in a later term and wins with replica 3's vote.
+        for _ in 0..60 {
+            groups[1].tick();
+            groups[2].tick();
+            for message in groups[1].take_messages().into_iter().chain(groups[2].take_messages()) {
+                let to = message.to as usize - 1;
+                groups[to].step(message).unwrap();
+            }
+            for group in groups.iter_mut() {
+                if let Some(last) = group.take_writes().last() {
+                    group.durable(last.number);
+                }
+            }
+        }
+        assert!(groups[1].is_leader());
+        settle(&mut groups);
+        assert!(!groups[0].is_leader());
+        assert_eq!(groups[0].take_outcomes(), vec![Outcome::Abandoned(proposal)]);
+    }
+}
