@@ -307,9 +307,8 @@ impl RaftGroup {
     /// Invariant 2's last case: a deposed leader gives up its pending proposals.
     fn abandon_if_deposed(&mut self) {
         let (leading, term) = (self.is_leader(), self.term());
-        if self.pending.first().is_some_and(|_| !leading)
-            || self.pending.iter().any(|p| p.term != term)
-        {
+        let deposed = !leading || self.pending.iter().any(|p| p.term != term);
+        if deposed && !self.pending.is_empty() {
             let abandoned = std::mem::take(&mut self.pending);
             self.outcomes.extend(abandoned.into_iter().map(Outcome::Abandoned));
         }
