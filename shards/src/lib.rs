@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod ops;
 pub mod producer;
 pub mod producer_log;
+pub mod replication;
 pub mod retention;
 pub mod runtime;
 pub mod service;

@@ -1,0 +1,475 @@
+//! `RaftGroup`: the sans-IO driver of one raft group on one shard (raft-rs `RawNode`).
+//!
+//! The host (the shard's event loop; the simulation in tests/replication_sim.rs) feeds it
+//! inputs and drains its outputs; the driver never blocks, sleeps, reads a clock or
+//! touches a file or socket:
+//!
+//! | input | output to drain |
+//! |---|---|
+//! | `tick()` every tick interval | `take_messages()`: raft messages to send, any order, may be lost |
+//! | `step(message)` from a peer | `take_writes()`: `WriteRequest`s to make durable, in order |
+//! | `propose(data)` (a produce batch) | `take_committed()`: committed entries, in index order |
+//! | `durable(number)` once a write is durable | `take_outcomes()`: what became of each proposal |
+//!
+//! Writes are asynchronous (raft-rs `advance_append_async` / `on_persist_ready`), so a
+//! host can gather the writes of many groups (and the partitions' own appends) into one
+//! group-commit fdatasync. What a follower may only say after its write is durable (its
+//! append acknowledgements, its votes) is held here until the host reports that write.
+//!
+//! Kafka's words: the leader epoch is `term()`; acks=all is answered when a proposal's
+//! outcome is `Committed` (durable on a majority, raft-rs counts the leader's own write
+//! only once reported durable); the high watermark is `commit_index()`.
+//!
+//! Runs on the shard that owns the group; every call allocates (messages, entries), which
+//! is fine for this slice and measured in docs/replication.md.
+//!
+//! Invariants:
+//! 1. A message released from `take_messages()` never depends on a write the host has not
+//!    reported durable (raft-rs's persisted messages are held until `durable`).
+//! 2. A proposal is reported `Committed` only when the entry committed at its index has
+//!    its term (asserted: a leader never overwrites its own entries, and a proposal is
+//!    pending only while its leader leads in its term). A proposal still pending when its
+//!    leader steps down is reported `Abandoned` (its fate unknown here), so no proposal
+//!    waits for ever.
+//! 3. Write requests are handed out in increasing `number`, and `durable(n)` covers every
+//!    request numbered up to n.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use raft::eraftpb::{Entry, Message};
+use raft::{Config, RawNode, StateRole};
+
+use super::log::{LogImage, WriteRequest};
+
+/// Settings of one group; ticks are the host's tick interval (docs/replication.md).
+#[derive(Clone, Debug)]
+pub struct GroupConfig {
+    /// This replica's raft id (non-zero; `node_id + 1` within a group).
+    pub id: u64,
+    /// Ticks without a leader's word before a follower campaigns (randomized up to 2x).
+    pub election_tick: usize,
+    /// Ticks between a leader's heartbeats.
+    pub heartbeat_tick: usize,
+    /// A fixed election timeout (at least `election_tick`) instead of raft-rs's draw in
+    /// `[election_tick, 2 * election_tick)` from the thread's own generator at every term:
+    /// a deterministic simulation draws it from its seed, so a seed replays exactly.
+    pub fixed_election_timeout: Option<usize>,
+    /// Most entry bytes in one append message.
+    pub max_size_per_msg: u64,
+    /// Append messages in flight to one follower.
+    pub max_inflight_msgs: usize,
+}
+
+impl GroupConfig {
+    /// The defaults: elections after 10-20 ticks, heartbeats every 2, check-quorum and
+    /// pre-vote on (an isolated leader steps down; a rejoining node does not disrupt).
+    pub fn new(id: u64) -> GroupConfig {
+        GroupConfig {
+            id,
+            election_tick: 10,
+            heartbeat_tick: 2,
+            fixed_election_timeout: None,
+            max_size_per_msg: 1 << 20,
+            max_inflight_msgs: 256,
+        }
+    }
+
+    fn raft_config(&self, applied: u64) -> Config {
+        let (min_election_tick, max_election_tick) = match self.fixed_election_timeout {
+            Some(ticks) => (ticks, ticks + 1),
+            None => (0, 0),
+        };
+        Config {
+            id: self.id,
+            election_tick: self.election_tick,
+            heartbeat_tick: self.heartbeat_tick,
+            min_election_tick,
+            max_election_tick,
+            applied,
+            max_size_per_msg: self.max_size_per_msg,
+            max_inflight_msgs: self.max_inflight_msgs,
+            check_quorum: true,
+            pre_vote: true,
+            ..Config::default()
+        }
+    }
+}
+
+/// Where a proposal landed in the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Proposal {
+    /// Log index of the entry.
+    pub index: u64,
+    /// Term it was proposed in (Kafka's leader epoch of the batch).
+    pub term: u64,
+}
+
+/// What became of a proposal (invariant 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Committed: durable on a majority; acks=all may be answered.
+    Committed(Proposal),
+    /// This replica stopped leading before the proposal committed: it may still commit
+    /// under the next leader, or not. Kafka answers NOT_LEADER_OR_FOLLOWER and the client
+    /// retries (an idempotent producer's retry is then deduplicated).
+    Abandoned(Proposal),
+}
+
+/// Why a proposal was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProposeError {
+    /// This replica is not the leader (Kafka's NOT_LEADER_OR_FOLLOWER); the leader it
+    /// knows of, if any.
+    NotLeader { leader: Option<u64> },
+    /// The leader refused it (a leadership transfer is under way, or too much is
+    /// uncommitted); retry.
+    Dropped,
+}
+
+/// The driver of one raft group's replica.
+pub struct RaftGroup {
+    node: RawNode<LogImage>,
+    /// Messages that may be sent now.
+    messages: Vec<Message>,
+    /// Write requests handed to the host, not yet drained.
+    writes: Vec<WriteRequest>,
+    /// Numbers of write requests not yet reported durable, in order.
+    unsynced: VecDeque<u64>,
+    /// Messages waiting for the write of their ready number (invariant 1).
+    held: VecDeque<(u64, Vec<Message>)>,
+    /// Highest ready number handled, and the highest reported to raft-rs as persisted.
+    last_ready: u64,
+    persisted_ready: u64,
+    committed: Vec<Entry>,
+    /// This replica's proposals not yet committed or abandoned.
+    pending: BTreeSet<Proposal>,
+    outcomes: Vec<Outcome>,
+}
+
+impl RaftGroup {
+    /// Starts a replica from its durable log (`LogImage::new(voters)` for a new group).
+    /// `applied` is the last index the host applied and will not need again (0: hand
+    /// every committed entry out again).
+    pub fn recover(config: &GroupConfig, log: LogImage, applied: u64) -> Result<RaftGroup, String> {
+        log.check_recovered()?;
+        let applied = applied.min(log.hard_state.commit);
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let node = RawNode::new(&config.raft_config(applied), log, &logger)
+            .map_err(|e| format!("raft group {}: {e}", config.id))?;
+        Ok(RaftGroup {
+            node,
+            messages: Vec::new(),
+            writes: Vec::new(),
+            unsynced: VecDeque::new(),
+            held: VecDeque::new(),
+            last_ready: 0,
+            persisted_ready: 0,
+            committed: Vec::new(),
+            pending: BTreeSet::new(),
+            outcomes: Vec::new(),
+        })
+    }
+
+    // -- inputs ---------------------------------------------------------------------------
+
+    /// One tick of the host's clock.
+    pub fn tick(&mut self) {
+        self.node.tick();
+        self.handle_ready();
+    }
+
+    /// A message from a peer. Errors name a message that cannot be stepped (from a
+    /// non-member, or a local-only type): drop it.
+    pub fn step(&mut self, message: Message) -> raft::Result<()> {
+        let stepped = self.node.step(message);
+        self.handle_ready();
+        stepped
+    }
+
+    /// Proposes `data` (one produce batch, later): only the leader accepts.
+    pub fn propose(&mut self, data: Vec<u8>) -> Result<Proposal, ProposeError> {
+        if !self.is_leader() {
+            return Err(ProposeError::NotLeader { leader: self.leader_id() });
+        }
+        let before = self.node.raft.raft_log.last_index();
+        if self.node.propose(Vec::new(), data).is_err() {
+            return Err(ProposeError::Dropped);
+        }
+        // A leader appends a proposal to its own log at once: its index is the new last.
+        let index = self.node.raft.raft_log.last_index();
+        assert_eq!(index, before + 1, "a proposal appends exactly one entry");
+        let proposal = Proposal { index, term: self.term() };
+        self.pending.insert(proposal);
+        self.handle_ready();
+        Ok(proposal)
+    }
+
+    /// The host made every write request numbered up to `number` durable (invariant 3).
+    pub fn durable(&mut self, number: u64) {
+        assert!(number <= self.last_ready, "durable({number}) of a write never handed out");
+        while self.unsynced.front().is_some_and(|&n| n <= number) {
+            self.unsynced.pop_front();
+        }
+        self.release_durable();
+        self.handle_ready();
+    }
+
+    // -- outputs --------------------------------------------------------------------------
+
+    /// Messages to send to peers (`Message::to`); losing some is fine, raft retries.
+    pub fn take_messages(&mut self) -> Vec<Message> {
+        std::mem::take(&mut self.messages)
+    }
+
+    /// Writes to make durable in this order, each reported with `durable(number)`.
+    pub fn take_writes(&mut self) -> Vec<WriteRequest> {
+        std::mem::take(&mut self.writes)
+    }
+
+    /// Entries committed since the last call, in index order (no-op entries of new
+    /// leaders included, with empty data).
+    pub fn take_committed(&mut self) -> Vec<Entry> {
+        std::mem::take(&mut self.committed)
+    }
+
+    /// What became of this replica's proposals since the last call.
+    pub fn take_outcomes(&mut self) -> Vec<Outcome> {
+        std::mem::take(&mut self.outcomes)
+    }
+
+    // -- queries --------------------------------------------------------------------------
+
+    /// This replica's raft id.
+    pub fn id(&self) -> u64 {
+        self.node.raft.id
+    }
+
+    /// The current term: Kafka's leader epoch.
+    pub fn term(&self) -> u64 {
+        self.node.raft.term
+    }
+
+    /// The leader this replica knows of in the current term.
+    pub fn leader_id(&self) -> Option<u64> {
+        Some(self.node.raft.leader_id).filter(|&id| id != raft::INVALID_ID)
+    }
+
+    /// Whether this replica leads the group now.
+    pub fn is_leader(&self) -> bool {
+        self.node.raft.state == StateRole::Leader
+    }
+
+    /// The commit index: durable on a majority (the partition's high watermark, later).
+    pub fn commit_index(&self) -> u64 {
+        self.node.raft.raft_log.committed
+    }
+
+    /// Index of the last entry this replica has written (durable or not).
+    pub fn last_index(&self) -> u64 {
+        self.node.raft.raft_log.last_index()
+    }
+
+    // -- the ready loop -------------------------------------------------------------------
+
+    /// Turns everything raft-rs has ready into outputs.
+    fn handle_ready(&mut self) {
+        while self.node.has_ready() {
+            let mut ready = self.node.ready();
+            let number = ready.number();
+            self.messages.extend(ready.take_messages());
+            let snapshot = Some(ready.snapshot()).filter(|s| !s.is_empty()).cloned();
+            let write = WriteRequest {
+                number,
+                hard_state: ready.hs().cloned(),
+                entries: ready.take_entries(),
+                snapshot,
+            };
+            if !write.is_empty() {
+                // raft-rs reads what it wrote before it is durable.
+                self.node.mut_store().apply(&write);
+                self.unsynced.push_back(number);
+                self.writes.push(write);
+            }
+            let held = ready.take_persisted_messages();
+            if !held.is_empty() {
+                self.held.push_back((number, held));
+            }
+            let committed = ready.take_committed_entries();
+            self.node.advance_append_async(ready);
+            self.node.advance_apply();
+            self.last_ready = number;
+            self.deliver_committed(committed);
+            self.release_durable();
+        }
+        self.abandon_if_deposed();
+    }
+
+    /// Invariant 2's last case: a deposed leader gives up its pending proposals.
+    fn abandon_if_deposed(&mut self) {
+        let (leading, term) = (self.is_leader(), self.term());
+        let deposed = !leading || self.pending.iter().any(|p| p.term != term);
+        if deposed && !self.pending.is_empty() {
+            let abandoned = std::mem::take(&mut self.pending);
+            self.outcomes.extend(abandoned.into_iter().map(Outcome::Abandoned));
+        }
+    }
+
+    /// Everything up to the first unsynced write is durable: tell raft-rs, release what
+    /// waited for it (invariant 1).
+    fn release_durable(&mut self) {
+        let durable = match self.unsynced.front() {
+            Some(&first_unsynced) => first_unsynced - 1,
+            None => self.last_ready,
+        };
+        if durable > self.persisted_ready {
+            self.node.on_persist_ready(durable);
+            self.persisted_ready = durable;
+        }
+        while self.held.front().is_some_and(|(n, _)| *n <= durable) {
+            let (_, messages) = self.held.pop_front().expect("checked above");
+            self.messages.extend(messages);
+        }
+    }
+
+    /// Resolves the proposals the committed entries cover (invariant 2).
+    fn deliver_committed(&mut self, committed: Vec<Entry>) {
+        let Some(last) = committed.last() else { return };
+        let first_index = committed[0].index;
+        let beyond = Proposal { index: last.index + 1, term: 0 };
+        let still_pending = self.pending.split_off(&beyond);
+        for proposal in std::mem::replace(&mut self.pending, still_pending) {
+            // A proposal lands past the commit index, so past everything handed out before.
+            assert!(proposal.index >= first_index, "{proposal:?} committed before {first_index}");
+            let entry = &committed[(proposal.index - first_index) as usize];
+            assert_eq!(entry.term, proposal.term, "{proposal:?} overwritten while leading");
+            self.outcomes.push(Outcome::Committed(proposal));
+        }
+        self.committed.extend(committed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raft::eraftpb::MessageType;
+
+    /// Three replicas; replica 1 times out first, so it is elected first, then replica 2
+    /// (equal fixed timeouts would split every vote in lockstep).
+    fn three_replicas() -> Vec<RaftGroup> {
+        (1..=3)
+            .map(|id| {
+                let mut config = GroupConfig::new(id);
+                config.fixed_election_timeout = Some(10 + 7 * (id as usize - 1));
+                RaftGroup::recover(&config, LogImage::new(&[1, 2, 3]), 0).unwrap()
+            })
+            .collect()
+    }
+
+    /// Writes made durable at once and messages delivered until nothing moves.
+    fn settle(groups: &mut [RaftGroup]) {
+        loop {
+            let mut mail = Vec::new();
+            for group in groups.iter_mut() {
+                if let Some(last) = group.take_writes().last() {
+                    group.durable(last.number);
+                }
+                mail.extend(group.take_messages());
+            }
+            if mail.is_empty() {
+                return;
+            }
+            for message in mail {
+                let to = message.to as usize - 1;
+                groups[to].step(message).unwrap();
+            }
+        }
+    }
+
+    fn elect_replica_1() -> Vec<RaftGroup> {
+        let mut groups = three_replicas();
+        for _ in 0..30 {
+            groups.iter_mut().for_each(RaftGroup::tick);
+            settle(&mut groups);
+        }
+        assert!(groups[0].is_leader());
+        for group in groups.iter_mut() {
+            group.take_committed();
+        }
+        groups
+    }
+
+    #[test]
+    fn a_follower_refuses_proposals_and_names_the_leader() {
+        let mut groups = elect_replica_1();
+        assert_eq!(groups[1].leader_id(), Some(1));
+        assert_eq!(groups[1].term(), groups[0].term());
+        let refused = groups[1].propose(b"batch".to_vec());
+        assert_eq!(refused, Err(ProposeError::NotLeader { leader: Some(1) }));
+    }
+
+    #[test]
+    fn a_follower_acknowledges_an_append_only_once_its_write_is_durable() {
+        let mut groups = elect_replica_1();
+        let proposal = groups[0].propose(b"batch".to_vec()).unwrap();
+        let appends = groups[0].take_messages();
+        let to_2 = appends.into_iter().find(|m| m.to == 2).expect("an append to replica 2");
+        assert_eq!(to_2.get_msg_type(), MessageType::MsgAppend);
+        groups[1].step(to_2).unwrap();
+        let writes = groups[1].take_writes();
+        assert_eq!(writes.len(), 1);
+        assert_eq!(writes[0].entries.last().unwrap().index, proposal.index);
+        assert!(groups[1].take_messages().is_empty(), "acknowledged before durable");
+        groups[1].durable(writes[0].number);
+        let acks = groups[1].take_messages();
+        assert_eq!(acks.len(), 1);
+        assert_eq!(acks[0].get_msg_type(), MessageType::MsgAppendResponse);
+        assert_eq!(acks[0].index, proposal.index);
+    }
+
+    #[test]
+    fn a_proposal_commits_only_when_a_majority_including_the_leader_is_durable() {
+        let mut groups = elect_replica_1();
+        let proposal = groups[0].propose(b"batch".to_vec()).unwrap();
+        let leader_writes = groups[0].take_writes();
+        let to_2 = groups[0].take_messages().into_iter().find(|m| m.to == 2).unwrap();
+        groups[1].step(to_2).unwrap();
+        let number = groups[1].take_writes().last().unwrap().number;
+        groups[1].durable(number);
+        for ack in groups[1].take_messages() {
+            groups[0].step(ack).unwrap();
+        }
+        // Replica 2 is durable, the leader's own write is not: no majority yet.
+        assert!(groups[0].take_outcomes().is_empty());
+        assert!(groups[0].commit_index() < proposal.index);
+        groups[0].durable(leader_writes.last().unwrap().number);
+        assert_eq!(groups[0].take_outcomes(), vec![Outcome::Committed(proposal)]);
+        assert_eq!(groups[0].commit_index(), proposal.index);
+        let committed = groups[0].take_committed();
+        assert_eq!(committed.last().unwrap().data.as_ref(), b"batch");
+    }
+
+    #[test]
+    fn a_deposed_leader_abandons_its_pending_proposals() {
+        let mut groups = elect_replica_1();
+        let proposal = groups[0].propose(b"batch".to_vec()).unwrap();
+        groups[0].take_messages(); // lost: replicas 2 and 3 never see the proposal
+                                   // Replica 2 times out first, campaigns in a later term and wins with replica 3's vote.
+        for _ in 0..60 {
+            groups[1].tick();
+            groups[2].tick();
+            for message in groups[1].take_messages().into_iter().chain(groups[2].take_messages()) {
+                let to = message.to as usize - 1;
+                groups[to].step(message).unwrap();
+            }
+            for group in groups.iter_mut() {
+                if let Some(last) = group.take_writes().last() {
+                    group.durable(last.number);
+                }
+            }
+        }
+        assert!(groups[1].is_leader());
+        settle(&mut groups);
+        assert!(!groups[0].is_leader());
+        assert_eq!(groups[0].take_outcomes(), vec![Outcome::Abandoned(proposal)]);
+    }
+}

@@ -1,0 +1,26 @@
+//! Replication: raft groups driven by the shard that owns them (issue 16, first slice).
+//!
+//! Nothing here does IO. A `RaftGroup` wraps one raft-rs `RawNode` and turns its `Ready`s
+//! into three queues a host drains: messages for peers (an abstract outbox: the shard
+//! mesh or a TCP transport carries them later), write requests for durable storage (the
+//! shard's log later, one group-commit fdatasync for many groups), and committed entries
+//! with the outcome of each proposal (acks=all). A `LogImage` is both the log raft-rs
+//! reads and what a host recovers after a crash.
+//!
+//! Runs on: the shard that owns the group (shard s of every node replicates with shard s
+//! of the others). Not wired into the broker yet; the design, the measurements behind
+//! it, the simulation that checks it and what remains are in docs/replication.md.
+//!
+//! Invariants (held by tests/replication_sim.rs, seeded, with a faulty network, crashes
+//! that lose unsynced writes, and restarts):
+//! 1. At most one leader per term.
+//! 2. Committed prefixes never diverge between replicas, across crashes.
+//! 3. No proposal reported `Committed` is ever lost.
+//! 4. A leader cut off in a minority never reports a proposal made there `Committed`.
+
+mod group;
+mod log;
+
+pub use group::{GroupConfig, Outcome, Proposal, ProposeError, RaftGroup};
+pub use log::{LogImage, WriteRequest};
+pub use raft::eraftpb::{ConfState, Entry, HardState, Message, MessageType, Snapshot};
