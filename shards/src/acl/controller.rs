@@ -1,0 +1,1 @@
+//! ACL changes through the controller (filled in with the metadata log).
