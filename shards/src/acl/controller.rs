@@ -38,6 +38,20 @@ impl Shard {
         self.config.authorizer.allows(&table.acls, who, operation, resource_type, name)
     }
 
+    /// Whether `principal` may do `operation` on some resource of the type (InitProducerId
+    /// without a transactional id: WRITE on any topic).
+    pub fn authorize_any(
+        &self,
+        principal: Option<&str>,
+        host: Option<IpAddr>,
+        operation: AclOperation,
+        resource_type: ResourceType,
+    ) -> bool {
+        let who = Requester { principal: principal.unwrap_or(ANONYMOUS), host };
+        let table = self.table_ref();
+        self.config.authorizer.allows_any(&table.acls, who, operation, resource_type)
+    }
+
     /// Every ACL binding a filter matches, from this shard's copy (DescribeAcls).
     pub fn describe_acls(&self, filter: &AclFilter) -> Vec<AclBinding> {
         self.table_ref().acls.matching(filter).cloned().collect()

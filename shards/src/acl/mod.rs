@@ -25,7 +25,9 @@ mod filter;
 mod model;
 
 pub use filter::{AclFilter, PatternFilter};
-pub use model::{AclBinding, AclOperation, AclPermission, PatternType, ResourceType};
+pub use model::{
+    validate_principal, AclBinding, AclOperation, AclPermission, PatternType, ResourceType,
+};
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -77,6 +79,28 @@ impl AuthorizerConfig {
             return true;
         }
         acls.allows(who, operation, resource_type, name)
+    }
+
+    /// Whether `who` may do `operation` on at least one resource of the type (Kafka's
+    /// `authorizeByResourceType`): a super user, or an ALLOW whose own pattern no DENY
+    /// covers (a DENY of the same literal name, of the literal `*`, or of a prefix).
+    pub fn allows_any(
+        &self,
+        acls: &AclTable,
+        who: Requester,
+        operation: AclOperation,
+        resource_type: ResourceType,
+    ) -> bool {
+        if self.super_users.iter().any(|s| s == who.principal || s == WILDCARD_PRINCIPAL) {
+            return true;
+        }
+        acls.iter().any(|allow| {
+            allow.resource_type == resource_type
+                && allow.permission == AclPermission::Allow
+                && allow.operation.allows(operation)
+                && allow.applies_to(who)
+                && !acls.denies_pattern(who, operation, allow)
+        })
     }
 }
 
@@ -145,6 +169,21 @@ impl AclTable {
             }
         }
         allowed
+    }
+
+    /// Whether a DENY covers every resource `allow`'s pattern names.
+    fn denies_pattern(&self, who: Requester, operation: AclOperation, allow: &AclBinding) -> bool {
+        let covering = self.applying_to(allow.resource_type, &allow.name).filter(|deny| {
+            // A literal DENY of the same name does not cover a PREFIXED allow.
+            allow.pattern_type == PatternType::Literal
+                || deny.pattern_type == PatternType::Prefixed
+                || deny.name == WILDCARD
+        });
+        covering.into_iter().any(|deny| {
+            deny.permission == AclPermission::Deny
+                && deny.operation.denies(operation)
+                && deny.applies_to(who)
+        })
     }
 
     /// The bindings whose resource pattern matches the resource: LITERAL of its name or

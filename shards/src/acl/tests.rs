@@ -360,3 +360,37 @@ fn the_acl_variants_leave_the_change_record_layout_of_older_records_unchanged() 
         tag_and_padding + std::mem::size_of::<ArchivedTopicMeta>()
     );
 }
+
+#[test]
+fn some_resource_is_allowed_unless_a_deny_covers_every_allow() {
+    use AclOperation::*;
+    let config = AuthorizerConfig::default();
+    let any = |acls: &AclTable| config.allows_any(acls, alice(), Write, ResourceType::Topic);
+    assert!(!any(&AclTable::default()));
+    assert!(any(&table(&[allow("User:alice", Write, "orders")])));
+    assert!(any(&table(&[allow("User:alice", All, "orders")])));
+    assert!(!any(&table(&[allow("User:alice", Read, "orders")])));
+    assert!(!any(&table(&[allow("User:alice", Write, "orders"), deny("User:alice", Write, "*")])));
+    assert!(!any(&table(&[allow("User:alice", Write, "orders"), deny("User:*", All, "orders")])));
+    let prefixed_allow = binding(
+        "User:alice",
+        AclPermission::Allow,
+        Write,
+        ResourceType::Topic,
+        PatternType::Prefixed,
+        "eu.",
+    );
+    let literal_deny = deny("User:alice", Write, "eu.");
+    assert!(any(&table(&[prefixed_allow.clone(), literal_deny])), "eu.x is still writable");
+    let prefixed_deny = binding(
+        "User:alice",
+        AclPermission::Deny,
+        Write,
+        ResourceType::Topic,
+        PatternType::Prefixed,
+        "eu",
+    );
+    assert!(!any(&table(&[prefixed_allow, prefixed_deny])));
+    let super_user = AuthorizerConfig { enabled: true, super_users: vec!["User:alice".into()] };
+    assert!(super_user.allows_any(&AclTable::default(), alice(), Write, ResourceType::Topic));
+}
