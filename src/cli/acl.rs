@@ -148,6 +148,7 @@ pub fn run(command: AclCommand, admin: &AdminArgs) -> Result<(), String> {
                 .with_resource_name_filter(f.name.as_deref().map(str_bytes))
                 .with_pattern_type_filter(f.pattern_type)
                 .with_principal_filter(f.principal.as_deref().map(str_bytes))
+                .with_host_filter(None)
                 .with_operation(ANY)
                 .with_permission_type(ANY);
             let response = client.call(&request)?;
@@ -180,6 +181,7 @@ pub fn run(command: AclCommand, admin: &AdminArgs) -> Result<(), String> {
                     .with_resource_name_filter(f.name.as_deref().map(str_bytes))
                     .with_pattern_type_filter(f.pattern_type)
                     .with_principal_filter(f.principal.as_deref().map(str_bytes))
+                    .with_host_filter(None)
                     .with_operation(ANY)
                     .with_permission_type(ANY)]);
             let response = client.call(&request)?;
