@@ -18,6 +18,22 @@ use super::{check, emit, str_bytes, AdminArgs, Client, OutputFormat};
 /// Kafka's filter codes for "any".
 const ANY: i8 = 1;
 const MATCH: i8 = 2;
+const NO_RESOURCE: &str = "name a resource: --topic, --group, --transactional-id or --cluster";
+
+/// Sets a filter's fields (DescribeAclsRequest and DeleteAclsFilter are distinct generated
+/// types with the same setters); any host, operation and permission.
+macro_rules! with_filter {
+    ($message:expr, $f:expr) => {
+        $message
+            .with_resource_type_filter($f.resource_type)
+            .with_resource_name_filter($f.name.as_deref().map(str_bytes))
+            .with_pattern_type_filter($f.pattern_type)
+            .with_principal_filter($f.principal.as_deref().map(str_bytes))
+            .with_host_filter(None)
+            .with_operation(ANY)
+            .with_permission_type(ANY)
+    };
+}
 
 #[derive(Subcommand, Debug)]
 pub enum AclCommand {
@@ -143,61 +159,31 @@ pub fn run(command: AclCommand, admin: &AdminArgs) -> Result<(), String> {
         }
         AclCommand::List { filter } => {
             let f = Filter::of(&filter)?;
-            let request = DescribeAclsRequest::default()
-                .with_resource_type_filter(f.resource_type)
-                .with_resource_name_filter(f.name.as_deref().map(str_bytes))
-                .with_pattern_type_filter(f.pattern_type)
-                .with_principal_filter(f.principal.as_deref().map(str_bytes))
-                .with_host_filter(None)
-                .with_operation(ANY)
-                .with_permission_type(ANY);
+            let request = with_filter!(DescribeAclsRequest::default(), f);
             let response = client.call(&request)?;
             check(response.error_code, "listing ACLs", response.error_message.as_deref())?;
             let rows = response.resources.iter().flat_map(|r| {
                 r.acls.iter().map(|a| {
-                    AclRow::new(
-                        r.resource_type,
-                        &r.resource_name,
-                        r.pattern_type,
-                        &a.principal,
-                        &a.host,
-                        a.operation,
-                        a.permission_type,
-                    )
+                    let resource = (r.resource_type, r.resource_name.as_str(), r.pattern_type);
+                    AclRow::new(resource, (&a.principal, &a.host, a.operation, a.permission_type))
                 })
             });
             print_rows(admin.format, rows.collect())
         }
         AclCommand::Remove { filter } => {
             if filter.resource.selector.resource().is_none() {
-                return Err(
-                    "name a resource: --topic, --group, --transactional-id or --cluster".into()
-                );
+                return Err(NO_RESOURCE.into());
             }
             let f = Filter::of(&filter)?;
-            let request =
-                DeleteAclsRequest::default().with_filters(vec![DeleteAclsFilter::default()
-                    .with_resource_type_filter(f.resource_type)
-                    .with_resource_name_filter(f.name.as_deref().map(str_bytes))
-                    .with_pattern_type_filter(f.pattern_type)
-                    .with_principal_filter(f.principal.as_deref().map(str_bytes))
-                    .with_host_filter(None)
-                    .with_operation(ANY)
-                    .with_permission_type(ANY)]);
+            let filter = with_filter!(DeleteAclsFilter::default(), f);
+            let request = DeleteAclsRequest::default().with_filters(vec![filter]);
             let response = client.call(&request)?;
             let mut rows = Vec::new();
             for result in &response.filter_results {
                 check(result.error_code, "removing ACLs", result.error_message.as_deref())?;
                 rows.extend(result.matching_acls.iter().map(|a| {
-                    AclRow::new(
-                        a.resource_type,
-                        &a.resource_name,
-                        a.pattern_type,
-                        &a.principal,
-                        &a.host,
-                        a.operation,
-                        a.permission_type,
-                    )
+                    let resource = (a.resource_type, a.resource_name.as_str(), a.pattern_type);
+                    AclRow::new(resource, (&a.principal, &a.host, a.operation, a.permission_type))
                 }));
             }
             print_rows(admin.format, rows)
@@ -242,15 +228,11 @@ struct AclRow {
 }
 
 impl AclRow {
-    fn new(
-        resource_type: i8,
-        name: &str,
-        pattern_type: i8,
-        principal: &str,
-        host: &str,
-        operation: i8,
-        permission: i8,
-    ) -> AclRow {
+    /// From the wire: (resource type, name, pattern type) and (principal, host, operation,
+    /// permission).
+    fn new(resource: (i8, &str, i8), entry: (&str, &str, i8, i8)) -> AclRow {
+        let ((resource_type, name, pattern_type), (principal, host, operation, permission)) =
+            (resource, entry);
         let or_code = |name: Option<&str>, code: i8| name.map_or(code.to_string(), str::to_string);
         AclRow {
             resource_type: or_code(
