@@ -42,6 +42,10 @@ pub fn run(mut config: Config) -> Result<(), String> {
             config.segment_bytes, config.max_message_bytes
         ));
     }
+    for principal in &config.super_users {
+        shardlog_shards::acl::validate_principal(principal)
+            .map_err(|e| format!("--super-users: {e}"))?;
+    }
     let listeners = crate::listeners::resolve(&config, nr_shards)?;
     for listener in &listeners {
         check_ports_free(listener, nr_shards)?;
@@ -236,6 +240,10 @@ async fn start_shard(
         group: GroupConfig {
             min_session_timeout_ms: config.group_min_session_timeout_ms,
             ..GroupConfig::default()
+        },
+        authorizer: shardlog_shards::acl::AuthorizerConfig {
+            enabled: config.authorizer,
+            super_users: config.super_users.clone(),
         },
         metadata_snapshot: SnapshotPolicy {
             max_changes: config.metadata_snapshot_max_changes.max(1),

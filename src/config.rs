@@ -105,6 +105,16 @@ pub struct Config {
     #[arg(long, env = "SHARDLOG_TLS_CLIENT_CA_FILE", value_name = "PATH")]
     pub tls_client_ca_file: Option<PathBuf>,
 
+    /// Check every request against the ACLs (Kafka's authorizer with
+    /// allow.everyone.if.no.acl.found=false): what no ACL allows is denied.
+    #[arg(long, env = "SHARDLOG_AUTHORIZER", default_value_t = false, action = clap::ArgAction::Set)]
+    pub authorizer: bool,
+
+    /// Principals allowed everything whatever the ACLs say (User:admin); repeat the flag or
+    /// separate with semicolons (certificate subjects hold commas), as Kafka's super.users.
+    #[arg(long, visible_alias = "super-user", env = "SHARDLOG_SUPER_USERS", value_delimiter = ';')]
+    pub super_users: Vec<String>,
+
     /// A TLS handshake not finished in this long is abandoned and its connection closed.
     #[arg(long, env = "SHARDLOG_TLS_HANDSHAKE_TIMEOUT_MS", default_value_t = 10_000)]
     pub tls_handshake_timeout_ms: u64,

@@ -372,3 +372,50 @@ fn cli_txn_list_and_describe_show_an_open_transaction_and_its_partitions() {
     let unknown = cli(b, &["txn", "describe", "nobody"], "").failed();
     assert!(unknown.stderr.contains("TRANSACTIONAL_ID_NOT_FOUND"), "{}", unknown.stderr);
 }
+
+#[test]
+fn cli_acl_add_list_and_remove_and_a_caller_without_alter_is_refused_cleanly() {
+    let broker = Broker::start(1, &["--authorizer", "true", "--super-users", "User:ANONYMOUS"]);
+    let b = &broker.bootstrap();
+    let alice = "User:CN=alice,O=Example";
+    let added = cli(
+        b,
+        &["acl", "add", "--principal", alice, "--operation", "write", "--operation", "read"],
+        "",
+    );
+    added.failed();
+    let add = ["acl", "add", "--principal", alice, "--operation", "write", "--operation", "read"];
+    let added = cli(b, &[&add[..], &["--topic", "orders"]].concat(), "").ok();
+    assert_eq!(added.stdout, "created 2 ACL(s)\n");
+    let deny = ["acl", "add", "--principal", "User:*", "--operation", "all", "--deny"];
+    cli(b, &[&deny[..], &["--topic", "ord", "--prefixed"]].concat(), "").ok();
+
+    let listed = cli(b, &["acl", "list"], "").ok();
+    assert!(listed.stdout.starts_with("RESOURCE"), "{}", listed.stdout);
+    assert_eq!(listed.rows().len(), 3, "{}", listed.stdout);
+    let matching =
+        cli(b, &["acl", "list", "--topic", "orders", "--matching", "--format", "json"], "")
+            .ok()
+            .json();
+    let operations: Vec<&str> =
+        matching.as_array().unwrap().iter().map(|a| a["operation"].as_str().unwrap()).collect();
+    assert_eq!(operations.len(), 3, "the literal ones and the prefixed DENY: {matching}");
+    assert!(operations.contains(&"ALL") && operations.contains(&"WRITE"), "{matching}");
+    let exact = cli(b, &["acl", "list", "--topic", "orders", "--format", "json"], "").ok().json();
+    assert_eq!(exact.as_array().unwrap().len(), 2, "{exact}");
+
+    let removed =
+        cli(b, &["acl", "remove", "--topic", "ord", "--prefixed", "--format", "json"], "")
+            .ok()
+            .json();
+    assert_eq!(removed[0]["permission"], "DENY");
+    assert_eq!(removed[0]["pattern_type"], "PREFIXED");
+    assert_eq!(cli(b, &["acl", "list"], "").ok().rows().len(), 2);
+    cli(b, &["acl", "remove"], "").failed();
+
+    // Without ALTER on the cluster the broker refuses, and the CLI says why.
+    let locked = Broker::start(1, &["--authorizer", "true"]);
+    let refused = cli(&locked.bootstrap(), &[&add[..], &["--topic", "orders"]].concat(), "");
+    let refused = refused.failed();
+    assert!(refused.stderr.contains("CLUSTER_AUTHORIZATION_FAILED"), "{}", refused.stderr);
+}

@@ -54,6 +54,8 @@ pub enum TopicError {
     Storage(String),
     /// CreatePartitions with assignments that name no shard or more than one replica.
     InvalidReplicaAssignment(String),
+    /// The caller's ACLs do not allow the operation on the topic (decided by the handler).
+    AuthorizationFailed(String),
 }
 
 impl fmt::Display for TopicError {
@@ -67,7 +69,8 @@ impl fmt::Display for TopicError {
             | TopicError::InvalidRequest(m)
             | TopicError::UnknownTopic(m)
             | TopicError::Storage(m)
-            | TopicError::InvalidReplicaAssignment(m) => f.write_str(m),
+            | TopicError::InvalidReplicaAssignment(m)
+            | TopicError::AuthorizationFailed(m) => f.write_str(m),
         }
     }
 }
@@ -96,6 +99,11 @@ pub enum GroupError {
     UnknownTopicOrPartition,
     /// Writing the commit to the log failed (the broker stops on fsync failure).
     Storage,
+    /// The caller's ACLs refuse the group, a topic, or the transactional id (decided by
+    /// the handler, before the coordinator is asked).
+    GroupAuthorizationFailed,
+    TopicAuthorizationFailed,
+    TransactionalIdAuthorizationFailed,
 }
 
 /// Why a transaction call failed (each maps to one Kafka error code).

@@ -13,6 +13,7 @@
 //! 2. A partition is served only by its owner shard; others forward (and count it).
 //! 3. Shard 0 is the controller: the only writer of the topic table.
 
+pub mod acl;
 pub mod admin;
 pub mod codec;
 pub mod compaction;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use shardlog_storage::Offset;
 
+use crate::acl::{AclBinding, AclFilter};
 use crate::error::{GroupError, PartitionError, TopicError};
 use crate::metadata::{NewPartitions, NewTopic, TopicTable};
 use crate::metadata_log::ChangeRecord;
@@ -50,6 +51,10 @@ pub enum ShardRequest {
     /// Commit or drop a transaction's pending offsets on the group's coordinator; answered
     /// once durable.
     TxnOffsetsMarker { group: String, producer_id: i64, commit: bool },
+    /// Ask the controller (shard 0) to add ACL bindings (validated by the sender).
+    CreateAcls { bindings: Vec<AclBinding> },
+    /// Ask the controller (shard 0) to remove the ACL bindings each filter matches.
+    DeleteAcls { filters: Vec<AclFilter> },
 }
 
 /// The reply to a [`ShardRequest`] of the same name.
@@ -70,6 +75,9 @@ pub enum ShardReply {
     DeleteRecords(Result<Offset, PartitionError>),
     TxnMarker(Result<(), PartitionError>),
     TxnOffsetsMarker(Result<(), GroupError>),
+    CreateAcls(Result<(), TopicError>),
+    /// Per filter, the bindings it removed.
+    DeleteAcls(Result<Vec<Vec<AclBinding>>, TopicError>),
 }
 
 /// Where a produce landed.

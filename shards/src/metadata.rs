@@ -5,8 +5,10 @@
 //! then a snapshot of the whole table (fdatasync'd before any shard sees a change). Every
 //! shard holds a read-only copy, built by applying the same change records.
 //!
-//! On-disk format of the snapshot payload: one version byte (`TABLE_FORMAT_VERSION`)
-//! followed by the rkyv archive of [`TopicTable`].
+//! On-disk format of the snapshot payload: one version byte (`TABLE_FORMAT_VERSION`, 3)
+//! followed by the rkyv archive of [`TopicTable`]. Version 1 is the table before ACLs
+//! (no `acls` field), still read: it restores with no ACLs. (Version 2 is the change
+//! records', `metadata_log/change.rs`.)
 //!
 //! Invariants:
 //! 1. Topic numbers are never reused, so a log entry of a deleted topic can never be
@@ -17,13 +19,16 @@ use std::collections::BTreeMap;
 
 use shardlog_storage::PartitionId;
 
+use crate::acl::AclTable;
 use crate::codec::{decode_versioned, encode_versioned};
 use crate::error::TopicError;
 use crate::topic_config::topic_config_def;
 pub use crate::topic_config::validate_topic_configs;
 
 /// Version byte in front of the rkyv archive.
-pub const TABLE_FORMAT_VERSION: u8 = 1;
+pub const TABLE_FORMAT_VERSION: u8 = 3;
+/// The snapshot format before ACLs: the same table without its `acls`.
+const TABLE_FORMAT_VERSION_BEFORE_ACLS: u8 = 1;
 
 /// The controller's view of every topic (a metadata log snapshot is this, archived).
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, Default, PartialEq)]
@@ -33,6 +38,17 @@ pub struct TopicTable {
     pub nr_shards: u32,
     pub next_topic_number: u32,
     pub topics: BTreeMap<String, TopicMeta>,
+    /// Every ACL binding (`acl`), changed through the metadata log like the topics.
+    pub acls: AclTable,
+}
+
+/// A snapshot of format version 1 (before ACLs), read and converted.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct TopicTableBeforeAcls {
+    version: u64,
+    nr_shards: u32,
+    next_topic_number: u32,
+    topics: BTreeMap<String, TopicMeta>,
 }
 
 /// One topic.
@@ -100,7 +116,7 @@ impl TopicMeta {
 
 impl TopicTable {
     pub fn new(nr_shards: u32) -> Self {
-        TopicTable { version: 0, nr_shards, next_topic_number: 1, topics: BTreeMap::new() }
+        TopicTable { nr_shards, next_topic_number: 1, ..Default::default() }
     }
 
     pub fn topic(&self, name: &str) -> Option<&TopicMeta> {
@@ -112,7 +128,14 @@ impl TopicTable {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<TopicTable, String> {
-        decode_versioned(TABLE_FORMAT_VERSION, "topic table snapshot", bytes)
+        const WHAT: &str = "topic table snapshot";
+        if bytes.first() != Some(&TABLE_FORMAT_VERSION_BEFORE_ACLS) {
+            return decode_versioned(TABLE_FORMAT_VERSION, WHAT, bytes);
+        }
+        let old: TopicTableBeforeAcls =
+            decode_versioned(TABLE_FORMAT_VERSION_BEFORE_ACLS, WHAT, bytes)?;
+        let TopicTableBeforeAcls { version, nr_shards, next_topic_number, topics } = old;
+        Ok(TopicTable { version, nr_shards, next_topic_number, topics, acls: AclTable::default() })
     }
 
     /// Adds a validated topic with the next topic number, placed by default.
@@ -210,6 +233,26 @@ mod tests {
         let decoded = TopicTable::decode(&table.encode()).unwrap();
         assert_eq!(decoded, table);
         assert_eq!(decoded.topic("trades").unwrap().partition_shards, vec![1, 2, 0, 1, 2, 0]);
+    }
+
+    #[test]
+    fn a_snapshot_written_before_acls_restores_with_no_acls() {
+        let mut table = TopicTable::new(2);
+        let topic = NewTopic {
+            name: "t".into(),
+            num_partitions: 3,
+            replication_factor: 1,
+            configs: Vec::new(),
+        };
+        table.add_topic(&topic, [1; 16]);
+        let old = TopicTableBeforeAcls {
+            version: table.version,
+            nr_shards: 2,
+            next_topic_number: table.next_topic_number,
+            topics: table.topics.clone(),
+        };
+        let bytes = encode_versioned(TABLE_FORMAT_VERSION_BEFORE_ACLS, &old);
+        assert_eq!(TopicTable::decode(&bytes).unwrap(), table);
     }
 
     #[test]

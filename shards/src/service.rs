@@ -89,6 +89,12 @@ impl MeshService for Shard {
                     self.resolve_txn_offsets(&group, producer_id, commit).await,
                 )
             }),
+            ShardRequest::CreateAcls { bindings } => Box::pin(async move {
+                ShardReply::CreateAcls(self.controller_create_acls(bindings).await)
+            }),
+            ShardRequest::DeleteAcls { filters } => Box::pin(async move {
+                ShardReply::DeleteAcls(self.controller_delete_acls(filters).await)
+            }),
         }
     }
 }

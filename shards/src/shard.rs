@@ -49,6 +49,8 @@ pub struct ShardConfig {
     pub cleaner: crate::compaction::CleanerConfig,
     /// When the controller snapshots the topic table (shard 0).
     pub metadata_snapshot: SnapshotPolicy,
+    /// ACL checking (`authorizer`, `super_users`).
+    pub authorizer: crate::acl::AuthorizerConfig,
 }
 
 impl Default for ShardConfig {
@@ -66,6 +68,7 @@ impl Default for ShardConfig {
             txn: Default::default(),
             cleaner: Default::default(),
             metadata_snapshot: SnapshotPolicy::default(),
+            authorizer: Default::default(),
         }
     }
 }
@@ -209,6 +212,12 @@ impl Shard {
         self.table.borrow().clone()
     }
 
+    /// The table copy borrowed in place, for a decision that ends before any `.await`
+    /// (no reference count touched).
+    pub(crate) fn table_ref(&self) -> std::cell::Ref<'_, Arc<TopicTable>> {
+        self.table.borrow()
+    }
+
     pub fn topic(&self, name: &str) -> Option<TopicMeta> {
         self.table.borrow().topic(name).cloned()
     }
@@ -248,7 +257,10 @@ impl Shard {
                     let first = meta.partition_shards.len() - partition_shards.len();
                     self.ensure_local_partitions(meta, first);
                 }
-                TopicChange::Delete { .. } | TopicChange::SetConfigs { .. } => {}
+                TopicChange::Delete { .. }
+                | TopicChange::SetConfigs { .. }
+                | TopicChange::CreateAcls(_)
+                | TopicChange::DeleteAcls(_) => {}
             }
         }
         for meta in &deleted {

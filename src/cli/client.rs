@@ -39,6 +39,7 @@ fn api_version(api_key: ApiKey) -> i16 {
         ApiKey::ListGroups => 4,
         ApiKey::DescribeGroups => 5,
         ApiKey::OffsetFetch => 7,
+        ApiKey::CreateAcls | ApiKey::DescribeAcls | ApiKey::DeleteAcls => 3,
         _ => 0,
     }
 }

@@ -1,4 +1,5 @@
 //! The admin commands of the `shardlog` binary (`shardlog topic ...`, `group ...`, `txn ...`,
+//! `acl ...`,
 //! `produce`, `consume`): short-lived processes that talk the Kafka protocol to a running
 //! broker through a small blocking client (`client.rs`), never its files; and
 //! `disk-check`, which measures the data dir's disk (`disk_check.rs`).
@@ -6,6 +7,7 @@
 //! Not a hot path. Errors are messages for a person: what went wrong to what, with Kafka's
 //! error name (`errors.rs`); every failure exits non-zero, none panics.
 
+mod acl;
 mod client;
 mod disk_check;
 mod errors;
@@ -45,6 +47,9 @@ pub struct AdminArgs {
 /// An admin command; without one, `shardlog` runs the broker.
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Add, list and remove ACLs (CreateAcls, DescribeAcls, DeleteAcls).
+    #[command(subcommand)]
+    Acl(acl::AclCommand),
     /// Create, list, describe, delete and reconfigure topics.
     #[command(subcommand)]
     Topic(topic::TopicCommand),
@@ -66,6 +71,7 @@ pub enum Command {
 /// Runs one admin command; returns the process exit code (0 on success).
 pub fn run(command: Command, admin: &AdminArgs) -> i32 {
     let result = match command {
+        Command::Acl(command) => acl::run(command, admin),
         Command::Topic(command) => topic::run(command, admin),
         Command::Group(command) => group::run(command, admin),
         Command::Txn(command) => txn::run(command, admin),

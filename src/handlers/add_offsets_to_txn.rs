@@ -11,12 +11,25 @@ use kafka_protocol::messages::ResponseKind;
 use shardlog_net::Reply;
 use shardlog_shards::Shard;
 
+use shardlog_shards::acl::AclOperation;
+
+use super::authz::Caller;
 use super::errors;
 
-pub fn handle(shard: Rc<Shard>, request: AddOffsetsToTxnRequest, version: i16) -> Reply {
+pub fn handle(
+    shard: Rc<Shard>,
+    caller: Caller,
+    request: AddOffsetsToTxnRequest,
+    version: i16,
+) -> Reply {
     Box::pin(async move {
         let group = request.group_id.0.as_str();
-        let code = if group.is_empty() {
+        let transactional_id = request.transactional_id.0.as_str();
+        let code = if !caller.transactional_id(AclOperation::Write, transactional_id) {
+            errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        } else if !caller.group(AclOperation::Read, group) {
+            errors::GROUP_AUTHORIZATION_FAILED
+        } else if group.is_empty() {
             errors::INVALID_GROUP_ID
         } else {
             let result = shard

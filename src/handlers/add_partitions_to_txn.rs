@@ -14,9 +14,17 @@ use kafka_protocol::messages::ResponseKind;
 use shardlog_net::Reply;
 use shardlog_shards::Shard;
 
+use shardlog_shards::acl::AclOperation;
+
+use super::authz::Caller;
 use super::errors;
 
-pub fn handle(shard: Rc<Shard>, request: AddPartitionsToTxnRequest, version: i16) -> Reply {
+pub fn handle(
+    shard: Rc<Shard>,
+    caller: Caller,
+    request: AddPartitionsToTxnRequest,
+    version: i16,
+) -> Reply {
     Box::pin(async move {
         let asked: Vec<(String, i32)> = request
             .v3_and_below_topics
@@ -25,8 +33,13 @@ pub fn handle(shard: Rc<Shard>, request: AddPartitionsToTxnRequest, version: i16
             .collect();
         let unknown =
             |(topic, partition): &(String, i32)| shard.locate(topic, *partition).is_none();
+        // WRITE on the transactional id, then on every topic (Kafka's order).
+        let writable = |(topic, _): &(String, i32)| caller.topic(AclOperation::Write, topic);
+        let transactional_id = request.v3_and_below_transactional_id.0.as_str();
         // One code for every partition, or (None) the per-partition refusal.
-        let shared_code = if asked.iter().any(unknown) {
+        let shared_code = if !caller.transactional_id(AclOperation::Write, transactional_id) {
+            Some(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        } else if !asked.iter().all(writable) || asked.iter().any(unknown) {
             None
         } else {
             let result = shard
@@ -42,6 +55,7 @@ pub fn handle(shard: Rc<Shard>, request: AddPartitionsToTxnRequest, version: i16
         };
         let code_of = |p: &(String, i32)| match shared_code {
             Some(code) => code,
+            None if !writable(p) => errors::TOPIC_AUTHORIZATION_FAILED,
             None if unknown(p) => errors::UNKNOWN_TOPIC_OR_PARTITION,
             None => errors::OPERATION_NOT_ATTEMPTED,
         };

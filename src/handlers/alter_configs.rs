@@ -19,18 +19,21 @@ use shardlog_net::Reply;
 use shardlog_shards::topic_config::{ConfigChange, TopicConfigChange};
 use shardlog_shards::{Shard, TopicError};
 
+use shardlog_shards::acl::AclOperation;
+
+use super::authz::Caller;
 use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use super::errors::{self, topic_error_code};
 use super::str_bytes;
 
-pub fn handle(shard: Rc<Shard>, request: AlterConfigsRequest) -> Reply {
+pub fn handle(shard: Rc<Shard>, caller: Caller, request: AlterConfigsRequest) -> Reply {
     Box::pin(async move {
         let requested = request
             .resources
             .iter()
             .map(|r| (r.resource_type, r.resource_name.to_string(), replace(r)))
             .collect();
-        let outcomes = alter(&shard, requested, request.validate_only).await;
+        let outcomes = alter(&shard, &caller, requested, request.validate_only).await;
         let responses = (request.resources.into_iter().zip(outcomes))
             .map(|(resource, (code, message))| {
                 AlterConfigsResourceResponse::default()
@@ -62,20 +65,28 @@ pub(super) type Requested = (i8, String, Result<ConfigChange, TopicError>);
 /// request order: (error code, error message).
 pub(super) async fn alter(
     shard: &Rc<Shard>,
+    caller: &Caller,
     requested: Vec<Requested>,
     validate_only: bool,
 ) -> Vec<(i16, Option<StrBytes>)> {
+    let refusals: Vec<Option<(i16, String)>> = requested
+        .iter()
+        .map(|(kind, name, _)| caller.config_refusal(AclOperation::AlterConfigs, *kind, name))
+        .collect();
     let mut counts: HashMap<(i8, String), usize> = HashMap::new();
     for (resource_type, name, _) in &requested {
         *counts.entry((*resource_type, name.clone())).or_default() += 1;
     }
-    let checked: Vec<Result<TopicConfigChange, TopicError>> = requested
-        .into_iter()
-        .map(|(resource_type, name, change)| match counts[&(resource_type, name.clone())] {
-            1 => topic_change(resource_type, name, change),
-            _ => Err(TopicError::InvalidRequest(format!(
-                "resource {name:?} appears more than once in the request"
-            ))),
+    let checked: Vec<Result<TopicConfigChange, TopicError>> = (requested.into_iter())
+        .zip(&refusals)
+        .map(|((resource_type, name, change), refused)| {
+            match (refused, counts[&(resource_type, name.clone())]) {
+                (Some((_, why)), _) => Err(TopicError::AuthorizationFailed(why.clone())),
+                (None, 1) => topic_change(resource_type, name, change),
+                (None, _) => Err(TopicError::InvalidRequest(format!(
+                    "resource {name:?} appears more than once in the request"
+                ))),
+            }
         })
         .collect();
     let changes: Vec<TopicConfigChange> =
@@ -85,11 +96,14 @@ pub(super) async fn alter(
     } else {
         shard.alter_topic_configs(changes, validate_only).await.into_iter()
     };
-    checked
-        .into_iter()
-        .map(|r| match r.and_then(|_| done.next().expect("one result per change")) {
+    (checked.into_iter().zip(refusals))
+        .map(|(r, refused)| match r.and_then(|_| done.next().expect("one result per change")) {
             Ok(()) => (errors::NONE, None),
-            Err(e) => (topic_error_code(&e), Some(str_bytes(&e.to_string()))),
+            Err(e) => match refused {
+                // A broker resource is refused with CLUSTER_AUTHORIZATION_FAILED.
+                Some((code, why)) => (code, Some(str_bytes(&why))),
+                None => (topic_error_code(&e), Some(str_bytes(&e.to_string()))),
+            },
         })
         .collect()
 }

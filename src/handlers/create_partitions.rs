@@ -19,10 +19,13 @@ use kafka_protocol::messages::ResponseKind;
 use shardlog_net::Reply;
 use shardlog_shards::{NewPartitions, Shard, TopicError};
 
+use shardlog_shards::acl::AclOperation;
+
+use super::authz::Caller;
 use super::errors::{self, topic_error_code};
 use super::str_bytes;
 
-pub fn handle(shard: Rc<Shard>, request: CreatePartitionsRequest) -> Reply {
+pub fn handle(shard: Rc<Shard>, caller: Caller, request: CreatePartitionsRequest) -> Reply {
     Box::pin(async move {
         let mut counts: HashMap<&str, usize> = HashMap::new();
         for topic in &request.topics {
@@ -33,7 +36,10 @@ pub fn handle(shard: Rc<Shard>, request: CreatePartitionsRequest) -> Reply {
         let mut to_grow = Vec::new();
         for topic in &request.topics {
             let name = topic.name.0.as_str();
-            if counts[name] > 1 {
+            if !caller.topic(AclOperation::Alter, name) {
+                let message = "ALTER on the topic is needed".to_string();
+                early.push(Some(Err(TopicError::AuthorizationFailed(message))));
+            } else if counts[name] > 1 {
                 let message = format!("topic {name:?} appears more than once in the request");
                 early.push(Some(Err(TopicError::InvalidRequest(message))));
             } else {

@@ -16,10 +16,11 @@ use shardlog_net::Reply;
 use shardlog_shards::{NewTopic, Shard, TopicError};
 use uuid::Uuid;
 
+use super::authz::Caller;
 use super::errors::{self, topic_error_code};
 use super::str_bytes;
 
-pub fn handle(shard: Rc<Shard>, request: CreateTopicsRequest) -> Reply {
+pub fn handle(shard: Rc<Shard>, caller: Caller, request: CreateTopicsRequest) -> Reply {
     Box::pin(async move {
         let mut counts: HashMap<String, usize> = HashMap::new();
         for topic in &request.topics {
@@ -29,7 +30,10 @@ pub fn handle(shard: Rc<Shard>, request: CreateTopicsRequest) -> Reply {
         let mut to_create = Vec::new();
         for topic in &request.topics {
             let name = topic.name.0.as_str().to_string();
-            if counts[&name] > 1 {
+            if !caller.create_topic(&name) {
+                let message = "CREATE on the cluster or the topic is needed".to_string();
+                results.push(Some(Err(TopicError::AuthorizationFailed(message))));
+            } else if counts[&name] > 1 {
                 let message = format!("topic {name:?} appears more than once in the request");
                 results.push(Some(Err(TopicError::InvalidRequest(message))));
             } else if !topic.assignments.is_empty() {

@@ -17,17 +17,26 @@ use kafka_protocol::messages::ResponseKind;
 use shardlog_net::Reply;
 use shardlog_shards::Shard;
 
+use shardlog_shards::acl::AclOperation;
+
+use super::authz::Caller;
 use super::errors::{self, partition_error_code};
 
-pub fn handle(shard: Rc<Shard>, request: DeleteRecordsRequest) -> Reply {
+pub fn handle(shard: Rc<Shard>, caller: Caller, request: DeleteRecordsRequest) -> Reply {
     Box::pin(async move {
         let mut topics = Vec::with_capacity(request.topics.len());
         for topic in request.topics {
             let name = topic.name.0.as_str().to_string();
+            let allowed = caller.topic(AclOperation::Delete, &name);
             let mut partitions = Vec::with_capacity(topic.partitions.len());
             for partition in topic.partitions {
                 let index = partition.partition_index;
                 let response = DeleteRecordsPartitionResult::default().with_partition_index(index);
+                if !allowed {
+                    let code = errors::TOPIC_AUTHORIZATION_FAILED;
+                    partitions.push(response.with_error_code(code).with_low_watermark(-1));
+                    continue;
+                }
                 partitions.push(match shard.delete_records(&name, index, partition.offset).await {
                     Ok(low_watermark) => {
                         response.with_error_code(errors::NONE).with_low_watermark(low_watermark)

@@ -11,10 +11,13 @@ use shardlog_net::Reply;
 use shardlog_shards::Shard;
 use uuid::Uuid;
 
+use shardlog_shards::acl::AclOperation;
+
+use super::authz::Caller;
 use super::errors::{self, topic_error_code};
 use super::str_bytes;
 
-pub fn handle(shard: Rc<Shard>, request: DeleteTopicsRequest) -> Reply {
+pub fn handle(shard: Rc<Shard>, caller: Caller, request: DeleteTopicsRequest) -> Reply {
     Box::pin(async move {
         // (name if known, id as asked)
         let mut asked: Vec<(Option<String>, Uuid)> = request
@@ -36,7 +39,9 @@ pub fn handle(shard: Rc<Shard>, request: DeleteTopicsRequest) -> Reply {
         }
         // Not held while the controller applies the deletes: that would copy the table.
         drop(table);
-        let names: Vec<String> = asked.iter().filter_map(|(n, _)| n.clone()).collect();
+        let allowed = |name: &String| caller.topic(AclOperation::Delete, name);
+        let names: Vec<String> =
+            asked.iter().filter_map(|(n, _)| n.clone()).filter(allowed).collect();
         let mut deleted = shard.delete_topics(names).await.into_iter();
         let responses = asked
             .into_iter()
@@ -46,6 +51,9 @@ pub fn handle(shard: Rc<Shard>, request: DeleteTopicsRequest) -> Reply {
                     return response.with_error_code(errors::UNKNOWN_TOPIC_ID);
                 };
                 let response = response.with_name(Some(TopicName(str_bytes(&name))));
+                if !allowed(&name) {
+                    return response.with_error_code(errors::TOPIC_AUTHORIZATION_FAILED);
+                }
                 match deleted.next().expect("one result per named topic") {
                     Ok(()) => response.with_error_code(errors::NONE),
                     Err(e) => response

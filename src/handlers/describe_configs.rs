@@ -21,6 +21,9 @@ use shardlog_net::Reply;
 use shardlog_shards::topic_config::{TopicConfigDef, TOPIC_CONFIGS};
 use shardlog_shards::{Shard, TopicMeta};
 
+use shardlog_shards::acl::AclOperation::DescribeConfigs;
+
+use super::authz::Caller;
 use super::errors;
 use super::{str_bytes, KafkaHandler};
 
@@ -44,17 +47,35 @@ struct Described {
     synonyms: Vec<(String, String, i8)>,
 }
 
-pub fn handle(handler: Rc<KafkaHandler>, request: DescribeConfigsRequest) -> Reply {
+pub fn handle(handler: Rc<KafkaHandler>, caller: Caller, request: DescribeConfigsRequest) -> Reply {
     Box::pin(async move {
         let results = request
             .resources
             .iter()
-            .map(|r| describe(&handler, r, request.include_synonyms, request.include_documentation))
+            .map(|r| {
+                match caller.config_refusal(DescribeConfigs, r.resource_type, &r.resource_name) {
+                    Some((code, why)) => refused(r, code, &why),
+                    None => describe(
+                        &handler,
+                        r,
+                        request.include_synonyms,
+                        request.include_documentation,
+                    ),
+                }
+            })
             .collect();
         Some(ResponseKind::DescribeConfigs(
             DescribeConfigsResponse::default().with_results(results),
         ))
     })
+}
+
+fn refused(resource: &DescribeConfigsResource, code: i16, why: &str) -> DescribeConfigsResult {
+    DescribeConfigsResult::default()
+        .with_resource_type(resource.resource_type)
+        .with_resource_name(resource.resource_name.clone())
+        .with_error_code(code)
+        .with_error_message(Some(str_bytes(why)))
 }
 
 fn describe(

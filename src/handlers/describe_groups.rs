@@ -11,15 +11,21 @@ use kafka_protocol::messages::ResponseKind;
 use shardlog_net::Reply;
 use shardlog_shards::Shard;
 
+use shardlog_shards::acl::AclOperation;
+
+use super::authz::Caller;
 use super::errors::{self, group_error_code};
 use super::str_bytes;
 
-pub fn handle(shard: Rc<Shard>, request: DescribeGroupsRequest) -> Reply {
+pub fn handle(shard: Rc<Shard>, caller: &Caller, request: DescribeGroupsRequest) -> Reply {
     let groups = request
         .groups
         .iter()
         .map(|id| {
             let described = DescribedGroup::default().with_group_id(id.clone());
+            if !caller.group(AclOperation::Describe, id.0.as_str()) {
+                return described.with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
+            }
             if let Err(e) = shard.check_coordinator(id.0.as_str()) {
                 return described.with_error_code(group_error_code(&e));
             }

@@ -27,10 +27,27 @@ use shardlog_net::Reply;
 use shardlog_shards::TopicMeta;
 use tracing::warn;
 
+use shardlog_shards::acl::AclOperation;
+
+use super::authz::{refused, Caller};
 use super::errors;
 use super::{str_bytes, KafkaHandler};
 
-pub fn handle(handler: Rc<KafkaHandler>, request: DescribeLogDirsRequest, version: i16) -> Reply {
+pub fn handle(
+    handler: Rc<KafkaHandler>,
+    caller: &Caller,
+    request: DescribeLogDirsRequest,
+    version: i16,
+) -> Reply {
+    // DESCRIBE on the cluster, as Kafka: v3+ say why, older versions get no dirs.
+    if !caller.cluster(AclOperation::Describe) {
+        let response = DescribeLogDirsResponse::default().with_error_code(if version >= 3 {
+            errors::CLUSTER_AUTHORIZATION_FAILED
+        } else {
+            0
+        });
+        return refused(ResponseKind::DescribeLogDirs(response));
+    }
     Box::pin(async move {
         let table = handler.shard.table();
         let topics: Vec<DescribeLogDirsTopic> = match &request.topics {

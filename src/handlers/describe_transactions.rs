@@ -14,9 +14,12 @@ use kafka_protocol::messages::{ProducerId, ResponseKind, TopicName};
 use shardlog_net::Reply;
 use shardlog_shards::Shard;
 
+use shardlog_shards::acl::AclOperation;
+
+use super::authz::Caller;
 use super::{errors, str_bytes};
 
-pub fn handle(shard: Rc<Shard>, request: DescribeTransactionsRequest) -> Reply {
+pub fn handle(shard: Rc<Shard>, caller: &Caller, request: DescribeTransactionsRequest) -> Reply {
     let states = request
         .transactional_ids
         .into_iter()
@@ -27,6 +30,9 @@ pub fn handle(shard: Rc<Shard>, request: DescribeTransactionsRequest) -> Reply {
                 .with_transaction_start_time_ms(-1)
                 .with_producer_id(ProducerId(-1))
                 .with_producer_epoch(-1);
+            if !caller.transactional_id(AclOperation::Describe, id.0.as_str()) {
+                return base.with_error_code(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+            }
             if let Err(e) = shard.check_txn_coordinator(id.0.as_str()) {
                 return base.with_error_code(errors::txn_error_code(&e, true));
             }

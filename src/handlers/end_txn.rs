@@ -13,11 +13,18 @@ use shardlog_net::Reply;
 use shardlog_shards::Shard;
 use tracing::warn;
 
+use shardlog_shards::acl::AclOperation;
+
+use super::authz::Caller;
 use super::errors;
 
-pub fn handle(shard: Rc<Shard>, request: EndTxnRequest, version: i16) -> Reply {
+pub fn handle(shard: Rc<Shard>, caller: Caller, request: EndTxnRequest, version: i16) -> Reply {
     Box::pin(async move {
         let transactional_id = request.transactional_id.0.as_str();
+        if !caller.transactional_id(AclOperation::Write, transactional_id) {
+            let code = errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+            return Some(ResponseKind::EndTxn(EndTxnResponse::default().with_error_code(code)));
+        }
         let result = shard
             .end_txn(
                 transactional_id,

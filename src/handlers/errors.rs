@@ -19,6 +19,9 @@ pub const INVALID_GROUP_ID: i16 = 24;
 pub const UNKNOWN_MEMBER_ID: i16 = 25;
 pub const INVALID_SESSION_TIMEOUT: i16 = 26;
 pub const REBALANCE_IN_PROGRESS: i16 = 27;
+pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
+pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
 pub const UNSUPPORTED_VERSION: i16 = 35;
 pub const TOPIC_ALREADY_EXISTS: i16 = 36;
 pub const INVALID_PARTITIONS: i16 = 37;
@@ -32,6 +35,7 @@ pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 pub const INVALID_PRODUCER_EPOCH: i16 = 47;
 pub const INVALID_TXN_STATE: i16 = 48;
 pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
 pub const CONCURRENT_TRANSACTIONS: i16 = 51;
 pub const OPERATION_NOT_ATTEMPTED: i16 = 55;
@@ -91,6 +95,7 @@ pub fn topic_error_code(error: &TopicError) -> i16 {
         TopicError::UnknownTopic(_) => UNKNOWN_TOPIC_OR_PARTITION,
         TopicError::Storage(_) => KAFKA_STORAGE_ERROR,
         TopicError::InvalidReplicaAssignment(_) => INVALID_REPLICA_ASSIGNMENT,
+        TopicError::AuthorizationFailed(_) => TOPIC_AUTHORIZATION_FAILED,
     }
 }
 
@@ -111,6 +116,9 @@ pub fn group_error_code(error: &GroupError) -> i16 {
         GroupError::OffsetMetadataTooLarge => OFFSET_METADATA_TOO_LARGE,
         GroupError::UnknownTopicOrPartition => UNKNOWN_TOPIC_OR_PARTITION,
         GroupError::Storage => KAFKA_STORAGE_ERROR,
+        GroupError::GroupAuthorizationFailed => GROUP_AUTHORIZATION_FAILED,
+        GroupError::TopicAuthorizationFailed => TOPIC_AUTHORIZATION_FAILED,
+        GroupError::TransactionalIdAuthorizationFailed => TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     }
 }
 

@@ -31,6 +31,9 @@ use shardlog_net::{legacy_format, Reply};
 use shardlog_shards::{PartitionRead, Shard};
 use uuid::Uuid;
 
+use shardlog_shards::acl::AclOperation;
+
+use super::authz::Caller;
 use super::errors::{self, partition_error_code};
 use super::str_bytes;
 
@@ -45,7 +48,13 @@ pub struct Limits {
     pub max_records_bytes: usize,
 }
 
-pub fn handle(shard: Rc<Shard>, request: FetchRequest, version: i16, limits: Limits) -> Reply {
+pub fn handle(
+    shard: Rc<Shard>,
+    caller: Caller,
+    request: FetchRequest,
+    version: i16,
+    limits: Limits,
+) -> Reply {
     Box::pin(async move {
         if request.session_id != 0 && request.session_epoch != -1 {
             let response = FetchResponse::default()
@@ -55,7 +64,8 @@ pub fn handle(shard: Rc<Shard>, request: FetchRequest, version: i16, limits: Lim
         }
         let read_committed = request.isolation_level == 1;
         let mut reads = Vec::new();
-        let mut unknown_ids = Vec::new();
+        // Topics answered without a read: unknown ids, topics the caller may not READ.
+        let mut refused = Vec::new();
         // (name, id) of each topic asked for by id (v13+), to answer with its id.
         let mut ids = Vec::new();
         let table = shard.table();
@@ -69,13 +79,20 @@ pub fn handle(shard: Rc<Shard>, request: FetchRequest, version: i16, limits: Lim
                     }
                     None => {
                         let partitions = topic.partitions.iter().map(|p| p.partition);
-                        unknown_ids.push(unknown_topic_id(id, partitions));
+                        let code = errors::UNKNOWN_TOPIC_ID;
+                        refused.push(refused_topic("", id, partitions, code));
                         continue;
                     }
                 }
             } else {
                 topic.topic.0.as_str().to_string()
             };
+            if !caller.topic(AclOperation::Read, &name) {
+                let partitions = topic.partitions.iter().map(|p| p.partition);
+                let code = errors::TOPIC_AUTHORIZATION_FAILED;
+                refused.push(refused_topic(&name, topic.topic_id, partitions, code));
+                continue;
+            }
             for partition in &topic.partitions {
                 reads.push(PartitionRead {
                     topic: name.clone(),
@@ -138,7 +155,7 @@ pub fn handle(shard: Rc<Shard>, request: FetchRequest, version: i16, limits: Lim
             .with_preferred_read_replica((-1).into());
             push_partition(&mut responses, &ids, &data.topic, partition);
         }
-        responses.extend(unknown_ids);
+        responses.extend(refused);
         let response = FetchResponse::default().with_session_id(0).with_responses(responses);
         Some(ResponseKind::Fetch(response))
     })
@@ -220,20 +237,26 @@ fn aborted_transactions(aborted: &[(i64, i64)]) -> Vec<AbortedTransaction> {
     aborted.iter().map(to_wire).collect()
 }
 
-/// The answer for a topic id this broker does not know (v13+).
-fn unknown_topic_id(id: Uuid, partitions: impl Iterator<Item = i32>) -> FetchableTopicResponse {
+/// The answer for a topic not read: an id this broker does not know (v13+), a topic the
+/// caller may not READ.
+fn refused_topic(
+    name: &str,
+    id: Uuid,
+    partitions: impl Iterator<Item = i32>,
+    code: i16,
+) -> FetchableTopicResponse {
     let partitions = partitions
         .map(|index| {
             PartitionData::default()
                 .with_partition_index(index)
-                .with_error_code(errors::UNKNOWN_TOPIC_ID)
+                .with_error_code(code)
                 .with_high_watermark(-1)
                 .with_preferred_read_replica((-1).into())
                 .with_records(Some(Bytes::new()))
         })
         .collect();
     FetchableTopicResponse::default()
-        .with_topic(TopicName(StrBytes::default()))
+        .with_topic(TopicName(StrBytes::from_string(name.to_string())))
         .with_topic_id(id)
         .with_partitions(partitions)
 }

@@ -13,6 +13,9 @@ use kafka_protocol::protocol::StrBytes;
 use shardlog_net::Reply;
 use shardlog_shards::group::coordinator_shard;
 
+use shardlog_shards::acl::AclOperation;
+
+use super::authz::Caller;
 use super::errors;
 use super::{str_bytes, KafkaHandler};
 
@@ -20,12 +23,17 @@ const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
 const KEY_TYPE_SHARE: i8 = 2;
 
-pub fn handle(handler: Rc<KafkaHandler>, request: FindCoordinatorRequest, version: i16) -> Reply {
+pub fn handle(
+    handler: Rc<KafkaHandler>,
+    caller: Caller,
+    request: FindCoordinatorRequest,
+    version: i16,
+) -> Reply {
     Box::pin(async move {
         let keys: Vec<StrBytes> =
             if version >= 4 { request.coordinator_keys.clone() } else { vec![request.key.clone()] };
         let coordinators: Vec<Coordinator> =
-            keys.iter().map(|key| coordinator(&handler, key, request.key_type)).collect();
+            keys.iter().map(|key| coordinator(&handler, &caller, key, request.key_type)).collect();
         let response = if version >= 4 {
             FindCoordinatorResponse::default().with_coordinators(coordinators)
         } else {
@@ -41,7 +49,12 @@ pub fn handle(handler: Rc<KafkaHandler>, request: FindCoordinatorRequest, versio
     })
 }
 
-fn coordinator(handler: &KafkaHandler, key: &StrBytes, key_type: i8) -> Coordinator {
+fn coordinator(
+    handler: &KafkaHandler,
+    caller: &Caller,
+    key: &StrBytes,
+    key_type: i8,
+) -> Coordinator {
     let base = Coordinator::default().with_key(key.clone());
     // No coordinator: node -1, port -1, and the reason.
     let refused = |code: i16, message: &str| {
@@ -65,6 +78,16 @@ fn coordinator(handler: &KafkaHandler, key: &StrBytes, key_type: i8) -> Coordina
             .with_error_code(errors::INVALID_GROUP_ID)
             .with_node_id(BrokerId(-1))
             .with_port(-1);
+    }
+    // DESCRIBE on the group or the transactional id, as Kafka.
+    if key_type == KEY_TYPE_GROUP && !caller.group(AclOperation::Describe, key.as_str()) {
+        return refused(errors::GROUP_AUTHORIZATION_FAILED, "DESCRIBE on the group is needed");
+    }
+    if key_type == KEY_TYPE_TRANSACTION
+        && !caller.transactional_id(AclOperation::Describe, key.as_str())
+    {
+        let code = errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+        return refused(code, "DESCRIBE on the transactional id is needed");
     }
     let shard = coordinator_shard(key.as_str(), handler.shard.nr_shards);
     base.with_error_code(errors::NONE)

@@ -8,9 +8,17 @@ use kafka_protocol::messages::ResponseKind;
 use shardlog_net::Reply;
 use shardlog_shards::Shard;
 
-use super::errors::group_error_code;
+use shardlog_shards::acl::AclOperation::Read;
 
-pub fn handle(shard: Rc<Shard>, request: HeartbeatRequest) -> Reply {
+use super::authz::{refused, Caller};
+use super::errors::group_error_code;
+use super::errors::GROUP_AUTHORIZATION_FAILED;
+
+pub fn handle(shard: Rc<Shard>, caller: &Caller, request: HeartbeatRequest) -> Reply {
+    if !caller.group(Read, request.group_id.0.as_str()) {
+        let response = HeartbeatResponse::default().with_error_code(GROUP_AUTHORIZATION_FAILED);
+        return refused(ResponseKind::Heartbeat(response));
+    }
     let result = shard.heartbeat(
         request.group_id.0.as_str(),
         request.generation_id,

@@ -18,15 +18,16 @@ use shardlog_shards::topic_config::{ConfigChange, ConfigOp};
 use shardlog_shards::{Shard, TopicError};
 
 use super::alter_configs::alter;
+use super::authz::Caller;
 
-pub fn handle(shard: Rc<Shard>, request: IncrementalAlterConfigsRequest) -> Reply {
+pub fn handle(shard: Rc<Shard>, caller: Caller, request: IncrementalAlterConfigsRequest) -> Reply {
     Box::pin(async move {
         let requested = request
             .resources
             .iter()
             .map(|r| (r.resource_type, r.resource_name.to_string(), operations(r)))
             .collect();
-        let outcomes = alter(&shard, requested, request.validate_only).await;
+        let outcomes = alter(&shard, &caller, requested, request.validate_only).await;
         let responses = (request.resources.into_iter().zip(outcomes))
             .map(|(resource, (code, message))| {
                 AlterConfigsResourceResponse::default()

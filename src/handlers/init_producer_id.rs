@@ -12,9 +12,18 @@ use shardlog_net::Reply;
 use shardlog_shards::Shard;
 use tracing::warn;
 
+use kafka_protocol::messages::TransactionalId;
+use shardlog_shards::acl::{AclOperation, ResourceType};
+
+use super::authz::Caller;
 use super::errors;
 
-pub fn handle(shard: Rc<Shard>, request: InitProducerIdRequest, version: i16) -> Reply {
+pub fn handle(
+    shard: Rc<Shard>,
+    caller: Caller,
+    request: InitProducerIdRequest,
+    version: i16,
+) -> Reply {
     Box::pin(async move {
         let refused = |code| {
             InitProducerIdResponse::default()
@@ -23,7 +32,9 @@ pub fn handle(shard: Rc<Shard>, request: InitProducerIdRequest, version: i16) ->
                 .with_producer_epoch(-1)
         };
         let transactional_id = request.transactional_id.as_ref().filter(|id| !id.0.is_empty());
-        let response = if let Some(transactional_id) = transactional_id {
+        let response = if let Some(refusal) = refusal(&caller, transactional_id) {
+            refused(refusal)
+        } else if let Some(transactional_id) = transactional_id {
             let asked = (request.producer_id.0 >= 0)
                 .then_some((request.producer_id.0, request.producer_epoch));
             let timeout_ms = request.transaction_timeout_ms;
@@ -46,4 +57,21 @@ pub fn handle(shard: Rc<Shard>, request: InitProducerIdRequest, version: i16) ->
         };
         Some(ResponseKind::InitProducerId(response))
     })
+}
+
+/// WRITE on the transactional id; without one, IDEMPOTENT_WRITE on the cluster or WRITE on
+/// some topic (Kafka 3.x). The error code when refused.
+fn refusal(caller: &Caller, transactional_id: Option<&TransactionalId>) -> Option<i16> {
+    match transactional_id {
+        Some(id) if !caller.transactional_id(AclOperation::Write, id.0.as_str()) => {
+            Some(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        }
+        Some(_) => None,
+        None if caller.cluster(AclOperation::IdempotentWrite)
+            || caller.any_resource(AclOperation::Write, ResourceType::Topic) =>
+        {
+            None
+        }
+        None => Some(errors::CLUSTER_AUTHORIZATION_FAILED),
+    }
 }

@@ -10,16 +10,25 @@ use shardlog_net::Reply;
 use shardlog_shards::group::JoinRequest;
 use shardlog_shards::Shard;
 
+use shardlog_shards::acl::AclOperation::Read;
+
+use super::authz::{refused, Caller};
 use super::errors::group_error_code;
+use super::errors::GROUP_AUTHORIZATION_FAILED;
 use super::str_bytes;
 
 pub fn handle(
     shard: Rc<Shard>,
+    caller: &Caller,
     request: JoinGroupRequest,
     version: i16,
     client_id: String,
     client_host: String,
 ) -> Reply {
+    if !caller.group(Read, request.group_id.0.as_str()) {
+        let response = JoinGroupResponse::default().with_error_code(GROUP_AUTHORIZATION_FAILED);
+        return refused(ResponseKind::JoinGroup(response));
+    }
     Box::pin(async move {
         let join = JoinRequest {
             member_id: request.member_id.as_str().to_string(),

@@ -9,9 +9,14 @@ use kafka_protocol::messages::{GroupId, ResponseKind};
 use shardlog_net::Reply;
 use shardlog_shards::Shard;
 
+use shardlog_shards::acl::AclOperation;
+
+use super::authz::Caller;
 use super::str_bytes;
 
-pub fn handle(shard: Rc<Shard>, request: ListGroupsRequest) -> Reply {
+/// Groups the caller may DESCRIBE (all of them with DESCRIBE on the cluster), as Kafka.
+pub fn handle(shard: Rc<Shard>, caller: &Caller, request: ListGroupsRequest) -> Reply {
+    let every_group = caller.cluster(AclOperation::Describe);
     let wanted_state = |state: &str| {
         request.states_filter.is_empty()
             || request.states_filter.iter().any(|s| s.as_str().eq_ignore_ascii_case(state))
@@ -21,6 +26,7 @@ pub fn handle(shard: Rc<Shard>, request: ListGroupsRequest) -> Reply {
         .list()
         .into_iter()
         .filter(|g| wanted_state(g.state.name()))
+        .filter(|g| every_group || caller.group(AclOperation::Describe, &g.group_id))
         .map(|g| {
             ListedGroup::default()
                 .with_group_id(GroupId(str_bytes(&g.group_id)))

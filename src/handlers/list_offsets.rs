@@ -17,21 +17,38 @@ use kafka_protocol::messages::ResponseKind;
 use shardlog_net::Reply;
 use shardlog_shards::Shard;
 
+use shardlog_shards::acl::AclOperation;
+
+use super::authz::Caller;
 use super::errors::{self, partition_error_code};
 
 /// ListOffsets' special timestamp that asks for the latest offset in tiered storage.
 const LATEST_TIERED_TIMESTAMP: i64 = -5;
 
-pub fn handle(shard: Rc<Shard>, request: ListOffsetsRequest, version: i16) -> Reply {
+pub fn handle(
+    shard: Rc<Shard>,
+    caller: Caller,
+    request: ListOffsetsRequest,
+    version: i16,
+) -> Reply {
     Box::pin(async move {
         let read_committed = request.isolation_level == 1;
         let mut topics = Vec::with_capacity(request.topics.len());
         for topic in request.topics {
             let name = topic.name.0.as_str().to_string();
+            let described = caller.topic(AclOperation::Describe, &name);
             let mut partitions = Vec::with_capacity(topic.partitions.len());
             for partition in topic.partitions {
-                partitions
-                    .push(list_partition(&shard, &name, &partition, version, read_committed).await);
+                partitions.push(match described {
+                    true => {
+                        list_partition(&shard, &name, &partition, version, read_committed).await
+                    }
+                    false => ListOffsetsPartitionResponse::default()
+                        .with_partition_index(partition.partition_index)
+                        .with_error_code(errors::TOPIC_AUTHORIZATION_FAILED)
+                        .with_offset(-1)
+                        .with_timestamp(-1),
+                });
             }
             topics.push(
                 ListOffsetsTopicResponse::default()

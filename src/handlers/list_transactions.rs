@@ -13,6 +13,9 @@ use shardlog_net::Reply;
 use shardlog_shards::txn::state::TxnState;
 use shardlog_shards::Shard;
 
+use shardlog_shards::acl::AclOperation;
+
+use super::authz::Caller;
 use super::str_bytes;
 
 const STATES: [TxnState; 6] = [
@@ -24,7 +27,8 @@ const STATES: [TxnState; 6] = [
     TxnState::CompleteAbort,
 ];
 
-pub fn handle(shard: Rc<Shard>, request: ListTransactionsRequest) -> Reply {
+/// Only the transactional ids the caller may DESCRIBE, as Kafka.
+pub fn handle(shard: Rc<Shard>, caller: &Caller, request: ListTransactionsRequest) -> Reply {
     let known = |s: &str| STATES.iter().any(|state| state.name() == s);
     let unknown_state_filters: Vec<_> =
         request.state_filters.iter().filter(|s| !known(s.as_str())).cloned().collect();
@@ -35,6 +39,7 @@ pub fn handle(shard: Rc<Shard>, request: ListTransactionsRequest) -> Reply {
         .txn
         .list()
         .into_iter()
+        .filter(|t| caller.transactional_id(AclOperation::Describe, &t.transactional_id))
         .filter(|t| {
             request.state_filters.is_empty()
                 || request.state_filters.iter().any(|s| s.as_str() == t.state.name())

@@ -17,13 +17,21 @@ use shardlog_shards::metadata::validate_topic_name;
 use shardlog_shards::{NewTopic, TopicMeta};
 use uuid::Uuid;
 
+use shardlog_shards::acl::AclOperation;
+
+use super::authz::Caller;
 use super::errors::{self, topic_error_code};
 use super::{str_bytes, KafkaHandler};
 
 /// The cluster id clients see (one node for now).
 pub const CLUSTER_ID: &str = "shardlog-single-node";
 
-pub fn handle(handler: Rc<KafkaHandler>, request: MetadataRequest, version: i16) -> Reply {
+pub fn handle(
+    handler: Rc<KafkaHandler>,
+    caller: Caller,
+    request: MetadataRequest,
+    version: i16,
+) -> Reply {
     Box::pin(async move {
         let shard = &handler.shard;
         let allow_create =
@@ -34,13 +42,19 @@ pub fn handle(handler: Rc<KafkaHandler>, request: MetadataRequest, version: i16)
             other => other,
         };
         let topics = match requested {
-            None => shard.table().topics.values().map(topic_response).collect(),
+            // Topics the caller may not DESCRIBE are left out, as Kafka does.
+            None => (shard.table().topics.values())
+                .filter(|meta| caller.topic(AclOperation::Describe, &meta.name))
+                .map(topic_response)
+                .collect(),
             Some(requested) => {
                 let mut out = Vec::with_capacity(requested.len());
                 for topic in requested {
                     out.push(match topic.name {
-                        Some(name) => named_topic(&handler, name.0.as_str(), allow_create).await,
-                        None => topic_by_id(&handler, topic.topic_id),
+                        Some(name) => {
+                            named_topic(&handler, &caller, name.0.as_str(), allow_create).await
+                        }
+                        None => topic_by_id(&handler, &caller, topic.topic_id),
                     });
                 }
                 out
@@ -65,18 +79,32 @@ pub fn handle(handler: Rc<KafkaHandler>, request: MetadataRequest, version: i16)
 
 async fn named_topic(
     handler: &KafkaHandler,
+    caller: &Caller,
     name: &str,
     allow_create: bool,
 ) -> MetadataResponseTopic {
     let shard = &handler.shard;
-    if let Some(meta) = shard.topic(name) {
-        return topic_response(&meta);
-    }
     let error = |code| {
         MetadataResponseTopic::default()
             .with_name(Some(TopicName(str_bytes(name))))
             .with_error_code(code)
     };
+    let describable = caller.topic(AclOperation::Describe, name);
+    if let Some(meta) = shard.topic(name) {
+        return match describable {
+            true => topic_response(&meta),
+            false => error(errors::TOPIC_AUTHORIZATION_FAILED),
+        };
+    }
+    // Kafka: auto-creation needs CREATE (on the cluster or the topic); without it, or
+    // without DESCRIBE when nothing is created, the answer is an authorization failure.
+    let refused = match allow_create {
+        true => !caller.create_topic(name),
+        false => !describable,
+    };
+    if refused {
+        return error(errors::TOPIC_AUTHORIZATION_FAILED);
+    }
     if let Err(e) = validate_topic_name(name) {
         return error(topic_error_code(&e));
     }
@@ -98,10 +126,13 @@ async fn named_topic(
     }
 }
 
-fn topic_by_id(handler: &KafkaHandler, id: Uuid) -> MetadataResponseTopic {
+fn topic_by_id(handler: &KafkaHandler, caller: &Caller, id: Uuid) -> MetadataResponseTopic {
     let table = handler.shard.table();
     match table.topics.values().find(|t| Uuid::from_bytes(t.topic_id) == id) {
-        Some(meta) => topic_response(meta),
+        Some(meta) if caller.topic(AclOperation::Describe, &meta.name) => topic_response(meta),
+        Some(_) => MetadataResponseTopic::default()
+            .with_topic_id(id)
+            .with_error_code(errors::TOPIC_AUTHORIZATION_FAILED),
         None => MetadataResponseTopic::default()
             .with_topic_id(id)
             .with_error_code(errors::UNKNOWN_TOPIC_ID),

@@ -9,11 +9,15 @@ mod add_offsets_to_txn;
 mod add_partitions_to_txn;
 mod alter_configs;
 mod api_versions;
+pub mod authz;
+mod create_acls;
 mod create_partitions;
 mod create_topics;
+mod delete_acls;
 mod delete_groups;
 mod delete_records;
 mod delete_topics;
+mod describe_acls;
 mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
@@ -102,6 +106,10 @@ pub const SUPPORTED_APIS: &[ApiSupport] = &[
     api(ApiKey::TxnOffsetCommit, 0, 0, 4),
     api(ApiKey::DescribeTransactions, 0, 0, 0),
     api(ApiKey::ListTransactions, 0, 0, 1),
+    // v0 (no pattern type) left Kafka in 4.0; v1 is what every current client sends.
+    api(ApiKey::DescribeAcls, 1, 1, 3),
+    api(ApiKey::CreateAcls, 1, 1, 3),
+    api(ApiKey::DeleteAcls, 1, 1, 3),
 ];
 
 /// The request handler plugged into `net`: one per shard and listener.
@@ -147,80 +155,111 @@ impl RequestHandler for KafkaHandler {
 
     async fn handle(self: Rc<Self>, request: Request) -> Reply {
         let version = request.api_version;
+        let caller = authz::Caller::new(&self.shard, &request);
         match request.body {
             RequestKind::Produce(body) => {
-                produce::handle(&self.shard, body, version, self.max_records_bytes).await
+                produce::handle(&self.shard, &caller, body, version, self.max_records_bytes).await
             }
             RequestKind::Fetch(body) => {
                 let limits = fetch::Limits {
                     fetch_max_bytes: self.fetch_max_bytes,
                     max_records_bytes: self.max_records_bytes,
                 };
-                fetch::handle(self.shard.clone(), body, version, limits)
+                fetch::handle(self.shard.clone(), caller, body, version, limits)
             }
             RequestKind::ListOffsets(body) => {
-                list_offsets::handle(self.shard.clone(), body, version)
+                list_offsets::handle(self.shard.clone(), caller, body, version)
             }
-            RequestKind::Metadata(body) => metadata::handle(self.clone(), body, version),
+            RequestKind::Metadata(body) => metadata::handle(self.clone(), caller, body, version),
             RequestKind::ApiVersions(_) => {
                 let response = api_versions::response(errors::NONE);
                 Box::pin(async move { Some(ResponseKind::ApiVersions(response)) })
             }
-            RequestKind::CreateTopics(body) => create_topics::handle(self.shard.clone(), body),
-            RequestKind::DeleteTopics(body) => delete_topics::handle(self.shard.clone(), body),
-            RequestKind::DescribeConfigs(body) => describe_configs::handle(self.clone(), body),
+            RequestKind::CreateTopics(body) => {
+                create_topics::handle(self.shard.clone(), caller, body)
+            }
+            RequestKind::DeleteTopics(body) => {
+                delete_topics::handle(self.shard.clone(), caller, body)
+            }
+            RequestKind::DescribeConfigs(body) => {
+                describe_configs::handle(self.clone(), caller, body)
+            }
             RequestKind::FindCoordinator(body) => {
-                find_coordinator::handle(self.clone(), body, version)
+                find_coordinator::handle(self.clone(), caller, body, version)
             }
             RequestKind::JoinGroup(body) => {
                 let client_id = request.header.client_id.map(|c| c.to_string()).unwrap_or_default();
                 let client_host = request.peer.map(|p| format!("/{}", p.ip())).unwrap_or_default();
-                join_group::handle(self.shard.clone(), body, version, client_id, client_host)
+                join_group::handle(
+                    self.shard.clone(),
+                    &caller,
+                    body,
+                    version,
+                    client_id,
+                    client_host,
+                )
             }
-            RequestKind::SyncGroup(body) => sync_group::handle(self.shard.clone(), body),
-            RequestKind::Heartbeat(body) => heartbeat::handle(self.shard.clone(), body),
-            RequestKind::LeaveGroup(body) => leave_group::handle(self.shard.clone(), body, version),
-            RequestKind::OffsetCommit(body) => offset_commit::handle(self.shard.clone(), body),
+            RequestKind::SyncGroup(body) => sync_group::handle(self.shard.clone(), &caller, body),
+            RequestKind::Heartbeat(body) => heartbeat::handle(self.shard.clone(), &caller, body),
+            RequestKind::LeaveGroup(body) => {
+                leave_group::handle(self.shard.clone(), &caller, body, version)
+            }
+            RequestKind::OffsetCommit(body) => {
+                offset_commit::handle(self.shard.clone(), caller, body)
+            }
             RequestKind::OffsetFetch(body) => {
-                offset_fetch::handle(self.shard.clone(), body, version)
+                offset_fetch::handle(self.shard.clone(), &caller, body, version)
             }
-            RequestKind::ListGroups(body) => list_groups::handle(self.shard.clone(), body),
-            RequestKind::DescribeGroups(body) => describe_groups::handle(self.shard.clone(), body),
-            RequestKind::DeleteGroups(body) => delete_groups::handle(self.shard.clone(), body),
-            RequestKind::OffsetDelete(body) => offset_delete::handle(self.shard.clone(), body),
+            RequestKind::ListGroups(body) => list_groups::handle(self.shard.clone(), &caller, body),
+            RequestKind::DescribeGroups(body) => {
+                describe_groups::handle(self.shard.clone(), &caller, body)
+            }
+            RequestKind::DeleteGroups(body) => {
+                delete_groups::handle(self.shard.clone(), caller, body)
+            }
+            RequestKind::OffsetDelete(body) => {
+                offset_delete::handle(self.shard.clone(), caller, body)
+            }
             RequestKind::InitProducerId(body) => {
-                init_producer_id::handle(self.shard.clone(), body, version)
+                init_producer_id::handle(self.shard.clone(), caller, body, version)
             }
             RequestKind::AddPartitionsToTxn(body) => {
-                add_partitions_to_txn::handle(self.shard.clone(), body, version)
+                add_partitions_to_txn::handle(self.shard.clone(), caller, body, version)
             }
             RequestKind::AddOffsetsToTxn(body) => {
-                add_offsets_to_txn::handle(self.shard.clone(), body, version)
+                add_offsets_to_txn::handle(self.shard.clone(), caller, body, version)
             }
             RequestKind::DescribeTransactions(body) => {
-                describe_transactions::handle(self.shard.clone(), body)
+                describe_transactions::handle(self.shard.clone(), &caller, body)
             }
             RequestKind::ListTransactions(body) => {
-                list_transactions::handle(self.shard.clone(), body)
+                list_transactions::handle(self.shard.clone(), &caller, body)
             }
-            RequestKind::EndTxn(body) => end_txn::handle(self.shard.clone(), body, version),
+            RequestKind::EndTxn(body) => end_txn::handle(self.shard.clone(), caller, body, version),
             RequestKind::TxnOffsetCommit(body) => {
-                txn_offset_commit::handle(self.shard.clone(), body, version)
+                txn_offset_commit::handle(self.shard.clone(), caller, body, version)
             }
-            RequestKind::AlterConfigs(body) => alter_configs::handle(self.shard.clone(), body),
+            RequestKind::AlterConfigs(body) => {
+                alter_configs::handle(self.shard.clone(), caller, body)
+            }
             RequestKind::IncrementalAlterConfigs(body) => {
-                incremental_alter_configs::handle(self.shard.clone(), body)
+                incremental_alter_configs::handle(self.shard.clone(), caller, body)
             }
             RequestKind::CreatePartitions(body) => {
-                create_partitions::handle(self.shard.clone(), body)
+                create_partitions::handle(self.shard.clone(), caller, body)
             }
-            RequestKind::DeleteRecords(body) => delete_records::handle(self.shard.clone(), body),
+            RequestKind::DeleteRecords(body) => {
+                delete_records::handle(self.shard.clone(), caller, body)
+            }
             RequestKind::DescribeCluster(body) => {
                 describe_cluster::handle(self.clone(), body, version)
             }
             RequestKind::DescribeLogDirs(body) => {
-                describe_log_dirs::handle(self.clone(), body, version)
+                describe_log_dirs::handle(self.clone(), &caller, body, version)
             }
+            RequestKind::CreateAcls(body) => create_acls::handle(caller, body),
+            RequestKind::DescribeAcls(body) => describe_acls::handle(caller, body),
+            RequestKind::DeleteAcls(body) => delete_acls::handle(caller, body),
             other => {
                 // The version table and this match disagree: a bug, caught in tests.
                 panic!("request {:?} passed the version table but has no handler", other)

@@ -19,9 +19,12 @@ use shardlog_net::Reply;
 use shardlog_shards::group::OffsetCommitPartition;
 use shardlog_shards::{GroupError, Shard};
 
+use shardlog_shards::acl::AclOperation;
+
+use super::authz::Caller;
 use super::errors::group_error_code;
 
-pub fn handle(shard: Rc<Shard>, request: OffsetCommitRequest) -> Reply {
+pub fn handle(shard: Rc<Shard>, caller: Caller, request: OffsetCommitRequest) -> Reply {
     Box::pin(async move {
         let mut partitions = Vec::new();
         for topic in &request.topics {
@@ -37,14 +40,13 @@ pub fn handle(shard: Rc<Shard>, request: OffsetCommitRequest) -> Reply {
                 partitions.push(partition);
             }
         }
-        let results = shard
-            .commit_offsets(
-                request.group_id.0.as_str(),
-                request.generation_id_or_member_epoch,
-                request.member_id.as_str(),
-                partitions,
-            )
-            .await;
+        let group_id = request.group_id.0.as_str();
+        let commit = |allowed| {
+            let (generation, member_id) =
+                (request.generation_id_or_member_epoch, request.member_id.as_str());
+            shard.commit_offsets(group_id, generation, member_id, allowed)
+        };
+        let results = commit_allowed(&caller, group_id, partitions, commit).await;
         let topics = response_topics!(
             request.topics,
             &results,
@@ -54,6 +56,44 @@ pub fn handle(shard: Rc<Shard>, request: OffsetCommitRequest) -> Reply {
         Some(ResponseKind::OffsetCommit(OffsetCommitResponse::default().with_topics(topics)))
     })
 }
+
+/// OffsetCommit and TxnOffsetCommit: READ on the group, then commits only the partitions
+/// of topics the caller may READ; the others get TOPIC_AUTHORIZATION_FAILED.
+pub(super) async fn commit_allowed<F, Fut>(
+    caller: &Caller,
+    group_id: &str,
+    partitions: Vec<OffsetCommitPartition>,
+    commit: F,
+) -> CommitResults
+where
+    F: FnOnce(Vec<OffsetCommitPartition>) -> Fut,
+    Fut: std::future::Future<Output = CommitResults>,
+{
+    if !caller.group(AclOperation::Read, group_id) {
+        return Err(GroupError::GroupAuthorizationFailed);
+    }
+    let allowed: Vec<bool> =
+        partitions.iter().map(|p| caller.topic(AclOperation::Read, &p.topic)).collect();
+    if allowed.iter().all(|a| *a) {
+        return commit(partitions).await;
+    }
+    let to_commit: Vec<_> =
+        partitions.into_iter().zip(&allowed).filter_map(|(p, a)| a.then_some(p)).collect();
+    let count = to_commit.len();
+    let committed = match count {
+        0 => Vec::new(),
+        _ => commit(to_commit).await.unwrap_or_else(|e| vec![Err(e); count]),
+    };
+    let mut committed = committed.into_iter();
+    let merged = allowed.iter().map(|allowed| match allowed {
+        true => committed.next().expect("a result per committed partition"),
+        false => Err(GroupError::TopicAuthorizationFailed),
+    });
+    Ok(merged.collect())
+}
+
+/// What the coordinator answers a commit: per partition, or one error for all.
+pub(super) type CommitResults = Result<Vec<Result<(), GroupError>>, GroupError>;
 
 /// OffsetCommit and TxnOffsetCommit answer with distinct generated types of the same shape
 /// (topics of partitions with an error code, in request order): one body for both.

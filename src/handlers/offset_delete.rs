@@ -11,13 +11,26 @@ use kafka_protocol::messages::ResponseKind;
 use shardlog_net::Reply;
 use shardlog_shards::Shard;
 
-use super::errors::group_error_code;
+use shardlog_shards::acl::AclOperation;
 
-pub fn handle(shard: Rc<Shard>, request: OffsetDeleteRequest) -> Reply {
+use super::authz::Caller;
+use super::errors::{self, group_error_code};
+
+/// DELETE on the group; partitions of topics the caller may not READ are left as they are
+/// and answered TOPIC_AUTHORIZATION_FAILED.
+pub fn handle(shard: Rc<Shard>, caller: Caller, request: OffsetDeleteRequest) -> Reply {
     Box::pin(async move {
+        if !caller.group(AclOperation::Delete, request.group_id.0.as_str()) {
+            let code = errors::GROUP_AUTHORIZATION_FAILED;
+            return Some(ResponseKind::OffsetDelete(
+                OffsetDeleteResponse::default().with_error_code(code),
+            ));
+        }
+        let readable = |topic: &str| caller.topic(AclOperation::Read, topic);
         let partitions: Vec<(String, i32)> = request
             .topics
             .iter()
+            .filter(|t| readable(t.name.0.as_str()))
             .flat_map(|t| {
                 t.partitions.iter().map(|p| (t.name.0.as_str().to_string(), p.partition_index))
             })
@@ -35,14 +48,16 @@ pub fn handle(shard: Rc<Shard>, request: OffsetDeleteRequest) -> Reply {
             .topics
             .into_iter()
             .map(|t| {
+                let readable = readable(t.name.0.as_str());
                 let partitions = t
                     .partitions
                     .iter()
                     .map(|p| {
-                        let code = results
-                            .next()
-                            .and_then(|r| r.err())
-                            .map_or(0, |e| group_error_code(&e));
+                        let code = if !readable {
+                            errors::TOPIC_AUTHORIZATION_FAILED
+                        } else {
+                            results.next().and_then(|r| r.err()).map_or(0, |e| group_error_code(&e))
+                        };
                         OffsetDeleteResponsePartition::default()
                             .with_partition_index(p.partition_index)
                             .with_error_code(code)

@@ -16,6 +16,9 @@ use shardlog_net::Reply;
 use shardlog_shards::group::offsets::Committed;
 use shardlog_shards::Shard;
 
+use shardlog_shards::acl::AclOperation;
+
+use super::authz::Caller;
 use super::errors::{self, group_error_code};
 use super::str_bytes;
 
@@ -23,7 +26,12 @@ use super::str_bytes;
 type Found = Vec<((String, i32), Option<Committed>, i16)>;
 type ByTopic = Vec<(String, Vec<(i32, Option<Committed>, i16)>)>;
 
-pub fn handle(shard: Rc<Shard>, request: OffsetFetchRequest, version: i16) -> Reply {
+pub fn handle(
+    shard: Rc<Shard>,
+    caller: &Caller,
+    request: OffsetFetchRequest,
+    version: i16,
+) -> Reply {
     let response = if version >= 8 {
         let groups = request
             .groups
@@ -38,7 +46,7 @@ pub fn handle(shard: Rc<Shard>, request: OffsetFetchRequest, version: i16) -> Re
                         .collect::<Vec<_>>()
                 });
                 let group = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-                match lookup(&shard, &g.group_id, asked, request.require_stable) {
+                match lookup(&shard, caller, &g.group_id, asked, request.require_stable) {
                     Ok(found) => group.with_topics(group_topics(found)),
                     Err(code) => group.with_error_code(code),
                 }
@@ -54,7 +62,7 @@ pub fn handle(shard: Rc<Shard>, request: OffsetFetchRequest, version: i16) -> Re
                 })
                 .collect::<Vec<_>>()
         });
-        match lookup(&shard, &request.group_id, asked, request.require_stable) {
+        match lookup(&shard, caller, &request.group_id, asked, request.require_stable) {
             Ok(found) => OffsetFetchResponse::default().with_topics(single_topics(found)),
             // v1 has no top-level error code: the error goes on every asked partition.
             Err(code) if version < 2 => {
@@ -75,22 +83,32 @@ pub fn handle(shard: Rc<Shard>, request: OffsetFetchRequest, version: i16) -> Re
     Box::pin(async move { Some(ResponseKind::OffsetFetch(response)) })
 }
 
+/// DESCRIBE on the group; partitions of topics the caller may not DESCRIBE get
+/// TOPIC_AUTHORIZATION_FAILED when named, and are left out of "all partitions".
 fn lookup(
     shard: &Shard,
+    caller: &Caller,
     group_id: &GroupId,
     asked: Option<Vec<(String, i32)>>,
     require_stable: bool,
 ) -> Result<Found, i16> {
     let group_id = group_id.0.as_str();
+    if !caller.group(AclOperation::Describe, group_id) {
+        return Err(errors::GROUP_AUTHORIZATION_FAILED);
+    }
     shard.check_coordinator(group_id).map_err(|e| group_error_code(&e))?;
+    let named = asked.is_some();
     let committed = shard.groups.committed(group_id, asked.as_deref());
     let unstable = |key: &(String, i32)| {
         require_stable && shard.has_pending_offsets(group_id, Some(std::slice::from_ref(key)))
     };
     Ok(committed
         .into_iter()
+        .filter(|(key, _)| named || caller.topic(AclOperation::Describe, &key.0))
         .map(|(key, c)| {
-            if unstable(&key) {
+            if !caller.topic(AclOperation::Describe, &key.0) {
+                (key, None, errors::TOPIC_AUTHORIZATION_FAILED)
+            } else if unstable(&key) {
                 (key, None, errors::UNSTABLE_OFFSET_COMMIT)
             } else {
                 (key, c, errors::NONE)

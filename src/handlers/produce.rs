@@ -19,12 +19,16 @@ use kafka_protocol::messages::ResponseKind;
 use shardlog_net::{legacy_format, Reply};
 use shardlog_shards::{PartitionError, Shard};
 
+use shardlog_shards::acl::AclOperation::Write;
+
+use super::authz::Caller;
 use super::errors::{self, partition_error_code, partition_error_message};
 use super::str_bytes;
 
 /// `max_records_bytes`: what a compressed v0/v1 message set may decompress to.
 pub async fn handle(
     shard: &Rc<Shard>,
+    caller: &Caller,
     request: ProduceRequest,
     version: i16,
     max_records_bytes: usize,
@@ -32,18 +36,27 @@ pub async fn handle(
     let acks = request.acks;
     // Transactional batches need no more here than idempotent ones: the owner opens the
     // partition's transaction at its first batch (shards' `txn::partition`).
+    let transactional_id = request.transactional_id.as_ref().map(|id| id.0.as_str());
     let refuse_all = if !matches!(acks, -1..=1) {
         Some((errors::INVALID_REQUIRED_ACKS, "acks must be -1, 0 or 1"))
+    } else if transactional_id.is_some_and(|id| !caller.transactional_id(Write, id)) {
+        let code = errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+        Some((code, "WRITE on the transactional id is needed"))
     } else {
         None
     };
     let mut topics = Vec::with_capacity(request.topic_data.len());
     for topic in request.topic_data {
         let name = topic.name.0.as_str().to_string();
+        let writable = caller.topic(Write, &name);
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for data in topic.partition_data {
             let wait = match (refuse_all, data.records) {
                 (Some((code, message)), _) => Err((code, message.to_string())),
+                (None, _) if !writable => {
+                    let code = errors::TOPIC_AUTHORIZATION_FAILED;
+                    Err((code, "WRITE on the topic is needed".to_string()))
+                }
                 (None, None) => Err((errors::CORRUPT_MESSAGE, "records are null".to_string())),
                 (None, Some(records)) if version < 3 => {
                     match legacy_format::message_set_to_record_batch(&records, max_records_bytes) {

@@ -8,9 +8,17 @@ use kafka_protocol::messages::ResponseKind;
 use shardlog_net::Reply;
 use shardlog_shards::Shard;
 
+use shardlog_shards::acl::AclOperation::Read;
+
+use super::authz::{refused, Caller};
+use super::errors::GROUP_AUTHORIZATION_FAILED;
 use super::errors::{self, group_error_code};
 
-pub fn handle(shard: Rc<Shard>, request: SyncGroupRequest) -> Reply {
+pub fn handle(shard: Rc<Shard>, caller: &Caller, request: SyncGroupRequest) -> Reply {
+    if !caller.group(Read, request.group_id.0.as_str()) {
+        let response = SyncGroupResponse::default().with_error_code(GROUP_AUTHORIZATION_FAILED);
+        return refused(ResponseKind::SyncGroup(response));
+    }
     Box::pin(async move {
         let assignments = request
             .assignments

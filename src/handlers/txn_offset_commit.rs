@@ -14,9 +14,18 @@ use kafka_protocol::messages::ResponseKind;
 use shardlog_net::Reply;
 use shardlog_shards::Shard;
 
-use super::offset_commit::{commit_partition, response_topics};
+use shardlog_shards::acl::AclOperation::Write;
+use shardlog_shards::GroupError;
 
-pub fn handle(shard: Rc<Shard>, request: TxnOffsetCommitRequest, version: i16) -> Reply {
+use super::authz::Caller;
+use super::offset_commit::{commit_allowed, commit_partition, response_topics};
+
+pub fn handle(
+    shard: Rc<Shard>,
+    caller: Caller,
+    request: TxnOffsetCommitRequest,
+    version: i16,
+) -> Reply {
     Box::pin(async move {
         let mut partitions = Vec::new();
         for topic in &request.topics {
@@ -35,15 +44,14 @@ pub fn handle(shard: Rc<Shard>, request: TxnOffsetCommitRequest, version: i16) -
         } else {
             (-1, "")
         };
-        let results = shard
-            .txn_offset_commit(
-                request.group_id.0.as_str(),
-                request.producer_id.0,
-                generation,
-                member_id,
-                partitions,
-            )
-            .await;
+        let group_id = request.group_id.0.as_str();
+        let commit = |allowed| {
+            shard.txn_offset_commit(group_id, request.producer_id.0, generation, member_id, allowed)
+        };
+        let results = match caller.transactional_id(Write, request.transactional_id.as_str()) {
+            true => commit_allowed(&caller, group_id, partitions, commit).await,
+            false => Err(GroupError::TransactionalIdAuthorizationFailed),
+        };
         let topics = response_topics!(
             request.topics,
             &results,

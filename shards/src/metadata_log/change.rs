@@ -10,6 +10,7 @@
 //! version 2 as "topic table snapshot format version 2 is not supported" and refuses to
 //! start, rather than misread the log.
 
+use crate::acl::AclBinding;
 use crate::codec::{decode_versioned, encode_versioned};
 use crate::metadata::{TopicMeta, TopicTable};
 
@@ -34,6 +35,10 @@ pub enum TopicChange {
     AddPartitions { name: String, topic_number: u32, partition_shards: Vec<u32> },
     /// A topic's explicit configs replaced.
     SetConfigs { name: String, topic_number: u32, configs: Vec<(String, String)> },
+    /// ACL bindings added (none already there).
+    CreateAcls(Vec<AclBinding>),
+    /// ACL bindings removed (each one there).
+    DeleteAcls(Vec<AclBinding>),
 }
 
 impl ChangeRecord {
@@ -103,6 +108,12 @@ impl TopicChange {
                 existing(table, name, *topic_number)?;
                 table.replace_topic_configs(name, configs.clone());
                 Ok(None)
+            }
+            TopicChange::CreateAcls(bindings) => {
+                crate::acl::controller::apply_create(table, bindings)
+            }
+            TopicChange::DeleteAcls(bindings) => {
+                crate::acl::controller::apply_delete(table, bindings)
             }
         }
     }
