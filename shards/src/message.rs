@@ -9,6 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use shardlog_storage::Offset;
 
+use crate::credentials::{CredentialAlteration, CredentialResults};
 use crate::error::{GroupError, PartitionError, TopicError};
 use crate::metadata::{NewPartitions, NewTopic, TopicTable};
 use crate::metadata_log::ChangeRecord;
@@ -50,6 +51,8 @@ pub enum ShardRequest {
     /// Commit or drop a transaction's pending offsets on the group's coordinator; answered
     /// once durable.
     TxnOffsetsMarker { group: String, producer_id: i64, commit: bool },
+    /// Ask the controller (shard 0) to alter SASL users' SCRAM credentials.
+    AlterScramCredentials { alterations: Vec<CredentialAlteration> },
 }
 
 /// The reply to a [`ShardRequest`] of the same name.
@@ -70,6 +73,7 @@ pub enum ShardReply {
     DeleteRecords(Result<Offset, PartitionError>),
     TxnMarker(Result<(), PartitionError>),
     TxnOffsetsMarker(Result<(), GroupError>),
+    AlterScramCredentials(CredentialResults),
 }
 
 /// Where a produce landed.

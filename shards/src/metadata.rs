@@ -5,8 +5,9 @@
 //! then a snapshot of the whole table (fdatasync'd before any shard sees a change). Every
 //! shard holds a read-only copy, built by applying the same change records.
 //!
-//! On-disk format of the snapshot payload: one version byte (`TABLE_FORMAT_VERSION`)
-//! followed by the rkyv archive of [`TopicTable`].
+//! On-disk format of the snapshot payload: one version byte (`TABLE_FORMAT_VERSION`, 3)
+//! followed by the rkyv archive of [`TopicTable`]. Version 1 (before SASL users) is the
+//! same table without `users`, still read. (Version 2 is the change records' format.)
 //!
 //! Invariants:
 //! 1. Topic numbers are never reused, so a log entry of a deleted topic can never be
@@ -19,11 +20,14 @@ use shardlog_storage::PartitionId;
 
 use crate::codec::{decode_versioned, encode_versioned};
 use crate::error::TopicError;
+use crate::metadata_log::users::UserCredentials;
 use crate::topic_config::topic_config_def;
 pub use crate::topic_config::validate_topic_configs;
 
 /// Version byte in front of the rkyv archive.
-pub const TABLE_FORMAT_VERSION: u8 = 1;
+pub const TABLE_FORMAT_VERSION: u8 = 3;
+/// The format before `users`: read, never written.
+const TABLE_FORMAT_VERSION_WITHOUT_USERS: u8 = 1;
 
 /// The controller's view of every topic (a metadata log snapshot is this, archived).
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, Default, PartialEq)]
@@ -33,6 +37,17 @@ pub struct TopicTable {
     pub nr_shards: u32,
     pub next_topic_number: u32,
     pub topics: BTreeMap<String, TopicMeta>,
+    /// SASL users' SCRAM credentials (`metadata_log/users.rs`).
+    pub users: UserCredentials,
+}
+
+/// A snapshot written before SASL users (format version 1): the same fields, no `users`.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct TopicTableWithoutUsers {
+    version: u64,
+    nr_shards: u32,
+    next_topic_number: u32,
+    topics: BTreeMap<String, TopicMeta>,
 }
 
 /// One topic.
@@ -100,7 +115,13 @@ impl TopicMeta {
 
 impl TopicTable {
     pub fn new(nr_shards: u32) -> Self {
-        TopicTable { version: 0, nr_shards, next_topic_number: 1, topics: BTreeMap::new() }
+        TopicTable {
+            version: 0,
+            nr_shards,
+            next_topic_number: 1,
+            topics: BTreeMap::new(),
+            users: UserCredentials::default(),
+        }
     }
 
     pub fn topic(&self, name: &str) -> Option<&TopicMeta> {
@@ -112,7 +133,19 @@ impl TopicTable {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<TopicTable, String> {
-        decode_versioned(TABLE_FORMAT_VERSION, "topic table snapshot", bytes)
+        const WHAT: &str = "topic table snapshot";
+        if bytes.first() != Some(&TABLE_FORMAT_VERSION_WITHOUT_USERS) {
+            return decode_versioned(TABLE_FORMAT_VERSION, WHAT, bytes);
+        }
+        let old: TopicTableWithoutUsers =
+            decode_versioned(TABLE_FORMAT_VERSION_WITHOUT_USERS, WHAT, bytes)?;
+        Ok(TopicTable {
+            version: old.version,
+            nr_shards: old.nr_shards,
+            next_topic_number: old.next_topic_number,
+            topics: old.topics,
+            users: UserCredentials::default(),
+        })
     }
 
     /// Adds a validated topic with the next topic number, placed by default.
@@ -210,6 +243,27 @@ mod tests {
         let decoded = TopicTable::decode(&table.encode()).unwrap();
         assert_eq!(decoded, table);
         assert_eq!(decoded.topic("trades").unwrap().partition_shards, vec![1, 2, 0, 1, 2, 0]);
+    }
+
+    /// A data dir written before SASL users holds version 1 snapshots: they still restore.
+    #[test]
+    fn a_snapshot_from_before_users_restores_with_no_users() {
+        let mut table = TopicTable::new(2);
+        let topic = NewTopic {
+            name: "old".into(),
+            num_partitions: 3,
+            replication_factor: 1,
+            configs: vec![],
+        };
+        table.add_topic(&topic, [1; 16]);
+        let old = TopicTableWithoutUsers {
+            version: table.version,
+            nr_shards: table.nr_shards,
+            next_topic_number: table.next_topic_number,
+            topics: table.topics.clone(),
+        };
+        let bytes = encode_versioned(TABLE_FORMAT_VERSION_WITHOUT_USERS, &old);
+        assert_eq!(TopicTable::decode(&bytes).unwrap(), table);
     }
 
     #[test]

@@ -16,10 +16,12 @@
 //!    after a delay that grows with the failures from that address, then closes.
 //! 3. No input panics (the `sasl` fuzz target; `tests/fuzz_corpus.rs` replays it).
 
+pub(crate) mod gate;
 pub mod plain;
 pub mod scram;
 mod throttle;
 
+pub use gate::MAX_UNAUTHENTICATED_FRAME_BYTES;
 pub use scram::{ScramCredential, ScramMechanism};
 pub use throttle::FailureThrottle;
 
@@ -56,6 +58,8 @@ pub struct AuthFailure {
     pub message: String,
     /// A wrong password or an unknown user (rather than a malformed message).
     pub invalid_credentials: bool,
+    /// The user the client named, when known (for the log line, never for the client).
+    pub user: Option<String>,
 }
 
 impl AuthFailure {
@@ -64,17 +68,22 @@ impl AuthFailure {
     }
 
     pub fn protocol_owned(why: String) -> AuthFailure {
-        AuthFailure { message: format!("Authentication failed: {why}"), invalid_credentials: false }
+        AuthFailure {
+            message: format!("Authentication failed: {why}"),
+            invalid_credentials: false,
+            user: None,
+        }
     }
 
     /// Kafka's wording for a wrong password or an unknown user (the same for both).
-    pub fn credentials(_user: &str, mechanism: &str) -> AuthFailure {
+    pub fn credentials(user: &str, mechanism: &str) -> AuthFailure {
         AuthFailure {
             message: format!(
                 "Authentication failed during authentication due to invalid credentials with \
                  SASL mechanism {mechanism}"
             ),
             invalid_credentials: true,
+            user: Some(user.to_string()),
         }
     }
 }

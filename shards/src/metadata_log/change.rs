@@ -10,6 +10,7 @@
 //! version 2 as "topic table snapshot format version 2 is not supported" and refuses to
 //! start, rather than misread the log.
 
+use super::users::CredentialChange;
 use crate::codec::{decode_versioned, encode_versioned};
 use crate::metadata::{TopicMeta, TopicTable};
 
@@ -34,6 +35,9 @@ pub enum TopicChange {
     AddPartitions { name: String, topic_number: u32, partition_shards: Vec<u32> },
     /// A topic's explicit configs replaced.
     SetConfigs { name: String, topic_number: u32, configs: Vec<(String, String)> },
+    /// A SASL user's SCRAM credential added, replaced or removed (`users.rs`). Boxed: the
+    /// archived variant must stay smaller than `Create`, or older records would not read.
+    Credentials(Box<CredentialChange>),
 }
 
 impl ChangeRecord {
@@ -102,6 +106,11 @@ impl TopicChange {
             TopicChange::SetConfigs { name, topic_number, configs } => {
                 existing(table, name, *topic_number)?;
                 table.replace_topic_configs(name, configs.clone());
+                Ok(None)
+            }
+            TopicChange::Credentials(change) => {
+                table.users.apply(change)?;
+                table.version += 1;
                 Ok(None)
             }
         }
