@@ -310,6 +310,19 @@ fn request_for(api: ApiKey, version: i16, topic_id: uuid::Uuid) -> RequestKind {
         ApiKey::ListTransactions => RequestKind::ListTransactions(
             kafka_protocol::messages::list_transactions_request::ListTransactionsRequest::default(),
         ),
+        // On a PLAINTEXT listener both answer ILLEGAL_SASL_STATE (tests/sasl.rs serves them).
+        ApiKey::SaslHandshake => RequestKind::SaslHandshake(
+            kafka_protocol::messages::SaslHandshakeRequest::default().with_mechanism(s("PLAIN")),
+        ),
+        ApiKey::SaslAuthenticate => RequestKind::SaslAuthenticate(
+            kafka_protocol::messages::SaslAuthenticateRequest::default(),
+        ),
+        ApiKey::DescribeUserScramCredentials => RequestKind::DescribeUserScramCredentials(
+            kafka_protocol::messages::DescribeUserScramCredentialsRequest::default(),
+        ),
+        ApiKey::AlterUserScramCredentials => RequestKind::AlterUserScramCredentials(
+            kafka_protocol::messages::AlterUserScramCredentialsRequest::default(),
+        ),
         other => panic!("the broker advertises {other:?}: add it to this test"),
     }
 }

@@ -2,6 +2,8 @@
 //! ports, plus a raw Kafka-protocol client for exact error codes.
 #![allow(dead_code)]
 
+pub mod listeners;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
