@@ -486,7 +486,7 @@ mod tests {
         let mut server = ScramServer::new(mechanism);
         let lookup = |name: &str| (name == "alice").then(|| stored.clone());
         let first = server.client_first(&client.client_first(), &random_nonce(), lookup)?;
-        let last = client.client_final(&first).map_err(|e| AuthFailure::protocol_owned(e))?;
+        let last = client.client_final(&first).map_err(AuthFailure::protocol_owned)?;
         let (user, server_final) = server.client_final(&last)?;
         client.check_server_final(&server_final).unwrap();
         Ok(user)
