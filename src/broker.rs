@@ -13,10 +13,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use glommio::net::TcpListener;
+use shardlog_net::sasl::{Mechanism, SaslConfig};
 use shardlog_net::tls::{serve_tls_connection, HandshakeError, SharedTlsConfig, TlsAcceptor};
 use shardlog_net::{serve_connection, ConnectionLimits, ConnectionSlots, ProduceBudget};
 use shardlog_shards::compaction::CleanerConfig;
 use shardlog_shards::group::GroupConfig;
+use shardlog_shards::metadata_log::users::StoredScramCredential;
 use shardlog_shards::metadata_log::SnapshotPolicy;
 use shardlog_shards::txn::TxnConfig;
 use shardlog_shards::{Mesh, Shard, ShardConfig, ShardMeshBuilder};
@@ -52,16 +54,19 @@ pub fn run(mut config: Config) -> Result<(), String> {
     }
     check_admin_addr(&config, &listeners, nr_shards)?;
     let tls = match TlsFiles::from_config(&config) {
-        Some(files) if listeners.iter().any(|l| l.protocol == SecurityProtocol::Ssl) => {
+        Some(files) if listeners.iter().any(|l| l.protocol.uses_tls()) => {
             let shared = SharedTlsConfig::new(files.load()?);
             Some((files, shared))
         }
         Some(_) => {
-            warn!("tls_cert_file and tls_key_file are set but no SSL listener uses them");
+            warn!(
+                "tls_cert_file and tls_key_file are set but no SSL or SASL_SSL listener uses them"
+            );
             None
         }
         None => None,
     };
+    let security = Security::from_config(&config, &listeners)?;
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| format!("cannot create data dir {}: {e}", config.data_dir.display()))?;
     // Resolved once, before any shard opens a file: glommio opens relative paths against
@@ -102,8 +107,43 @@ pub fn run(mut config: Config) -> Result<(), String> {
     let shutdown = crate::shutdown::install(nr_shards)?;
     let poll = Duration::from_micros(config.poll_us);
     shardlog_shards::runtime::run_shards_polling(nr_shards, poll, move |mesh| {
-        shard_main(mesh, config, listeners, shared_tls, shutdown)
+        shard_main(mesh, config, listeners, (shared_tls, security), shutdown)
     })
+}
+
+/// What SASL listeners need on every shard: the mechanisms to serve, and the bootstrap
+/// user (created on shard 0 at start-up if absent; its keys derived once, here).
+#[derive(Clone)]
+struct Security {
+    sasl_mechanisms: Option<Vec<Mechanism>>,
+    bootstrap_user: Option<(String, Vec<StoredScramCredential>)>,
+}
+
+impl Security {
+    fn from_config(config: &Config, listeners: &[Listener]) -> Result<Security, String> {
+        let sasl_mechanisms = match listeners.iter().any(|l| l.protocol.uses_sasl()) {
+            true => Some(crate::listeners::sasl_mechanisms(config)?),
+            false => None,
+        };
+        let plain_in_clear =
+            listeners.iter().any(|l| l.protocol == SecurityProtocol::SaslPlaintext);
+        if plain_in_clear && sasl_mechanisms.as_ref().is_some_and(|m| m.contains(&Mechanism::Plain))
+        {
+            warn!("PLAIN is enabled on a SASL_PLAINTEXT listener: passwords cross the network in clear");
+        }
+        let bootstrap_user = match (&config.sasl_bootstrap_user, &config.sasl_bootstrap_password) {
+            (None, None) => None,
+            (Some(user), Some(password)) if !user.is_empty() && !password.is_empty() => {
+                Some((user.clone(), crate::users::credentials_for(password)))
+            }
+            _ => {
+                return Err("sasl_bootstrap_user and sasl_bootstrap_password go together, \
+                            neither empty"
+                    .into())
+            }
+        };
+        Ok(Security { sasl_mechanisms, bootstrap_user })
+    }
 }
 
 /// The largest record batch one log segment holds (two pages are kept for padding and the
@@ -166,7 +206,7 @@ async fn shard_main(
     mesh_builder: ShardMeshBuilder,
     config: Config,
     listeners: Vec<Listener>,
-    tls: Option<Arc<SharedTlsConfig>>,
+    security: (Option<Arc<SharedTlsConfig>>, Security),
     shutdown: Arc<Shutdown>,
 ) {
     // The shard's tasks run in glommio's default task queue. Running them in a
@@ -174,7 +214,7 @@ async fn shard_main(
     // of 40 start-ups stall in the log's open on glommio 0.9, and measured no difference
     // end to end (docs/benchmarks.md): correctness first.
     // Test: tests/broker_rdkafka.rs, `the_broker_starts_every_time`.
-    let started = start_shard(mesh_builder, config, listeners, tls, shutdown).await;
+    let started = start_shard(mesh_builder, config, listeners, security, shutdown).await;
     if let Err(message) = started {
         error!("{message}");
         eprintln!("shardlog: {message}");
@@ -186,7 +226,7 @@ async fn start_shard(
     mesh_builder: ShardMeshBuilder,
     config: Config,
     listeners: Vec<Listener>,
-    tls: Option<Arc<SharedTlsConfig>>,
+    (tls, security): (Option<Arc<SharedTlsConfig>>, Security),
     shutdown: Arc<Shutdown>,
 ) -> Result<(), String> {
     let stop = ShardStop::spawn(shutdown);
@@ -255,6 +295,11 @@ async fn start_shard(
     mesh.spawn_receivers(receivers, shard.clone());
     if id == 0 {
         shard.start_controller(&internal).await?;
+        if let Some((user, credentials)) = &security.bootstrap_user {
+            if shard.ensure_user(user, credentials.clone()).await? {
+                info!(user, "SASL bootstrap user created");
+            }
+        }
     }
     shard.wait_for_table().await;
     shard.rebuild_producer_state(&internal).await.map_err(|e| format!("shard {id}: {e}"))?;
@@ -289,6 +334,8 @@ async fn start_shard(
             .map_err(|e| format!("admin endpoint {}: {e}", config.admin_addr))?;
         crate::admin::spawn(admin, shard.clone());
     }
+    // One per shard: failures are slowed down per address on this shard.
+    let sasl = security.sasl_mechanisms.map(|m| Rc::new(SaslConfig::new(m)));
     // One acceptor per shard (one SSL listener at most): its handshake limit is the shard's.
     let tls = tls.map(|shared| {
         let timeout = Duration::from_millis(config.tls_handshake_timeout_ms.max(1));
@@ -298,17 +345,16 @@ async fn start_shard(
     for listener in &listeners {
         let handler =
             Rc::new(KafkaHandler { listener: listener.advertised.clone(), ..handler.clone() });
-        let security = match listener.protocol {
-            SecurityProtocol::Ssl => tls.clone(),
-            _ => None,
-        };
+        let tls = tls.clone().filter(|_| listener.protocol.uses_tls());
+        let sasl = sasl.clone().filter(|_| listener.protocol.uses_sasl());
         let shard_addr = listener.shard_addr(id);
         for addr in [listener.bind, shard_addr] {
             let socket = TcpListener::bind(addr)
                 .map_err(|e| format!("shard {id}: {listener}: {addr}: {e}"))?;
             let accept = Accept {
                 handler: handler.clone(),
-                tls: security.clone(),
+                tls: tls.clone(),
+                sasl: sasl.clone(),
                 limits,
                 shard_limits: shard_limits.clone(),
             };
@@ -336,8 +382,10 @@ struct ShardLimits {
 /// One listening socket's accept loop: what its connections are served with.
 struct Accept {
     handler: Rc<KafkaHandler>,
-    /// The shard's TLS acceptor on an SSL listener; `None` on a PLAINTEXT one.
+    /// The shard's TLS acceptor on an SSL or SASL_SSL listener.
     tls: Option<Rc<TlsAcceptor>>,
+    /// The shard's SASL settings on a SASL_PLAINTEXT or SASL_SSL listener.
+    sasl: Option<Rc<SaslConfig>>,
     limits: ConnectionLimits,
     shard_limits: ShardLimits,
 }
@@ -376,13 +424,13 @@ impl Accept {
         probes.connections_accepted.set(probes.connections_accepted.get() + 1);
         probes.connections.set(probes.connections.get() + 1);
         let budget = self.shard_limits.produce_budget.clone();
-        let (limits, tls) = (self.limits, self.tls.clone());
+        let (limits, tls, sasl) = (self.limits, self.tls.clone(), self.sasl.clone());
         glommio::spawn_local(async move {
             match tls {
                 None => {
-                    let _ = serve_connection(stream, handler.clone(), limits, budget).await;
+                    let _ = serve_connection(stream, handler.clone(), limits, budget, sasl).await;
                 }
-                Some(tls) => serve_tls(&tls, stream, handler.clone(), limits, budget).await,
+                Some(tls) => serve_tls(&tls, stream, handler.clone(), (limits, budget), sasl).await,
             }
             let probes = &handler.shard.probes;
             probes.connections.set(probes.connections.get() - 1);
@@ -397,8 +445,8 @@ async fn serve_tls(
     tls: &TlsAcceptor,
     stream: glommio::net::TcpStream,
     handler: Rc<KafkaHandler>,
-    limits: ConnectionLimits,
-    budget: Rc<ProduceBudget>,
+    (limits, budget): (ConnectionLimits, Rc<ProduceBudget>),
+    sasl: Option<Rc<SaslConfig>>,
 ) {
     let probes = &handler.shard.probes;
     let connection = match tls.handshake(stream, &limits).await {
@@ -419,7 +467,7 @@ async fn serve_tls(
     probes.tls_handshakes.set(probes.tls_handshakes.get() + 1);
     let principal = connection.principal.as_deref().unwrap_or("User:ANONYMOUS");
     debug!(peer = %connection.peer, principal, "TLS handshake completed");
-    let _ = serve_tls_connection(connection, handler, limits, budget).await;
+    let _ = serve_tls_connection(connection, handler, limits, budget, sasl).await;
 }
 
 /// Recovery reads the log in 4 MiB windows; glibc's malloc then raises its mmap threshold

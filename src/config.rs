@@ -78,7 +78,7 @@ pub struct Config {
     #[arg(long, env = "SHARDLOG_ADVERTISED_HOST")]
     pub advertised_host: Option<String>,
 
-    /// Listeners as PROTOCOL://HOST:PORT (PLAINTEXT or SSL; SASL is not built yet), each
+    /// Listeners as PROTOCOL://HOST:PORT (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), each
     /// with its own shard ports (PORT + 1 + shard). Repeat the flag (or --listener) or
     /// separate with commas. When set, it replaces --kafka-addr; unset: PLAINTEXT on it.
     #[arg(long, visible_alias = "listener", env = "SHARDLOG_LISTENERS", value_delimiter = ',')]
@@ -114,6 +114,26 @@ pub struct Config {
     /// separate with semicolons (certificate subjects hold commas), as Kafka's super.users.
     #[arg(long, visible_alias = "super-user", env = "SHARDLOG_SUPER_USERS", value_delimiter = ';')]
     pub super_users: Vec<String>,
+    /// SASL mechanisms served on SASL_PLAINTEXT and SASL_SSL listeners: PLAIN,
+    /// SCRAM-SHA-256, SCRAM-SHA-512 (repeat the flag or separate with commas). PLAIN sends
+    /// the password itself: use it on SASL_SSL only.
+    #[arg(
+        long,
+        env = "SHARDLOG_SASL_MECHANISMS",
+        value_delimiter = ',',
+        default_values_t = ["SCRAM-SHA-256".to_string(), "SCRAM-SHA-512".to_string()]
+    )]
+    pub sasl_mechanisms: Vec<String>,
+
+    /// A SASL user created at start-up (SCRAM-SHA-256 and SCRAM-SHA-512) if it does not
+    /// exist yet, with --sasl-bootstrap-password: the first user, to create the others.
+    #[arg(long, env = "SHARDLOG_SASL_BOOTSTRAP_USER", value_name = "NAME")]
+    pub sasl_bootstrap_user: Option<String>,
+
+    /// The password of --sasl-bootstrap-user (used only when the user is created; never
+    /// printed by --print-config). Prefer the environment variable to the flag.
+    #[arg(long, env = "SHARDLOG_SASL_BOOTSTRAP_PASSWORD", hide_env_values = true)]
+    pub sasl_bootstrap_password: Option<String>,
 
     /// A TLS handshake not finished in this long is abandoned and its connection closed.
     #[arg(long, env = "SHARDLOG_TLS_HANDSHAKE_TIMEOUT_MS", default_value_t = 10_000)]
@@ -340,7 +360,9 @@ fn plain_type_names(message: &str) -> String {
 /// declaration order, under its help text. A setting with no value (it has no default, and
 /// nothing set it) is a commented-out line, since TOML has no null.
 pub fn to_toml(config: &Config) -> Result<String, String> {
-    let table = toml::Table::try_from(config).map_err(|e| e.to_string())?;
+    let mut table = toml::Table::try_from(config).map_err(|e| e.to_string())?;
+    // A secret is never printed: its line stays commented out.
+    let secret = table.remove("sasl_bootstrap_password").map(|_| "(set, not printed)");
     let mut out = String::from("# shardlog configuration; accepted back by --config\n");
     for arg in setting_args() {
         let key = arg.get_id().as_str();
@@ -350,6 +372,9 @@ pub fn to_toml(config: &Config) -> Result<String, String> {
         }
         match table.get(key) {
             Some(value) => out.push_str(&format!("{key} = {value}\n")),
+            None if key == "sasl_bootstrap_password" => {
+                out.push_str(&format!("# {key} = {}\n", secret.unwrap_or("(unset)")))
+            }
             None => out.push_str(&format!("# {key} = (unset)\n")),
         }
     }

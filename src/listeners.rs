@@ -10,12 +10,15 @@
 //!    shard, `port + 1 + shard`; no two listeners' port ranges overlap.
 //! 2. A connection is answered with its own listener's advertised addresses only, so a
 //!    client that bootstraps on SSL is never sent to a plaintext port.
-//! 3. A protocol that is not built (SASL_PLAINTEXT, SASL_SSL) is refused at start-up,
-//!    never served as something else.
-//! 4. An SSL listener has a certificate and key (`tls_cert_file`, `tls_key_file`).
+//! 3. A SASL listener serves only the `sasl_mechanisms` named (known names, at least one):
+//!    a typo is refused at start-up, never served as something else.
+//! 4. An SSL or SASL_SSL listener has a certificate and key (`tls_cert_file`,
+//!    `tls_key_file`).
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use shardlog_net::sasl::Mechanism;
 
 use crate::config::Config;
 
@@ -37,6 +40,16 @@ impl SecurityProtocol {
             "SASL_SSL" => Some(SecurityProtocol::SaslSsl),
             _ => None,
         }
+    }
+
+    /// SSL and SASL_SSL: the connection is TLS first.
+    pub fn uses_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    /// SASL_PLAINTEXT and SASL_SSL: the client authenticates with SASL first.
+    pub fn uses_sasl(self) -> bool {
+        matches!(self, SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl)
     }
 
     pub fn name(self) -> &'static str {
@@ -133,11 +146,6 @@ pub fn resolve(config: &Config, nr_shards: usize) -> Result<Vec<Listener>, Strin
     let mut listeners: Vec<Listener> = Vec::with_capacity(urls.len());
     for url in &urls {
         let (protocol, bind) = parse_listener(url).map_err(|e| format!("listeners: {e}"))?;
-        if matches!(protocol, SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl) {
-            return Err(format!(
-                "listeners: '{url}': SASL is not built yet (issue 14); serve PLAINTEXT or SSL"
-            ));
-        }
         if listeners.iter().any(|l| l.protocol == protocol) {
             return Err(format!("listeners: {protocol} is listed twice (one listener each)"));
         }
@@ -157,11 +165,33 @@ pub fn resolve(config: &Config, nr_shards: usize) -> Result<Vec<Listener>, Strin
         listener.advertised = AdvertisedListener { host, port };
     }
     check_port_ranges(&listeners, nr_shards)?;
-    let has_ssl = listeners.iter().any(|l| l.protocol == SecurityProtocol::Ssl);
-    if has_ssl && (config.tls_cert_file.is_none() || config.tls_key_file.is_none()) {
-        return Err("an SSL listener needs tls_cert_file and tls_key_file (PEM)".into());
+    let has_tls = listeners.iter().any(|l| l.protocol.uses_tls());
+    if has_tls && (config.tls_cert_file.is_none() || config.tls_key_file.is_none()) {
+        return Err("an SSL or SASL_SSL listener needs tls_cert_file and tls_key_file (PEM)".into());
+    }
+    if listeners.iter().any(|l| l.protocol.uses_sasl()) {
+        sasl_mechanisms(config)?;
     }
     Ok(listeners)
+}
+
+/// The SASL mechanisms to serve (`sasl_mechanisms`; invariant 3).
+pub fn sasl_mechanisms(config: &Config) -> Result<Vec<Mechanism>, String> {
+    let mut mechanisms = Vec::new();
+    for name in &config.sasl_mechanisms {
+        let mechanism = Mechanism::from_name(name.trim()).ok_or_else(|| {
+            format!(
+                "sasl_mechanisms: unknown mechanism '{name}' (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
+            )
+        })?;
+        if !mechanisms.contains(&mechanism) {
+            mechanisms.push(mechanism);
+        }
+    }
+    if mechanisms.is_empty() {
+        return Err("sasl_mechanisms: a SASL listener needs at least one mechanism".into());
+    }
+    Ok(mechanisms)
 }
 
 /// Invariant 1: every port of every listener (advertised ones too) fits in 16 bits, and no
@@ -241,10 +271,32 @@ mod tests {
     }
 
     #[test]
+    fn sasl_listeners_serve_the_mechanisms_named() {
+        let listeners = resolved(&[
+            "--listeners",
+            "SASL_PLAINTEXT://127.0.0.1:9092",
+            "--sasl-mechanisms",
+            "PLAIN,SCRAM-SHA-512",
+        ])
+        .unwrap();
+        assert_eq!(listeners[0].protocol, SecurityProtocol::SaslPlaintext);
+        let cli = Cli::try_parse_from(["shardlog", "--sasl-mechanisms", "PLAIN,SCRAM-SHA-512"]);
+        let mechanisms = sasl_mechanisms(&cli.unwrap().config).unwrap();
+        assert_eq!(mechanisms, [Mechanism::Plain, Mechanism::from_name("SCRAM-SHA-512").unwrap()]);
+    }
+
+    #[test]
     fn bad_listener_settings_are_refused_with_a_message_naming_them() {
-        let cases: [(&[&str], &str); 9] = [
-            (&["--listeners", "SASL_SSL://127.0.0.1:9192"], "SASL is not built yet"),
-            (&["--listeners", "SASL_PLAINTEXT://127.0.0.1:9192"], "SASL is not built yet"),
+        let cases: [(&[&str], &str); 10] = [
+            (&["--listeners", "SASL_SSL://127.0.0.1:9192"], "tls_cert_file"),
+            (
+                &["--listeners", "SASL_PLAINTEXT://127.0.0.1:9192", "--sasl-mechanisms", "PLAN"],
+                "unknown mechanism 'PLAN'",
+            ),
+            (
+                &["--listeners", "SASL_PLAINTEXT://127.0.0.1:9192", "--sasl-mechanisms", ""],
+                "sasl_mechanisms",
+            ),
             (&["--listeners", "HTTP://127.0.0.1:80"], "unknown security protocol"),
             (&["--listeners", "PLAINTEXT://localhost:9092"], "binds an IP address"),
             (&["--listeners", "PLAINTEXT://127.0.0.1"], "no port"),

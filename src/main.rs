@@ -13,6 +13,7 @@ mod handlers;
 mod listeners;
 mod shutdown;
 mod tls_files;
+mod users;
 
 use config::{Config, LogFormat};
 

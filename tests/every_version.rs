@@ -346,6 +346,19 @@ fn request_for(api: ApiKey, version: i16, topic_id: uuid::Uuid) -> RequestKind {
                         .with_permission_type(1),
                 ]),
         ),
+        // On a PLAINTEXT listener both answer ILLEGAL_SASL_STATE (tests/sasl.rs serves them).
+        ApiKey::SaslHandshake => RequestKind::SaslHandshake(
+            kafka_protocol::messages::SaslHandshakeRequest::default().with_mechanism(s("PLAIN")),
+        ),
+        ApiKey::SaslAuthenticate => RequestKind::SaslAuthenticate(
+            kafka_protocol::messages::SaslAuthenticateRequest::default(),
+        ),
+        ApiKey::DescribeUserScramCredentials => RequestKind::DescribeUserScramCredentials(
+            kafka_protocol::messages::DescribeUserScramCredentialsRequest::default(),
+        ),
+        ApiKey::AlterUserScramCredentials => RequestKind::AlterUserScramCredentials(
+            kafka_protocol::messages::AlterUserScramCredentialsRequest::default(),
+        ),
         other => panic!("the broker advertises {other:?}: add it to this test"),
     }
 }
@@ -430,6 +443,10 @@ const KAFKA_3_9: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 #[test]

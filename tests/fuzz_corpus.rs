@@ -41,6 +41,12 @@ fn every_legacy_message_set_in_the_fuzz_corpus_converts_or_fails_without_panicki
     assert!(replayed >= 8, "only {replayed} legacy inputs: is fuzz/corpus/legacy committed?");
 }
 
+#[test]
+fn every_sasl_exchange_in_the_fuzz_corpus_ends_in_a_step_or_a_failure_without_panicking() {
+    let replayed = replay("sasl", net::sasl);
+    assert!(replayed >= 10, "only {replayed} sasl inputs: is fuzz/corpus/sasl committed?");
+}
+
 /// Writes the seeds of the `legacy` target: message sets of both magics, plain and with
 /// each codec (to convert up), and their converted batches (to convert down). Run once by
 /// hand: `cargo test --release -p shardlog --test fuzz_corpus -- --ignored`.

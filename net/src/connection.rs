@@ -27,6 +27,8 @@ use tracing::{debug, error, warn};
 
 use crate::codec::{decode_request, encode_response, DecodeError, Request};
 use crate::limits::ProduceBudget;
+use crate::sasl::gate::{Answer, SaslGate};
+use crate::sasl::{SaslConfig, ScramCredential, ScramMechanism};
 
 /// The second phase of a request: resolves to the response, or `None` when the client
 /// expects no response (Produce with acks=0).
@@ -49,6 +51,16 @@ pub trait RequestHandler: 'static {
     /// A request decoded with bytes left after its body, and is served as Kafka serves
     /// it (see `Request::trailing_bytes`). For a counter; must be cheap.
     fn request_with_trailing_bytes(&self, _api_key: ApiKey) {}
+
+    /// The stored SCRAM credential of `user` for `mechanism`, for SASL listeners. Called
+    /// on the connection's shard during a login: must read the shard's own copy.
+    fn scram_credential(&self, _user: &str, _mechanism: ScramMechanism) -> Option<ScramCredential> {
+        None
+    }
+
+    /// A SASL login completed, or failed (the connection then logs it and closes). For
+    /// counters; must be cheap.
+    fn authentication_done(&self, _succeeded: bool) {}
 
     /// Resolves when the broker is shutting down: the connection then reads no new
     /// frame, sends the responses of the requests it has read, and closes.
@@ -104,18 +116,22 @@ struct InFlight {
     reply: glommio::Task<(Option<ResponseKind>, Instant)>,
     /// One of the connection's `max_in_flight` slots, free once the response is written.
     _slot: StaticPermit,
+    /// A SASL token after SaslHandshake v0: written as a bare frame of its bytes.
+    raw: bool,
 }
 
 /// Serves one accepted plaintext connection until the peer closes it or sends a bad frame.
 /// Produce requests take their bytes from `budget`, the shard's, until they are answered.
+/// With `sasl` (a SASL_PLAINTEXT listener) the client must authenticate first.
 pub async fn serve_connection<H: RequestHandler>(
     stream: TcpStream,
     handler: Rc<H>,
     limits: ConnectionLimits,
     budget: Rc<ProduceBudget>,
+    sasl: Option<Rc<SaslConfig>>,
 ) -> io::Result<()> {
     let peer = prepare_socket(&stream, &limits)?;
-    serve_stream(stream, peer, None, handler, limits, budget).await
+    serve_stream(stream, peer, None, handler, limits, budget, sasl).await
 }
 
 /// Socket options every Kafka connection gets, set before any byte is read (a TLS
@@ -131,7 +147,8 @@ pub(crate) fn prepare_socket(
 
 /// The connection loop over any byte stream: monomorphized per stream type, so a
 /// plaintext connection runs on the bare `TcpStream` (no TLS branch, no dynamic dispatch).
-/// `principal` is the authenticated client (`User:...`), `None` for ANONYMOUS.
+/// `principal` is the authenticated client (`User:...`), `None` for ANONYMOUS; with `sasl`
+/// the client must authenticate first, and its SASL user becomes the principal.
 pub(crate) async fn serve_stream<S, H>(
     stream: S,
     peer: std::net::SocketAddr,
@@ -139,6 +156,7 @@ pub(crate) async fn serve_stream<S, H>(
     handler: Rc<H>,
     limits: ConnectionLimits,
     budget: Rc<ProduceBudget>,
+    sasl: Option<Rc<SaslConfig>>,
 ) -> io::Result<()>
 where
     S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin + 'static,
@@ -148,7 +166,16 @@ where
     let (queue, pending) = local_channel::new_bounded::<InFlight>(limits.max_in_flight.max(1));
     let writer_task = glommio::spawn_local(write_responses(writer, pending, handler.clone()));
     let trailing_bytes_logged = std::cell::Cell::new(false);
-    let connection = Connection { handler, limits, budget, peer, principal, trailing_bytes_logged };
+    let connection = Connection {
+        handler,
+        limits,
+        budget,
+        peer,
+        principal: std::cell::RefCell::new(principal),
+        trailing_bytes_logged,
+        sasl: sasl.map(|config| SaslGate::new(config, peer)),
+        closing: std::cell::Cell::new(false),
+    };
     let read_result = connection.read_requests(reader, queue).await;
     if let Err(e) = &read_result {
         warn!(%peer, error = %e, "closing connection");
@@ -165,9 +192,13 @@ struct Connection<H> {
     limits: ConnectionLimits,
     budget: Rc<ProduceBudget>,
     peer: std::net::SocketAddr,
-    principal: Option<Rc<str>>,
+    principal: std::cell::RefCell<Option<Rc<str>>>,
     /// Whether a request with trailing bytes was logged (once per connection).
     trailing_bytes_logged: std::cell::Cell<bool>,
+    /// On a SASL listener: the client's authentication state.
+    sasl: Option<SaslGate>,
+    /// Read no further frame: the last answer queued ends the connection (a SASL failure).
+    closing: std::cell::Cell<bool>,
 }
 
 impl<H: RequestHandler> Connection<H> {
@@ -196,6 +227,9 @@ impl<H: RequestHandler> Connection<H> {
             if queue.send(in_flight).await.is_err() {
                 return Err(io::Error::new(io::ErrorKind::BrokenPipe, "response writer stopped"));
             }
+            if self.closing.get() {
+                return Ok(());
+            }
         }
     }
 
@@ -211,7 +245,12 @@ impl<H: RequestHandler> Connection<H> {
             Err(e) => return Err(e),
         }
         let len = i32::from_be_bytes(len_bytes);
-        let max = self.limits.max_frame_bytes;
+        let max = match &self.sasl {
+            Some(gate) if !gate.is_open() => {
+                self.limits.max_frame_bytes.min(crate::sasl::MAX_UNAUTHENTICATED_FRAME_BYTES)
+            }
+            _ => self.limits.max_frame_bytes,
+        };
         // Invariant 1: refuse before buffering.
         if len < 0 || len as usize > max {
             return Err(invalid(format!("frame of {len} bytes exceeds the limit of {max} bytes")));
@@ -253,10 +292,19 @@ impl<H: RequestHandler> Connection<H> {
     ) -> io::Result<InFlight> {
         let handler = &self.handler;
         let started = Instant::now();
+        let gate = self.sasl.as_ref().filter(|gate| !gate.is_open());
+        if let Some(gate) = gate.filter(|gate| gate.expects_raw_token()) {
+            let answer = gate.raw_token(&**handler, frame).await;
+            return Ok(self.answered(started, answer, slot));
+        }
         match decode_request(frame, |k| handler.supported_versions(k)) {
+            Ok(request) if gate.is_some() && request.api_key != ApiKey::ApiVersions => {
+                let answer = gate.expect("checked").request(&**handler, request).await?;
+                Ok(self.answered(started, answer, slot))
+            }
             Ok(mut request) => {
                 request.peer = Some(self.peer);
-                request.principal = self.principal.clone();
+                request.principal = self.principal.borrow().clone();
                 let api_key = request.api_key;
                 let api_version = request.api_version;
                 if request.trailing_bytes > 0 {
@@ -287,6 +335,7 @@ impl<H: RequestHandler> Connection<H> {
                     correlation_id,
                     reply,
                     _slot: slot,
+                    raw: false,
                 })
             }
             Err(DecodeError::UnsupportedVersion {
@@ -305,9 +354,37 @@ impl<H: RequestHandler> Connection<H> {
                     correlation_id,
                     reply,
                     _slot: slot,
+                    raw: false,
                 })
             }
             Err(e) => Err(invalid(e.to_string())),
+        }
+    }
+
+    /// Queues the answer to a frame read before authentication; a completed exchange
+    /// sets the principal, a failed one ends the connection once answered.
+    fn answered(&self, started: Instant, answer: Answer, slot: StaticPermit) -> InFlight {
+        let Answer { api_key, api_version, correlation_id, body, raw, delay, close, principal } =
+            answer;
+        if let Some(principal) = principal {
+            *self.principal.borrow_mut() = Some(principal);
+        }
+        self.closing.set(close);
+        let reply = glommio::spawn_local(async move {
+            if !delay.is_zero() {
+                glommio::timer::sleep(delay).await;
+            }
+            (body, Instant::now())
+        });
+        InFlight {
+            started,
+            queued: started,
+            api_key,
+            api_version,
+            correlation_id,
+            reply,
+            _slot: slot,
+            raw,
         }
     }
 }
@@ -344,6 +421,10 @@ async fn write_responses<H: RequestHandler>(
             handler.request_done(in_flight.api_key, stages(ready));
             continue;
         };
+        if in_flight.raw {
+            write_raw_token(&mut writer, body).await?;
+            continue;
+        }
         let frame = encode_response(
             in_flight.api_key,
             in_flight.api_version,
@@ -361,6 +442,20 @@ async fn write_responses<H: RequestHandler>(
         writer.flush().await?;
         handler.request_done(in_flight.api_key, stages(Instant::now()));
     }
+    writer.flush().await
+}
+
+/// A SASL token after SaslHandshake v0: its bytes as a bare length-prefixed frame.
+async fn write_raw_token(
+    writer: &mut (impl futures_lite::AsyncWrite + Unpin),
+    body: ResponseKind,
+) -> io::Result<()> {
+    let ResponseKind::SaslAuthenticate(response) = body else {
+        return Err(invalid("a bare SASL token answer that is not a token".into()));
+    };
+    let token = response.auth_bytes;
+    writer.write_all(&(token.len() as u32).to_be_bytes()).await?;
+    writer.write_all(&token).await?;
     writer.flush().await
 }
 

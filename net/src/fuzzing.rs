@@ -5,7 +5,8 @@
 //! every API that `kafka-protocol` knows: a superset of the broker's `SUPPORTED_APIS`, so
 //! every decoder the broker can reach is covered. Decoding must return Ok or a
 //! [`DecodeError`](crate::DecodeError): a panic or an unbounded allocation is a bug.
-//! A third target, `legacy`, runs the message format v0/v1 conversions.
+//! A third target, `legacy`, runs the message format v0/v1 conversions; `sasl` runs the
+//! SASL mechanisms' server side (`sasl/`).
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader};
@@ -13,6 +14,7 @@ use kafka_protocol::protocol::{Encodable, StrBytes};
 
 use crate::codec::decode_request;
 use crate::legacy_format::{message_set_to_record_batch, record_batches_to_message_set};
+use crate::sasl::{Mechanism, ScramCredential, ScramMechanism, Session, Step};
 
 /// Every API at every version the codec knows: what a hostile client can make us decode.
 fn every_version(api_key: ApiKey) -> Option<(i16, i16)> {
@@ -92,4 +94,43 @@ pub fn legacy_message_set(data: &[u8]) {
     assert!(decoded.is_ok(), "an up-converted batch does not decode: {decoded:?}");
     let down = record_batches_to_message_set(&batch, magic, 0, usize::MAX, MAX_RECORDS_BYTES);
     assert!(down.is_ok(), "an up-converted batch does not convert back: {down:?}");
+}
+
+/// The server nonce of the `sasl` target (RFC 7677's), fixed so that a seed can complete.
+const SASL_SERVER_NONCE: &str = "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0";
+
+/// RFC 7677's user ("user", password "pencil", its salt, 4096 iterations), derived once.
+fn sasl_credential(mechanism: ScramMechanism) -> ScramCredential {
+    static CREDENTIALS: std::sync::OnceLock<[ScramCredential; 2]> = std::sync::OnceLock::new();
+    let credentials = CREDENTIALS.get_or_init(|| {
+        let salt = b"[m\x99h\x9d\x125\x8e\xec\xa0K\x14\x126\xfa\x81";
+        ScramMechanism::ALL.map(|m| ScramCredential::new(m, b"pencil", salt, 4096))
+    });
+    credentials[(mechanism == ScramMechanism::Sha512) as usize].clone()
+}
+
+/// One SASL exchange as the server runs it: `data[0]` picks the mechanism (PLAIN,
+/// SCRAM-SHA-256, SCRAM-SHA-512); for SCRAM the rest is client-first and client-final
+/// split at the first NUL (SCRAM messages hold none), for PLAIN it is the one message.
+/// The store knows RFC 7677's "user" and the server nonce is fixed, so a seed can log in.
+/// Every input must end in a step or a failure, never a panic.
+pub fn sasl(data: &[u8]) {
+    let [selector, rest @ ..] = data else { return };
+    let mechanism = Mechanism::ALL[*selector as usize % Mechanism::ALL.len()];
+    let tokens: Vec<&[u8]> = match mechanism {
+        Mechanism::Plain => vec![rest],
+        Mechanism::Scram(_) => rest.splitn(2, |b| *b == 0).collect(),
+    };
+    let lookup = |user: &str, m| (user == "user").then(|| sasl_credential(m));
+    let mut session = Session::new(mechanism);
+    for token in tokens {
+        match session.step(token, || SASL_SERVER_NONCE.to_string(), lookup) {
+            Ok(Step::Challenge(_)) => {}
+            Ok(Step::CheckPassword(login)) => {
+                let _ = login.verify();
+                return;
+            }
+            Ok(Step::Done { .. }) | Err(_) => return,
+        }
+    }
 }

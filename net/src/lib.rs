@@ -28,6 +28,7 @@ pub mod fuzzing;
 pub mod legacy_format;
 mod limits;
 pub mod partitioner;
+pub mod sasl;
 pub mod tls;
 
 pub use codec::{decode_request, encode_request, encode_response, DecodeError, Request};

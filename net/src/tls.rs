@@ -169,14 +169,16 @@ impl TlsAcceptor {
 
 /// Serves a connection whose handshake completed, as `serve_connection` serves a
 /// plaintext one.
+/// On a SASL_SSL listener (`sasl`), the SASL user replaces the certificate's principal.
 pub async fn serve_tls_connection<H: RequestHandler>(
     connection: TlsConnection,
     handler: Rc<H>,
     limits: ConnectionLimits,
     budget: Rc<ProduceBudget>,
+    sasl: Option<Rc<crate::sasl::SaslConfig>>,
 ) -> io::Result<()> {
     let TlsConnection { stream, peer, principal } = connection;
-    serve_stream(stream, peer, principal, handler, limits, budget).await
+    serve_stream(stream, peer, principal, handler, limits, budget, sasl).await
 }
 
 /// Kafka's default principal for a client certificate (`ssl.principal.mapping.rules =

@@ -18,6 +18,7 @@ pub mod admin;
 pub mod codec;
 pub mod compaction;
 pub mod controller;
+pub mod credentials;
 pub mod error;
 pub mod group;
 pub mod mesh;

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use shardlog_storage::Offset;
 
 use crate::acl::{AclBinding, AclFilter};
+use crate::credentials::{CredentialAlteration, CredentialResults};
 use crate::error::{GroupError, PartitionError, TopicError};
 use crate::metadata::{NewPartitions, NewTopic, TopicTable};
 use crate::metadata_log::ChangeRecord;
@@ -55,6 +56,8 @@ pub enum ShardRequest {
     CreateAcls { bindings: Vec<AclBinding> },
     /// Ask the controller (shard 0) to remove the ACL bindings each filter matches.
     DeleteAcls { filters: Vec<AclFilter> },
+    /// Ask the controller (shard 0) to alter SASL users' SCRAM credentials.
+    AlterScramCredentials { alterations: Vec<CredentialAlteration> },
 }
 
 /// The reply to a [`ShardRequest`] of the same name.
@@ -78,6 +81,7 @@ pub enum ShardReply {
     CreateAcls(Result<(), TopicError>),
     /// Per filter, the bindings it removed.
     DeleteAcls(Result<Vec<Vec<AclBinding>>, TopicError>),
+    AlterScramCredentials(CredentialResults),
 }
 
 /// Where a produce landed.

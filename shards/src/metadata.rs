@@ -7,8 +7,8 @@
 //!
 //! On-disk format of the snapshot payload: one version byte (`TABLE_FORMAT_VERSION`, 3)
 //! followed by the rkyv archive of [`TopicTable`]. Version 1 is the table before ACLs
-//! (no `acls` field), still read: it restores with no ACLs. (Version 2 is the change
-//! records', `metadata_log/change.rs`.)
+//! and SASL users (no `acls`, no `users`), still read: it restores with neither. (Version
+//! 2 is the change records', `metadata_log/change.rs`.)
 //!
 //! Invariants:
 //! 1. Topic numbers are never reused, so a log entry of a deleted topic can never be
@@ -22,13 +22,14 @@ use shardlog_storage::PartitionId;
 use crate::acl::AclTable;
 use crate::codec::{decode_versioned, encode_versioned};
 use crate::error::TopicError;
+use crate::metadata_log::users::UserCredentials;
 use crate::topic_config::topic_config_def;
 pub use crate::topic_config::validate_topic_configs;
 
 /// Version byte in front of the rkyv archive.
 pub const TABLE_FORMAT_VERSION: u8 = 3;
-/// The snapshot format before ACLs: the same table without its `acls`.
-const TABLE_FORMAT_VERSION_BEFORE_ACLS: u8 = 1;
+/// The snapshot format before ACLs and SASL users: read, never written.
+const TABLE_FORMAT_VERSION_1: u8 = 1;
 
 /// The controller's view of every topic (a metadata log snapshot is this, archived).
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, Default, PartialEq)]
@@ -40,11 +41,13 @@ pub struct TopicTable {
     pub topics: BTreeMap<String, TopicMeta>,
     /// Every ACL binding (`acl`), changed through the metadata log like the topics.
     pub acls: AclTable,
+    /// SASL users' SCRAM credentials (`metadata_log/users.rs`).
+    pub users: UserCredentials,
 }
 
-/// A snapshot of format version 1 (before ACLs), read and converted.
+/// A snapshot of format version 1 (before ACLs and users), read and converted.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
-struct TopicTableBeforeAcls {
+struct TopicTableV1 {
     version: u64,
     nr_shards: u32,
     next_topic_number: u32,
@@ -129,13 +132,12 @@ impl TopicTable {
 
     pub fn decode(bytes: &[u8]) -> Result<TopicTable, String> {
         const WHAT: &str = "topic table snapshot";
-        if bytes.first() != Some(&TABLE_FORMAT_VERSION_BEFORE_ACLS) {
+        if bytes.first() != Some(&TABLE_FORMAT_VERSION_1) {
             return decode_versioned(TABLE_FORMAT_VERSION, WHAT, bytes);
         }
-        let old: TopicTableBeforeAcls =
-            decode_versioned(TABLE_FORMAT_VERSION_BEFORE_ACLS, WHAT, bytes)?;
-        let TopicTableBeforeAcls { version, nr_shards, next_topic_number, topics } = old;
-        Ok(TopicTable { version, nr_shards, next_topic_number, topics, acls: AclTable::default() })
+        let old: TopicTableV1 = decode_versioned(TABLE_FORMAT_VERSION_1, WHAT, bytes)?;
+        let TopicTableV1 { version, nr_shards, next_topic_number, topics } = old;
+        Ok(TopicTable { version, nr_shards, next_topic_number, topics, ..Default::default() })
     }
 
     /// Adds a validated topic with the next topic number, placed by default.
@@ -235,8 +237,10 @@ mod tests {
         assert_eq!(decoded.topic("trades").unwrap().partition_shards, vec![1, 2, 0, 1, 2, 0]);
     }
 
+    /// A data dir written before ACLs and SASL users holds version 1 snapshots: they
+    /// still restore, with neither.
     #[test]
-    fn a_snapshot_written_before_acls_restores_with_no_acls() {
+    fn a_snapshot_written_before_acls_and_users_restores_with_neither() {
         let mut table = TopicTable::new(2);
         let topic = NewTopic {
             name: "t".into(),
@@ -245,13 +249,13 @@ mod tests {
             configs: Vec::new(),
         };
         table.add_topic(&topic, [1; 16]);
-        let old = TopicTableBeforeAcls {
+        let old = TopicTableV1 {
             version: table.version,
             nr_shards: 2,
             next_topic_number: table.next_topic_number,
             topics: table.topics.clone(),
         };
-        let bytes = encode_versioned(TABLE_FORMAT_VERSION_BEFORE_ACLS, &old);
+        let bytes = encode_versioned(TABLE_FORMAT_VERSION_1, &old);
         assert_eq!(TopicTable::decode(&bytes).unwrap(), table);
     }
 

@@ -53,6 +53,10 @@ impl MeshService for Shard {
                 let results = self.controller_alter_topic_configs(changes, validate_only).await;
                 ShardReply::AlterTopicConfigs(results)
             }),
+            ShardRequest::AlterScramCredentials { alterations } => Box::pin(async move {
+                let results = self.controller_alter_scram_credentials(alterations).await;
+                ShardReply::AlterScramCredentials(results)
+            }),
             ShardRequest::Metrics => {
                 let snapshot = Box::new(self.metrics_snapshot());
                 Box::pin(async { ShardReply::Metrics(snapshot) })

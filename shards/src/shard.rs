@@ -92,6 +92,10 @@ pub struct ShardProbes {
     pub tls_handshake_errors: Cell<u64>,
     pub tls_handshake_timeouts: Cell<u64>,
     pub tls_handshakes_refused: Cell<u64>,
+    /// SASL logins that completed, and that failed (wrong password, unknown user, a
+    /// malformed exchange).
+    pub sasl_authentications: Cell<u64>,
+    pub sasl_authentication_failures: Cell<u64>,
     /// Requests served although bytes followed their body in the frame (as Kafka does).
     pub requests_with_trailing_bytes: Cell<u64>,
     /// Latency per Kafka API of the requests this shard's connections carried.
@@ -115,6 +119,8 @@ impl Default for ShardProbes {
             tls_handshake_errors: Cell::default(),
             tls_handshake_timeouts: Cell::default(),
             tls_handshakes_refused: Cell::default(),
+            sasl_authentications: Cell::default(),
+            sasl_authentication_failures: Cell::default(),
             requests_with_trailing_bytes: Cell::default(),
             request_durations: Default::default(),
             fetch_wake_us: RefCell::new(Histogram::new(STAGE_BOUNDS_US)),
@@ -260,7 +266,8 @@ impl Shard {
                 TopicChange::Delete { .. }
                 | TopicChange::SetConfigs { .. }
                 | TopicChange::CreateAcls(_)
-                | TopicChange::DeleteAcls(_) => {}
+                | TopicChange::DeleteAcls(_)
+                | TopicChange::Credentials(_) => {}
             }
         }
         for meta in &deleted {

@@ -69,7 +69,7 @@ fn render_traffic(text: &mut Text, shards: &[ShardMetrics]) {
 }
 
 fn render_tls(text: &mut Text, shards: &[ShardMetrics]) {
-    let counters: [(&str, &str, ShardValue); 4] = [
+    let counters: [(&str, &str, ShardValue); 6] = [
         ("shardlog_tls_handshakes_total", "TLS handshakes completed.", |s| s.tls_handshakes),
         (
             "shardlog_tls_handshake_errors_total",
@@ -85,6 +85,16 @@ fn render_tls(text: &mut Text, shards: &[ShardMetrics]) {
             "shardlog_tls_handshakes_refused_total",
             "TLS connections closed at once: the shard ran its most handshakes.",
             |s| s.tls_handshakes_refused,
+        ),
+        (
+            "shardlog_sasl_authentications_total",
+            "SASL logins that completed on SASL listeners.",
+            |s| s.sasl_authentications,
+        ),
+        (
+            "shardlog_sasl_authentication_failures_total",
+            "SASL logins refused: wrong password, unknown user, malformed exchange.",
+            |s| s.sasl_authentication_failures,
         ),
     ];
     for (name, help, value) in counters {

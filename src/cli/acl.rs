@@ -122,7 +122,7 @@ impl ResourceSelector {
 }
 
 pub fn run(command: AclCommand, admin: &AdminArgs) -> Result<(), String> {
-    let mut client = Client::connect(&admin.bootstrap)?;
+    let mut client = Client::connect(&admin.bootstrap, admin.login()?)?;
     match command {
         AclCommand::Add { resource, principals, operations, host, deny } => {
             let (kind, name) = resource

@@ -12,10 +12,16 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ResponseHeader};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
+};
 use kafka_protocol::protocol::{Decodable, HeaderVersion, Request};
 
+use shardlog_net::sasl::scram::{random_nonce, ScramClient};
+use shardlog_net::sasl::Mechanism;
+
 use super::errors::check;
+use super::str_bytes;
 
 /// Connect, read and write timeout of every admin connection.
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
@@ -40,8 +46,18 @@ fn api_version(api_key: ApiKey) -> i16 {
         ApiKey::DescribeGroups => 5,
         ApiKey::OffsetFetch => 7,
         ApiKey::CreateAcls | ApiKey::DescribeAcls | ApiKey::DeleteAcls => 3,
+        ApiKey::SaslHandshake => 1,
+        ApiKey::SaslAuthenticate => 1,
         _ => 0,
     }
+}
+
+/// How the admin commands log in to a SASL_PLAINTEXT listener (`--sasl-username`...).
+#[derive(Clone, Debug)]
+pub struct SaslLogin {
+    pub mechanism: Mechanism,
+    pub username: String,
+    pub password: String,
 }
 
 /// A blocking connection to one broker.
@@ -51,11 +67,19 @@ pub struct Client {
     next_correlation_id: i32,
     /// The broker's (min, max) version of each API it serves.
     versions: HashMap<i16, (i16, i16)>,
+    /// How this connection logged in, for the next ones (`connect_to`).
+    login: Option<SaslLogin>,
 }
 
 impl Client {
-    /// Connects to `addr` (HOST:PORT) and learns the broker's API versions.
-    pub fn connect(addr: &str) -> Result<Client, String> {
+    /// Connects to another broker (a coordinator, another shard) as this one did.
+    pub fn connect_to(&self, addr: &str) -> Result<Client, String> {
+        Client::connect(addr, self.login.clone())
+    }
+
+    /// Connects to `addr` (HOST:PORT), learns the broker's API versions and, with
+    /// `login`, authenticates with SASL.
+    pub fn connect(addr: &str, login: Option<SaslLogin>) -> Result<Client, String> {
         let unreachable = |e: &dyn std::fmt::Display| format!("cannot reach broker at {addr}: {e}");
         let socket_addr = addr
             .to_socket_addrs()
@@ -75,13 +99,47 @@ impl Client {
             addr: addr.to_string(),
             next_correlation_id: 1,
             versions: HashMap::new(),
+            login: None,
         };
         let response = client.send_and_receive(&ApiVersionsRequest::default(), 0)?;
         check(response.error_code, &format!("broker at {addr}"), None)?;
         for api in response.api_keys {
             client.versions.insert(api.api_key, (api.min_version, api.max_version));
         }
+        if let Some(login) = login {
+            client.authenticate(&login)?;
+            client.login = Some(login);
+        }
         Ok(client)
+    }
+
+    /// SaslHandshake, then SaslAuthenticate until the mechanism is done.
+    fn authenticate(&mut self, login: &SaslLogin) -> Result<(), String> {
+        let subject = format!("SASL login as '{}' at {}", login.username, self.addr);
+        let mechanism = login.mechanism.name();
+        let handshake = SaslHandshakeRequest::default().with_mechanism(str_bytes(mechanism));
+        let response = self.call(&handshake)?;
+        check(response.error_code, &subject, None)?;
+        let mut exchange = |token: Vec<u8>| -> Result<Vec<u8>, String> {
+            let request = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(token));
+            let response = self.call(&request)?;
+            check(response.error_code, &subject, response.error_message.as_deref())?;
+            Ok(response.auth_bytes.to_vec())
+        };
+        match login.mechanism {
+            Mechanism::Plain => {
+                let token = format!("\0{}\0{}", login.username, login.password);
+                exchange(token.into_bytes()).map(|_| ())
+            }
+            Mechanism::Scram(scram) => {
+                let nonce = random_nonce();
+                let mut client = ScramClient::new(scram, &login.username, &login.password, &nonce);
+                let server_first = exchange(client.client_first())?;
+                let client_final = client.client_final(&server_first)?;
+                let server_final = exchange(client_final)?;
+                client.check_server_final(&server_final)
+            }
+        }
     }
 
     /// Sends one request at this client's version of its API and waits for the answer.

@@ -31,7 +31,7 @@ pub enum GroupCommand {
 }
 
 pub fn run(command: GroupCommand, admin: &AdminArgs) -> Result<(), String> {
-    let mut client = Client::connect(&admin.bootstrap)?;
+    let mut client = Client::connect(&admin.bootstrap, admin.login()?)?;
     match command {
         GroupCommand::List => list(&mut client, admin.format),
         GroupCommand::Describe { group } => describe(&mut client, admin.format, &group),
@@ -51,7 +51,7 @@ fn list(client: &mut Client, format: OutputFormat) -> Result<(), String> {
     let mut groups = Vec::new();
     for broker in brokers {
         let addr = format!("{}:{}", broker.host, broker.port);
-        let response = Client::connect(&addr)?.call(&ListGroupsRequest::default())?;
+        let response = client.connect_to(&addr)?.call(&ListGroupsRequest::default())?;
         check(response.error_code, &format!("groups of broker {addr}"), None)?;
         groups.extend(response.groups.into_iter().map(|g| GroupSummary {
             group: g.group_id.0.to_string(),
@@ -115,7 +115,7 @@ struct GroupDescription {
 fn describe(client: &mut Client, format: OutputFormat, group: &str) -> Result<(), String> {
     let subject = format!("group '{group}'");
     let (coordinator_id, coordinator_addr) = find_coordinator(client, group)?;
-    let mut coordinator = Client::connect(&coordinator_addr)?;
+    let mut coordinator = client.connect_to(&coordinator_addr)?;
     let described = describe_group(&mut coordinator, group)?;
     let committed = committed_offsets(&mut coordinator, group)?;
     // A group the coordinator has never seen is "Dead" with nothing committed (Kafka).

@@ -16,6 +16,7 @@ mod output;
 mod records;
 mod topic;
 mod txn;
+mod user;
 
 use std::io::Write;
 
@@ -28,7 +29,7 @@ use kafka_protocol::messages::metadata_response::{MetadataResponse, MetadataResp
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;
 
-pub use client::Client;
+pub use client::{Client, SaslLogin};
 pub use errors::{api_error, check};
 pub use output::OutputFormat;
 
@@ -42,6 +43,32 @@ pub struct AdminArgs {
     /// Admin commands: print tables for people or JSON for scripts.
     #[arg(long, global = true, value_enum, default_value_t = OutputFormat::Table)]
     pub format: OutputFormat,
+
+    /// Admin commands: log in with SASL as this user (a SASL_PLAINTEXT listener).
+    #[arg(long, global = true, env = "SHARDLOG_SASL_USERNAME", value_name = "NAME")]
+    pub sasl_username: Option<String>,
+
+    /// Admin commands: the password of --sasl-username (prefer the environment variable).
+    #[arg(long, global = true, env = "SHARDLOG_SASL_PASSWORD", hide_env_values = true)]
+    pub sasl_password: Option<String>,
+
+    /// Admin commands: the SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+    #[arg(long, global = true, env = "SHARDLOG_SASL_MECHANISM", default_value = "SCRAM-SHA-512")]
+    pub sasl_mechanism: String,
+}
+
+impl AdminArgs {
+    /// The SASL login the flags ask for, if any.
+    pub fn login(&self) -> Result<Option<SaslLogin>, String> {
+        let Some(username) = self.sasl_username.clone() else { return Ok(None) };
+        let password = self
+            .sasl_password
+            .clone()
+            .ok_or("--sasl-username needs --sasl-password (or SHARDLOG_SASL_PASSWORD)")?;
+        let mechanism = shardlog_net::sasl::Mechanism::from_name(&self.sasl_mechanism)
+            .ok_or_else(|| format!("--sasl-mechanism '{}' is not known", self.sasl_mechanism))?;
+        Ok(Some(SaslLogin { mechanism, username, password }))
+    }
 }
 
 /// An admin command; without one, `shardlog` runs the broker.
@@ -63,6 +90,9 @@ pub enum Command {
     Produce(records::ProduceArgs),
     /// Print a topic's records as they arrive.
     Consume(records::ConsumeArgs),
+    /// Create, delete and list SASL users (SCRAM credentials; KIP-554).
+    #[command(subcommand)]
+    User(user::UserCommand),
     /// Measure a durable 4 KiB write on the data dir's disk, both --log-sync ways (no
     /// broker needed; like rpk iotune).
     DiskCheck(disk_check::DiskCheckArgs),
@@ -77,6 +107,7 @@ pub fn run(command: Command, admin: &AdminArgs) -> i32 {
         Command::Txn(command) => txn::run(command, admin),
         Command::Produce(args) => records::produce(args, admin),
         Command::Consume(args) => records::consume(args, admin),
+        Command::User(command) => user::run(command, admin),
         Command::DiskCheck(args) => return disk_check::run(args),
     };
     match result {

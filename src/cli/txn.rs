@@ -21,7 +21,7 @@ pub enum TxnCommand {
 }
 
 pub fn run(command: TxnCommand, admin: &AdminArgs) -> Result<(), String> {
-    let mut client = Client::connect(&admin.bootstrap)?;
+    let mut client = Client::connect(&admin.bootstrap, admin.login()?)?;
     match command {
         TxnCommand::List => list(&mut client, admin.format),
         TxnCommand::Describe { transactional_id } => {
@@ -43,7 +43,7 @@ fn list(client: &mut Client, format: OutputFormat) -> Result<(), String> {
     let mut txns = Vec::new();
     for broker in brokers {
         let addr = format!("{}:{}", broker.host, broker.port);
-        let response = Client::connect(&addr)?.call(&ListTransactionsRequest::default())?;
+        let response = client.connect_to(&addr)?.call(&ListTransactionsRequest::default())?;
         check(response.error_code, &format!("transactions of broker {addr}"), None)?;
         txns.extend(response.transaction_states.into_iter().map(|t| TxnSummary {
             transactional_id: t.transactional_id.0.to_string(),
@@ -90,7 +90,7 @@ fn describe(client: &mut Client, format: OutputFormat, id: &str) -> Result<(), S
     let request = FindCoordinatorRequest::default().with_key(str_bytes(id)).with_key_type(1);
     let found = client.call(&request)?;
     check(found.error_code, &format!("coordinator of {subject}"), found.error_message.as_deref())?;
-    let mut coordinator = Client::connect(&format!("{}:{}", found.host, found.port))?;
+    let mut coordinator = client.connect_to(&format!("{}:{}", found.host, found.port))?;
     let request = DescribeTransactionsRequest::default()
         .with_transactional_ids(vec![kafka_protocol::messages::TransactionalId(str_bytes(id))]);
     let response = coordinator.call(&request)?;

@@ -1,6 +1,7 @@
 //! Kafka error codes, and the one mapping from internal errors to them.
 
 use shardlog_net::legacy_format::LegacyFormatError;
+use shardlog_shards::credentials::CredentialError;
 use shardlog_shards::{GroupError, PartitionError, TopicError, TxnError};
 
 pub const NONE: i16 = 0;
@@ -22,6 +23,8 @@ pub const REBALANCE_IN_PROGRESS: i16 = 27;
 pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
 pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
 pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+pub const ILLEGAL_SASL_STATE: i16 = 34;
 pub const UNSUPPORTED_VERSION: i16 = 35;
 pub const TOPIC_ALREADY_EXISTS: i16 = 36;
 pub const INVALID_PARTITIONS: i16 = 37;
@@ -50,6 +53,9 @@ pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 pub const INVALID_RECORD: i16 = 87;
 pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
 pub const PRODUCER_FENCED: i16 = 90;
+pub const RESOURCE_NOT_FOUND: i16 = 91;
+pub const DUPLICATE_RESOURCE: i16 = 92;
+pub const UNACCEPTABLE_CREDENTIAL: i16 = 93;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
 pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
 pub const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
@@ -69,6 +75,17 @@ pub fn partition_error_code(error: &PartitionError) -> i16 {
         PartitionError::Storage(_) => KAFKA_STORAGE_ERROR,
         PartitionError::InvalidRequiredAcks(_) => INVALID_REQUIRED_ACKS,
         PartitionError::PolicyViolation(_) => POLICY_VIOLATION,
+    }
+}
+
+/// The Kafka error code for a refused SCRAM credential alteration (KIP-554's).
+pub fn credential_error_code(error: &CredentialError) -> i16 {
+    match error {
+        CredentialError::NotFound(_) => RESOURCE_NOT_FOUND,
+        CredentialError::Duplicate(_) => DUPLICATE_RESOURCE,
+        CredentialError::Unacceptable(_) => UNACCEPTABLE_CREDENTIAL,
+        CredentialError::UnsupportedMechanism(_) => UNSUPPORTED_SASL_MECHANISM,
+        CredentialError::Storage(_) => KAFKA_STORAGE_ERROR,
     }
 }
 

@@ -10,6 +10,7 @@
 //! version 2 as "topic table snapshot format version 2 is not supported" and refuses to
 //! start, rather than misread the log.
 
+use super::users::CredentialChange;
 use crate::acl::AclBinding;
 use crate::codec::{decode_versioned, encode_versioned};
 use crate::metadata::{TopicMeta, TopicTable};
@@ -39,6 +40,9 @@ pub enum TopicChange {
     CreateAcls(Vec<AclBinding>),
     /// ACL bindings removed (each one there).
     DeleteAcls(Vec<AclBinding>),
+    /// A SASL user's SCRAM credential added, replaced or removed (`users.rs`). Boxed: the
+    /// archived variant must stay smaller than `Create`, or older records would not read.
+    Credentials(Box<CredentialChange>),
 }
 
 impl ChangeRecord {
@@ -114,6 +118,11 @@ impl TopicChange {
             }
             TopicChange::DeleteAcls(bindings) => {
                 crate::acl::controller::apply_delete(table, bindings)
+            }
+            TopicChange::Credentials(change) => {
+                table.users.apply(change)?;
+                table.version += 1;
+                Ok(None)
             }
         }
     }

@@ -33,6 +33,7 @@
 
 pub mod change;
 pub mod pending;
+pub mod users;
 
 pub use change::{ChangeRecord, TopicChange};
 pub use pending::PendingTable;
