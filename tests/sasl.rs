@@ -30,6 +30,11 @@ const ADMIN_PASSWORD: &str = "admin-secret";
 /// usual ones (listed last: once it accepts, the SASL ports are bound too), every
 /// mechanism enabled and the bootstrap user `admin`.
 fn sasl_broker(protocol: &str) -> (Broker, u16) {
+    sasl_broker_with(protocol, &[])
+}
+
+/// `sasl_broker` with more flags.
+fn sasl_broker_with(protocol: &str, extra: &[&str]) -> (Broker, u16) {
     let mut sasl_port = 0;
     let env = [("SHARDLOG_SASL_BOOTSTRAP_PASSWORD", ADMIN_PASSWORD)];
     let broker = Broker::start_configured(2, &env, |b| {
@@ -47,6 +52,7 @@ fn sasl_broker(protocol: &str) -> (Broker, u16) {
         if protocol == "SASL_SSL" {
             args.extend(BrokerTls::new(b.dir.path()).args());
         }
+        args.extend(extra.iter().map(|s| s.to_string()));
         args
     });
     (broker, sasl_port)
@@ -247,4 +253,41 @@ fn sasl_ssl_clients_produce_and_consume_with_scram_sha_512_and_plain() {
         assert_eq!(ours, 10, "{values:?}");
     }
     assert!(broker.metric_sum("shardlog_tls_handshakes_total") >= 2.0);
+}
+
+/// With `authorizer = true` the principal a SASL login gives is what ACLs decide on: a user
+/// without WRITE cannot produce (nothing is written) nor manage users; the super user
+/// grants WRITE with `shardlog acl add`, and then it can.
+#[test]
+fn the_authorizer_decides_on_sasl_principals() {
+    let extra = ["--authorizer", "true", "--super-users", "User:admin"];
+    let (_broker, port) = sasl_broker_with("SASL_PLAINTEXT", &extra);
+    let sasl_addr = format!("127.0.0.1:{port}");
+    let login = |user: &'static str, password: &'static str| {
+        let sasl_addr = sasl_addr.clone();
+        move |args: &[&str], stdin: &str| {
+            let mut all = args.to_vec();
+            all.extend(["--bootstrap", &sasl_addr, "--sasl-username", user]);
+            all.extend(["--sasl-mechanism", "SCRAM-SHA-256"]);
+            cli(&all, &[("SHARDLOG_SASL_PASSWORD", password)], stdin)
+        }
+    };
+    let as_admin = login("admin", ADMIN_PASSWORD);
+    let as_alice = login("alice", "alice-pw");
+    let create = ["user", "create", "alice", "--mechanism", "SCRAM-SHA-256", "--password-stdin"];
+    as_admin(&create, "alice-pw\n").unwrap();
+    as_admin(&["topic", "create", "team", "--partitions", "1"], "").unwrap();
+
+    let mut alice = sasl_client(port, "SCRAM-SHA-256", "alice", "alice-pw");
+    alice.set("message.timeout.ms", "5000");
+    assert_eq!(produce(&alice, "team", 1, "refused", 3), 0, "alice has no WRITE yet");
+    let refused = as_alice(&["user", "create", "bob", "--password-stdin"], "bob-pw\n");
+    assert!(refused.is_err_and(|e| e.contains("CLUSTER_AUTHORIZATION")), "alice made a user");
+
+    let grant = ["acl", "add", "--principal", "User:alice", "--operation", "write"];
+    as_admin(&[&grant[..], &["--topic", "team"]].concat(), "").unwrap();
+    assert_eq!(produce(&alice, "team", 1, "alice", 3), 3, "alice has WRITE now");
+    let admin = sasl_client(port, "SCRAM-SHA-256", "admin", ADMIN_PASSWORD);
+    let values = read_values(&admin, "team", 1, 3);
+    assert_eq!(values, ["alice-0", "alice-1", "alice-2"], "only what WRITE allowed was written");
 }
