@@ -36,8 +36,8 @@ const INPUT: &str = "txn-in";
 const OUTPUT: &str = "txn-out";
 const PARTITIONS: i32 = 3;
 const GROUP: &str = "txn-pipe";
-/// Input records per crash cycle; the killer strikes before a cycle's worth is processed.
-const RECORDS_PER_CYCLE: usize = 120;
+/// Input records per crash cycle; the killer strikes before half of it is processed.
+const RECORDS_PER_CYCLE: usize = 60;
 /// Records of one transaction at most.
 const TRANSACTION_RECORDS: usize = 8;
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -286,9 +286,8 @@ fn an_exactly_once_pipeline_keeps_exactly_once_across_repeated_kill_9() {
             progress.commits.load(Ordering::Relaxed)
         );
     }
-    common::eventually(TIMEOUT * 3, "the pipeline to process the whole input", || {
-        progress.done.load(Ordering::Relaxed) || pipeline.is_finished()
-    });
+    // The pipeline ends when the input is processed, or gives up after TIMEOUT without
+    // progress.
     pipeline.join().expect("pipeline thread");
     assert!(progress.done.load(Ordering::Relaxed), "the pipeline gave up (see its errors)");
 
