@@ -114,6 +114,7 @@ pub struct Config {
     /// separate with semicolons (certificate subjects hold commas), as Kafka's super.users.
     #[arg(long, visible_alias = "super-user", env = "SHARDLOG_SUPER_USERS", value_delimiter = ';')]
     pub super_users: Vec<String>,
+
     /// SASL mechanisms served on SASL_PLAINTEXT and SASL_SSL listeners: PLAIN,
     /// SCRAM-SHA-256, SCRAM-SHA-512 (repeat the flag or separate with commas). PLAIN sends
     /// the password itself: use it on SASL_SSL only.
