@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Transactional produce against idempotent produce, one broker (issue 15's figures).
 
-confluent-kafka (librdkafka), 1 KiB records to a 3-partition topic, acks=all, linger.ms=5:
+confluent-kafka (librdkafka), 1 KiB records to a 3-partition topic, acks=all, linger.ms=5
+(--linger-ms):
   - idempotent: N records, flush, msg/s;
   - transactional: the same N records in transactions of --txn-records each
     (begin, produce, commit_transaction), msg/s, and the commit latency of each
@@ -10,6 +11,7 @@ confluent-kafka (librdkafka), 1 KiB records to a 3-partition topic, acks=all, li
 Prints `RESULT mode=... msgs_per_s=... commit_p50_ms=... commit_p99_ms=...`.
 
 Usage: txn_bench.py --bootstrap HOST:PORT [--records N] [--txn-records K] [--rounds R]
+                    [--linger-ms L]
 """
 import argparse
 import statistics
@@ -32,9 +34,9 @@ def make_topic(bootstrap):
     return name
 
 
-def idempotent(bootstrap, topic, records, payload):
+def idempotent(bootstrap, topic, records, payload, linger_ms):
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                         "acks": "all", "linger.ms": 5})
+                         "acks": "all", "linger.ms": linger_ms})
     started = time.perf_counter()
     for i in range(records):
         while True:
@@ -48,8 +50,8 @@ def idempotent(bootstrap, topic, records, payload):
     return records / (time.perf_counter() - started), []
 
 
-def transactional(bootstrap, topic, records, payload, per_txn):
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+def transactional(bootstrap, topic, records, payload, per_txn, linger_ms):
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": linger_ms,
                          "transactional.id": f"txn-bench-{uuid.uuid4().hex[:8]}"})
     producer.init_transactions(30)
     commits = []
@@ -77,22 +79,25 @@ def main():
     parser.add_argument("--records", type=int, default=50_000)
     parser.add_argument("--txn-records", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--linger-ms", type=int, default=5)
     args = parser.parse_args()
     payload = b"x" * 1024
     for round_ in range(1, args.rounds + 1):
         for mode in ("idempotent", "transactional"):
             topic = make_topic(args.bootstrap)
             if mode == "idempotent":
-                rate, commits = idempotent(args.bootstrap, topic, args.records, payload)
+                rate, commits = idempotent(args.bootstrap, topic, args.records, payload,
+                                           args.linger_ms)
             else:
                 rate, commits = transactional(args.bootstrap, topic, args.records, payload,
-                                              args.txn_records)
+                                              args.txn_records, args.linger_ms)
             extra = ""
             if commits:
                 extra = (f" txns={len(commits)} commit_p50_ms={statistics.median(commits):.2f}"
                          f" commit_p99_ms={percentile(commits, 0.99):.2f}")
             print(f"RESULT round={round_} mode={mode} records={args.records} "
-                  f"txn_records={args.txn_records} msgs_per_s={rate:.0f}{extra}", flush=True)
+                  f"txn_records={args.txn_records} linger_ms={args.linger_ms} "
+                  f"msgs_per_s={rate:.0f}{extra}", flush=True)
 
 
 if __name__ == "__main__":
