@@ -34,17 +34,22 @@ def make_topic(bootstrap):
     return name
 
 
+def produce(producer, topic, payload, i):
+    """Queues record `i` (key i % 1000), serving delivery reports while the queue is full."""
+    while True:
+        try:
+            producer.produce(topic, payload, key=str(i % 1000))
+            return
+        except BufferError:
+            producer.poll(0.01)
+
+
 def idempotent(bootstrap, topic, records, payload, linger_ms):
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                          "acks": "all", "linger.ms": linger_ms})
     started = time.perf_counter()
     for i in range(records):
-        while True:
-            try:
-                producer.produce(topic, payload, key=str(i % 1000))
-                break
-            except BufferError:
-                producer.poll(0.01)
+        produce(producer, topic, payload, i)
         producer.poll(0)
     assert producer.flush(60) == 0
     return records / (time.perf_counter() - started), []
@@ -60,12 +65,7 @@ def transactional(bootstrap, topic, records, payload, per_txn, linger_ms):
     while sent < records:
         producer.begin_transaction()
         for _ in range(min(per_txn, records - sent)):
-            while True:
-                try:
-                    producer.produce(topic, payload, key=str(sent % 1000))
-                    break
-                except BufferError:
-                    producer.poll(0.01)
+            produce(producer, topic, payload, sent)
             sent += 1
         t = time.perf_counter()
         producer.commit_transaction(30)

@@ -22,6 +22,8 @@
 //!    transaction below the last stable offset, and nothing else.
 
 use super::*;
+use shardlog_shards::txn::partition::{batch_kind, BatchKind};
+use shardlog_storage::RecordBatchHeader;
 
 pub const PREFIX: &str = "txn-";
 const PARTITIONS: i32 = 2;
@@ -90,31 +92,6 @@ fn batch(producer: ProducerFields, values: &[String]) -> Bytes {
     writer.finish();
     shardlog_benches::load::record_batch::set_transactional(&mut out);
     Bytes::from(out)
-}
-
-fn varint(data: &[u8], at: &mut usize) -> Option<i64> {
-    let mut raw = 0u64;
-    for shift in (0..64).step_by(7) {
-        let byte = *data.get(*at)?;
-        *at += 1;
-        raw |= ((byte & 0x7f) as u64) << shift;
-        if byte & 0x80 == 0 {
-            return Some((raw >> 1) as i64 ^ -((raw & 1) as i64));
-        }
-    }
-    None
-}
-
-/// COMMIT (true) or ABORT (false): the type in the key of a control batch's record.
-fn marker_type(batch: &[u8]) -> Option<bool> {
-    let mut at = 61;
-    varint(batch, &mut at)?; // record length
-    at += 1; // attributes
-    varint(batch, &mut at)?; // timestamp delta
-    varint(batch, &mut at)?; // offset delta
-    let key_len = varint(batch, &mut at)? as usize;
-    let key = batch.get(at..at + key_len)?;
-    Some(i16::from_be_bytes(key.get(2..4)?.try_into().ok()?) == 1)
 }
 
 pub fn spawn(world: &Arc<Incarnation>, shard: &Rc<Shard>) {
@@ -291,13 +268,13 @@ struct Run {
 fn runs(records: &[u8]) -> Result<Vec<Run>, String> {
     let mut runs: Vec<Run> = Vec::new();
     for batch in batches(records) {
-        let header = batch.bytes;
-        if !batch.crc_ok() {
-            return Err(format!("batch at {} is damaged", batch.base_offset));
-        }
-        let producer_id = i64::from_be_bytes(header[43..51].try_into().unwrap());
-        if batch.attributes & 0x20 != 0 {
-            let commit = marker_type(header).ok_or("an unreadable control record")?;
+        let header = RecordBatchHeader::parse_unvalidated(batch.bytes);
+        let header = match header {
+            Ok(header) if batch.crc_ok() => header,
+            _ => return Err(format!("batch at {} is damaged", batch.base_offset)),
+        };
+        let producer_id = header.producer_id;
+        if let BatchKind::Marker { commit } = batch_kind(&header, batch.bytes)? {
             match runs.last_mut() {
                 Some(run) if run.marker.is_none() && run.producer_id == producer_id => {
                     run.marker = Some(commit)
