@@ -101,6 +101,9 @@ run_variant() { # round name flags
   curl -s "127.0.0.1:$((port + 4))/metrics" > "$WORK/metrics"
   kill -9 $BROKER; wait $BROKER 2>/dev/null || true; BROKER=
   rm -rf "$WORK/$name-$round"
+  # Let the deleted segments' discards (ext4 `discard`) and writeback finish before the next
+  # variant starts, or it pays for this one's cleanup.
+  sync; sleep 3
   local m=$WORK/metrics stages=""
   for stage in decoded_to_queued queued_to_ready ready_to_written; do
     stages+=" produce_${stage}_p50_us=$(stage_p50_us $m shardlog_request_stage_seconds "api=\"Produce\",stage=\"$stage\"")"

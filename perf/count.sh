@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Kernel work per message of a broker under `shardlog-load e2e`: syscalls, io_uring
-# submissions (by opcode), membarrier calls, context switches. Counts, not times, so
+# submissions (by opcode), membarrier calls, context switches, and the block requests the
+# disk saw (perf/block_requests.py: writes, metadata writes, cache flushes, device p50). Counts, not times, so
 # they barely move with a noisy neighbour; use them to compare reactor changes.
 #
 # usage: perf/count.sh [BIN ...]     (default: target/release/shardlog)
@@ -30,9 +31,11 @@ one() { # BIN
   stat=$!
   perf record -q -e io_uring:io_uring_submit_req -p "$broker" -o "$work/perf.data" 2>/dev/null &
   perf=$!
+  perf record -q -a -e block:block_rq_issue -e block:block_rq_complete -o "$work/block.data" 2>/dev/null &
+  block=$!
   sleep 0.3
   "$LOAD" e2e --bootstrap "127.0.0.1:$base" --rate "$RATE" --secs "$SECS" --partitions 3 >"$work/load.txt"
-  kill -INT $stat $perf; wait $stat $perf || true
+  kill -INT $stat $perf $block; wait $stat $perf $block || true
   kill -9 $broker 2>/dev/null; wait $broker 2>/dev/null || true
   msgs=$(grep -o 'received=[0-9]*' "$work/load.txt" | cut -d= -f2)
   echo "== $1: $msgs messages, $(grep -o 'e2e_p50_us=[0-9]*' "$work/load.txt"), load average $(cut -d' ' -f1 /proc/loadavg)"
@@ -41,6 +44,7 @@ one() { # BIN
       printf "  %-40s %8.2f%s per message\n", $3, v / m, unit }' "$work/stat.csv"
   perf script -i "$work/perf.data" 2>/dev/null | grep -o 'opcode [A-Z_]*' | sort | uniq -c |
     sort -rn | awk -v m="$msgs" '{ printf "    submitted %-29s %8.2f per message\n", $3, $1 / m }'
+  "$ROOT/perf/block_requests.py" "$work/block.data" "$msgs" "$broker"
   rm -rf "$work"
 }
 for r in $(seq 1 "$ROUNDS"); do for b in "${BINS[@]}"; do one "$b"; done; done

@@ -431,7 +431,7 @@ fn the_console_shows_topics_partitions_group_lag_and_escapes_names() {
     let (status, topic) = get(&broker, "/topics/console-seen");
     assert_eq!(status, 200, "{topic}");
     // Partition 0 holds the 10 records; 1 and 2 are empty. Owners are the table's.
-    assert!(topic.contains("<tr><td>0</td><td>"), "{topic}");
+    assert!(topic.contains("<tr><td><a href=\"/topics/console-seen/0\">0</a></td><td>"), "{topic}");
     assert!(topic.contains("</td><td>10</td></tr>"), "{topic}");
     assert_eq!(topic.matches("</td><td>0</td></tr>").count(), 2, "{topic}");
     assert_eq!(get(&broker, "/topics/nothing-here").0, 404);
@@ -458,4 +458,70 @@ fn the_console_shows_topics_partitions_group_lag_and_escapes_names() {
     assert!(json["produce_us"]["count"].as_u64().unwrap() >= 10, "{json}");
     let buckets = json["fsync_us"]["cumulative"].as_array().expect("fsync buckets");
     assert!(!buckets.is_empty(), "{json}");
+}
+
+/// The message browser (`/topics/NAME/P`): records of a partition owned by either shard,
+/// a page at a time, as text, pretty JSON or hex, found by key or time, every byte escaped.
+#[test]
+fn the_console_message_browser_pages_through_records_as_json_hex_and_by_key() {
+    use rdkafka::message::{Header, OwnedHeaders};
+    let broker = Broker::start(2, &[]);
+    create_topic(&broker, "browse", 2);
+    let producer = common::acks_all_producer(&broker);
+    common::runtime().block_on(async {
+        for partition in 0..2 {
+            for i in 0..60 {
+                let key = format!("k{}", i % 3);
+                let value = format!(r#"{{"n":{i},"tag":"<x>"}}"#);
+                let headers = OwnedHeaders::new().insert(Header { key: "h", value: Some("<v>") });
+                let record = FutureRecord::to("browse")
+                    .partition(partition)
+                    .key(&key)
+                    .payload(&value)
+                    .headers(headers);
+                producer.send(record, Duration::from_secs(30)).await.expect("delivered");
+            }
+            let binary =
+                FutureRecord::<(), [u8]>::to("browse").partition(partition).payload(&[0xff, 0x00]);
+            producer.send(binary, Duration::from_secs(30)).await.expect("delivered");
+        }
+    });
+    // Both partitions, so one of them is read through the other shard (the admin
+    // endpoint runs on one shard).
+    for partition in 0..2 {
+        let path = |query: &str| format!("/topics/browse/{partition}?{query}");
+        let (status, first) = get(&broker, &path("format=json"));
+        assert_eq!(status, 200, "{first}");
+        assert_eq!(first.matches("<tr><td>").count(), 50, "a page is 50 records: {first}");
+        assert!(first.contains("<tr><td>0</td>"), "from the log start: {first}");
+        assert!(
+            first.contains("<pre class=\"json\">{\n  &quot;n&quot;: 0,\n  &quot;tag&quot;: &quot;&lt;x&gt;&quot;\n}</pre>"),
+            "pretty-printed and escaped: {first}"
+        );
+        assert!(first.contains("h: &lt;v&gt;"), "headers, escaped: {first}");
+        assert!(!first.contains("<x>") && !first.contains("<v>"), "nothing unescaped: {first}");
+        let next = format!("href=\"/topics/browse/{partition}?offset=50&amp;format=json\"");
+        assert!(first.contains(&next), "the next page keeps the format: {first}");
+
+        let (_, second) = get(&broker, &path("offset=50&format=hex"));
+        assert_eq!(second.matches("<tr><td>").count(), 11, "10 keyed + 1 binary: {second}");
+        assert!(second.contains("<td>50</td>"), "{second}");
+        assert!(second.contains("7b 22 6e 22"), "values as hex: {second}");
+        assert!(second.contains("<code class=\"hex\">ff 00</code>"), "{second}");
+        assert!(second.contains("<i>null</i>"), "the null key: {second}");
+        assert!(!second.contains("id=\"next\""), "the last page: {second}");
+
+        let (_, by_key) = get(&broker, &path("key=k1"));
+        assert_eq!(by_key.matches("<tr><td>").count(), 20, "every third record: {by_key}");
+        assert_eq!(by_key.matches("<td>k1</td>").count(), 20, "{by_key}");
+
+        let (_, future) = get(&broker, &path("timestamp=99999999999999"));
+        assert!(future.contains("No record has a timestamp at or after"), "{future}");
+        let (_, past) = get(&broker, &path("timestamp=0"));
+        assert!(past.contains("<tr><td>0</td>"), "the first record at or after 0: {past}");
+        let (_, beyond) = get(&broker, &path("offset=1000"));
+        assert!(beyond.contains("outside the partition"), "{beyond}");
+    }
+    assert_eq!(get(&broker, "/topics/browse/7").0, 404);
+    assert_eq!(get(&broker, "/topics/nothing/0").0, 404);
 }

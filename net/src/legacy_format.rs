@@ -520,15 +520,7 @@ pub fn record_batches_to_message_set(
 ) -> Result<Bytes, LegacyFormatError> {
     assert!(magic == 0 || magic == 1, "down-conversion to magic {magic}");
     let mut out = BytesMut::new();
-    let mut at = 0;
-    while stored.len() - at >= BATCH_HEADER_BYTES {
-        let batch_length = i32::from_be_bytes(stored[at + 8..at + 12].try_into().expect("4"));
-        let end = at + LOG_OVERHEAD + usize::try_from(batch_length).unwrap_or(0);
-        if batch_length < (BATCH_HEADER_BYTES - LOG_OVERHEAD) as i32 || end > stored.len() {
-            break;
-        }
-        let batch = stored.slice(at..end);
-        at = end;
+    for batch in whole_batches(stored) {
         let attributes = batch[22];
         if attributes & CONTROL_BATCH != 0 {
             continue;
@@ -570,6 +562,43 @@ pub fn record_batches_to_message_set(
         }
     }
     Ok(out.freeze())
+}
+
+/// The whole v2 batches of `stored` (as a Fetch reads them), in order; a partial batch
+/// at the end, or bytes too short to be a batch, end the iteration.
+fn whole_batches(stored: &Bytes) -> impl Iterator<Item = Bytes> + '_ {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        if stored.len() - at < BATCH_HEADER_BYTES {
+            return None;
+        }
+        let batch_length = i32::from_be_bytes(stored[at + 8..at + 12].try_into().expect("4"));
+        let end = at + LOG_OVERHEAD + usize::try_from(batch_length).unwrap_or(0);
+        if batch_length < (BATCH_HEADER_BYTES - LOG_OVERHEAD) as i32 || end > stored.len() {
+            return None;
+        }
+        let batch = stored.slice(at..end);
+        at = end;
+        Some(batch)
+    })
+}
+
+/// The data batches of `stored` (control batches, the transaction markers, left out), each
+/// as its base offset and its records decompressed to at most `max_records_bytes`, or why
+/// they cannot be read (zstd, corruption). For showing records, not for serving them.
+pub fn stored_records(
+    stored: &Bytes,
+    max_records_bytes: usize,
+) -> Vec<(i64, Result<Vec<Record>, LegacyFormatError>)> {
+    whole_batches(stored)
+        .filter(|batch| batch[22] & CONTROL_BATCH == 0)
+        .map(|batch| {
+            let base_offset = i64::from_be_bytes(batch[0..8].try_into().expect("8 bytes"));
+            let records = Codec::from_attributes(batch[22])
+                .and_then(|codec| decode_stored_batch(&batch, codec, max_records_bytes));
+            (base_offset, records)
+        })
+        .collect()
 }
 
 /// The records of one stored v2 batch, decompressed to at most `limit` bytes.

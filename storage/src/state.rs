@@ -395,8 +395,8 @@ fn superseded(entry: &LiveInternal, latest: &HashMap<InternalStream, u64>) -> bo
 
 impl<B: crate::disk::IoBuffer> State<B> {
     /// The next range to zero-fill `(segment base, start, end)` in log positions: only when
-    /// the flusher is idle, never at or behind the writer, and no further than
-    /// `ZERO_AHEAD_BYTES` ahead of it.
+    /// the flusher is idle, never at or behind the writer, starting before
+    /// `ZERO_AHEAD_BYTES` ahead of it, and always a whole step (or up to the segment's end).
     pub fn zero_work(&self) -> Option<(u64, u64, u64)> {
         // Small steps a little ahead of the writer: an append that arrives during a step
         // waits for one small write at most.
@@ -408,6 +408,12 @@ impl<B: crate::disk::IoBuffer> State<B> {
         // latency budget showed DMA writes of ~360 µs mean at 200 msg/s). A bounded
         // lookahead is written once, then only refilled as the writer advances.
         const ZERO_AHEAD_BYTES: u64 = 32 << 20;
+        // A step ends where a whole step ends, not at the horizon: ending at the horizon
+        // made a slow producer's every flush pull the horizon one page further and cost a
+        // 4 KiB zero write into unwritten blocks plus its own fdatasync (an inode write and a
+        // cache flush), so each message paid two writes, two cache flushes and an inode
+        // write (block trace in docs/storage.md, "Zero-fill lookahead").
+
         if !self.zero_fill
             || self.zeroing.is_some()
             || self.batcher.is_flushing()
@@ -422,9 +428,9 @@ impl<B: crate::disk::IoBuffer> State<B> {
             if !matches!(segment.state, SegmentState::Ready) {
                 return None;
             }
-            let end = (base + segment.len).min(horizon);
+            let end = base + segment.len;
             let start = (base + segment.zeroed_to).max(writer);
-            (start < end).then(|| (base, start, (start + ZERO_STEP_BYTES).min(end)))
+            (start < end.min(horizon)).then(|| (base, start, (start + ZERO_STEP_BYTES).min(end)))
         };
         self.segments.range(current..).find_map(work)
     }
@@ -575,14 +581,41 @@ mod tests {
             // From the writer's margin on, 256 KiB steps.
             ([0, 0], Some((0, 64 << 10, 320 << 10))),
             ([1 << 20, 0], Some((0, 1 << 20, (1 << 20) + (256 << 10)))),
-            // The last step ends at the horizon: writer + margin + 32 MiB.
-            ([32 << 20, 0], Some((0, 32 << 20, (32 << 20) + (64 << 10)))),
+            // The last step starts before the horizon (writer + margin + 32 MiB) and is
+            // whole: it ends past the horizon.
+            ([32 << 20, 0], Some((0, 32 << 20, (32 << 20) + (256 << 10)))),
             // At the horizon nothing more is zeroed, not even the spare.
             ([(32 << 20) + (64 << 10), 0], None),
         ];
         for (zeroed, expected) in cases {
             assert_eq!(state(zeroed).zero_work(), expected, "zeroed {zeroed:?}");
         }
+    }
+
+    /// A slow producer: the writer advances a page at a time, and the zero-fill runs in
+    /// every gap between flushes. The lookahead is refilled by whole steps, one per step's
+    /// worth of writing, never by a page per flush.
+    #[test]
+    fn a_writer_advancing_page_by_page_gets_one_whole_zero_step_per_step_written() {
+        let alloc = || -> Box<dyn Fn(usize) -> Vec<u8>> { Box::new(|len| vec![0; len]) };
+        // Zeroing starts at the writer's margin (64 KiB ahead of it).
+        let mut zeroed = 64 << 10;
+        let mut steps = Vec::new();
+        for page in 0..(4 << 20) / 4096 {
+            let mut state = state([zeroed, 0]);
+            state.batcher = Batcher::new(alloc(), 1 << 20, SEGMENT, (0, SEGMENT), page * 4096, &[]);
+            while let Some((base, start, end)) = state.zero_work() {
+                assert_eq!((base, start), (0, zeroed), "zeroing continues where it stopped");
+                steps.push(end - start);
+                zeroed = end;
+                state.segments.get_mut(&0).unwrap().zeroed_to = zeroed;
+            }
+        }
+        // The first fill reaches the horizon, then 4 MiB of writing needs 16 more steps.
+        let first_fill = (32 << 20) / (256 << 10);
+        let partial = steps.iter().filter(|&&bytes| bytes != 256 << 10).count();
+        assert_eq!(partial, 0, "{partial} of {} steps were not whole", steps.len());
+        assert_eq!(steps.len(), first_fill + 16);
     }
 
     #[test]

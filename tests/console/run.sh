@@ -60,6 +60,10 @@ for i in 1 2 3 4 5; do printf '{"sym":"AAPL","px":%s}\n' "18$i.5"; done \
 check "the topic page shows the partitions' high watermarks" /topics/prices 1000 \
   '</td><td>5</td></tr>' console-topic.png
 
+printf '{"sym":"MSFT","px":411.5,"venue":"<XNAS>"}\n' | cli produce prices --key MSFT --partition 2 >/dev/null
+check "a keyed JSON record produced with the CLI shows pretty-printed in the message browser" \
+  '/topics/prices/2?format=json' 1000 '^  "sym": "MSFT",$' console-records.png
+
 # A load while the overview polls: the live chart draws a point per interval.
 ./target/release/shardlog-load e2e --bootstrap 127.0.0.1:$port --rate 200 --secs 15 \
   --size 256 --acks all --partitions 3 > "$work/load.log" 2>&1 &

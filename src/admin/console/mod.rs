@@ -4,11 +4,13 @@
 //! is no action to take from it yet (docs/console.md says what is not built).
 //!
 //! Pages: `/` (shards and the live chart), `/topics` (paginated), `/topics/NAME`
-//! (partitions, owner shards, high watermarks, configs), `/groups` (committed offsets and
-//! lag). Nothing here touches the Kafka request path.
+//! (partitions, owner shards, high watermarks, configs), `/topics/NAME/P` (the message
+//! browser, `records.rs`: it reads records as a consumer would), `/groups` (committed
+//! offsets and lag).
 
 mod html;
 mod pages;
+mod records;
 
 use std::rc::Rc;
 
@@ -31,6 +33,10 @@ pub async fn route(shard: &Rc<Shard>, path: &str, query: &str) -> Option<Vec<u8>
     };
     if let Some((content_type, body)) = asset {
         return Some(http::response(200, content_type, body));
+    }
+    if let Some(browse) = records::Browse::from_path(path, query) {
+        let (status, html) = browse.render(shard).await;
+        return Some(http::response(status, HTML, &html));
     }
     let page = Page::parse(path, query)?;
     let snapshots = match shard.gather_metrics(super::SHARD_ANSWER_TIMEOUT).await {

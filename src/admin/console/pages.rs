@@ -120,7 +120,7 @@ pub fn topic(topic: &TopicMeta, snapshots: &[ShardMetrics]) -> String {
     let rows = topic.partition_shards.iter().enumerate().map(|(partition, shard)| {
         let hw = watermarks.get(&(partition as i32));
         vec![
-            partition.to_string(),
+            format!("<a href=\"/topics/{}/{partition}\">{partition}</a>", escape(&topic.name)),
             shard.to_string(),
             hw.map_or_else(|| "-".to_string(), |hw| hw.to_string()),
         ]
