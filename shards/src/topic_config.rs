@@ -18,9 +18,8 @@
 //! `--segment-bytes`; `flush.ms` cannot make an fdatasync happen sooner (the flusher never
 //! waits on a timer), it bounds how long relaxed acks may continue over unsynced data;
 //! `cleanup.policy=compact` requires keys and turns retention off (unless `delete` is listed
-//! too), but no log cleaner runs yet, so nothing is compacted and the compaction keys
-//! (`min.cleanable.dirty.ratio`, `min.compaction.lag.ms`, `max.compaction.lag.ms`,
-//! `delete.retention.ms`) are validated and stored only.
+//! too); the log cleaner (`compaction.rs`) honours `min.cleanable.dirty.ratio`,
+//! `min.compaction.lag.ms`, `max.compaction.lag.ms` and `delete.retention.ms`.
 
 use crate::error::TopicError;
 use crate::metadata::{TopicMeta, TopicTable};

@@ -19,7 +19,10 @@
 //!    offsets, and retried in-flight batches land exactly once;
 //! 7. producer ids handed out are never handed out again;
 //! 8. transactions open, committing or aborting at the power loss end complete or aborted,
-//!    never half, and committed ones stay visible in full (`power_loss/txn.rs`).
+//!    never half, and committed ones stay visible in full (`power_loss/txn.rs`);
+//! 9. on compacted topics cleaned between and during power losses, every key's latest
+//!    acknowledged record is at its offset, no deleted key comes back, offsets never
+//!    change, the high watermark and log start do not move (`power_loss/compact.rs`).
 //!
 //! `SHARDLOG_SEED=N` replays seed N; `SHARDLOG_POWER_LOSS_SEEDS=N` runs N seeds (default
 //! `DEFAULT_SEEDS`) from `SHARDLOG_POWER_LOSS_FIRST_SEED` (default 1). More seeds than
@@ -41,6 +44,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use shardlog_benches::load::record_batch::{batches, ProducerFields, RecordBatchWriter};
 use shardlog_shards::group::{coordinator_shard, OffsetCommitPartition};
+use shardlog_shards::ops::ProduceWait;
 use shardlog_shards::runtime::run_shards;
 use shardlog_shards::TopicTable;
 use shardlog_shards::{Mesh, NewTopic, PartitionRead, Shard, ShardConfig, ShardMeshBuilder};
@@ -48,6 +52,8 @@ use shardlog_storage::{AnyDisk, LogConfig, ShardLog, SimDisk, SimImage, XorShift
 
 #[path = "power_loss/churn.rs"]
 mod churn;
+#[path = "power_loss/compact.rs"]
+mod compact;
 #[path = "power_loss/txn.rs"]
 mod txn;
 
@@ -205,6 +211,13 @@ struct Stats {
     txn_committed: u64,
     txn_aborted: u64,
     txn_in_flight_resolved: u64,
+    /// The compacted topics (`compact.rs`): records acknowledged, the cleaner's passes and
+    /// what they removed, tombstones the checks found gone with their keys.
+    compact_acked_records: u64,
+    cleaner_passes: u64,
+    cleaner_removed_records: u64,
+    cleaner_removed_tombstones: u64,
+    tombstones_gone: u64,
     lost: u64,
     duplicated: u64,
 }
@@ -214,6 +227,7 @@ struct Model {
     topics: BTreeMap<String, TopicModel>,
     churn: BTreeMap<String, churn::ChurnTopic>,
     txn: txn::TxnModel,
+    compact: compact::CompactModel,
     /// Per partition: offset -> record of every acknowledged record.
     acked: HashMap<Key, BTreeMap<i64, RecordId>>,
     /// Per partition, filled by the checker: where each record present after a restart is.
@@ -374,6 +388,7 @@ async fn start_shard(
         checkpoint_interval: world.checkpoint_interval,
         metadata_snapshot: churn::snapshot_policy(world.seed, world.number),
         txn: shardlog_shards::txn::TxnConfig { check_interval: txn::TICK, ..Default::default() },
+        cleaner: compact::cleaner_config(world.seed, world.number),
         ..ShardConfig::default()
     };
     let shard = Shard::new(log, mesh.clone(), config);
@@ -418,8 +433,14 @@ async fn run_incarnation(world: &Arc<Incarnation>, shard: &Rc<Shard>) {
         check_partitions(world, shard).await;
         check_commits(world, shard);
         txn::check(world, shard).await;
+        compact::check(world, shard).await;
     }
     world.rendezvous(0, true).await;
+    if world.off() {
+        // A check failed: a retried batch to the peer's partitions would wait forever on
+        // its crashed disk, and the failure would show as a stall instead of its message.
+        return;
+    }
     retry_producers(world, shard).await;
     world.rendezvous(1, true).await;
     if world.ops_until_power_loss == 0 {
@@ -439,11 +460,9 @@ fn check_table(world: &Incarnation, shard: &Shard) {
     let table = shard.table();
     churn::check(world, &table);
     let mut model = world.model.lock().unwrap();
-    for (name, meta) in table
-        .topics
-        .iter()
-        .filter(|(n, _)| !n.starts_with(churn::PREFIX) && !n.starts_with(txn::PREFIX))
-    {
+    for (name, meta) in table.topics.iter().filter(|(n, _)| {
+        ![churn::PREFIX, txn::PREFIX, compact::PREFIX].iter().any(|p| n.starts_with(p))
+    }) {
         let Some(topic) = model.topics.get_mut(name) else {
             drop(model);
             return world.fail(format!("topic {name} exists but was never created"));
@@ -491,19 +510,30 @@ async fn check_partitions(world: &Incarnation, shard: &Shard) {
     }
 }
 
+/// One fetch of a partition this shard owns, from `offset`, without waiting.
+async fn fetch_at(
+    shard: &Shard,
+    key: &Key,
+    offset: i64,
+    read_committed: bool,
+    max_bytes: usize,
+) -> Result<shardlog_shards::FetchedRecords, String> {
+    let read = PartitionRead {
+        topic: key.0.clone(),
+        partition: key.1,
+        fetch_offset: offset,
+        partition_max_bytes: max_bytes,
+        read_committed,
+    };
+    let data = shard.fetch_local(&[read], Duration::ZERO, 0, max_bytes).await;
+    data[0].result.clone().map_err(|e| e.to_string())
+}
+
 async fn read_partition(shard: &Shard, key: &Key) -> Result<Vec<(i64, RecordId)>, String> {
     let mut records = Vec::new();
     let mut offset = 0;
     loop {
-        let read = PartitionRead {
-            topic: key.0.clone(),
-            partition: key.1,
-            fetch_offset: offset,
-            partition_max_bytes: 1 << 20,
-            read_committed: false,
-        };
-        let data = shard.fetch_local(&[read], Duration::ZERO, 0, 1 << 20).await;
-        let fetched = data[0].result.clone().map_err(|e| e.to_string())?;
+        let fetched = fetch_at(shard, key, offset, false, 1 << 20).await?;
         if fetched.records.is_empty() {
             if offset != fetched.high_watermark {
                 return Err(format!(
@@ -757,6 +787,7 @@ async fn start_workload(world: &Arc<Incarnation>, shard: &Rc<Shard>) {
     glommio::spawn_local(async move { topic_loop(&world3, &shard3).await }).detach();
     churn::spawn(world, shard);
     txn::spawn(world, shard);
+    compact::spawn(world, shard);
 }
 
 /// Acknowledged topics and their partition counts.
@@ -771,19 +802,30 @@ async fn random_yields(rng: &mut XorShift) {
     }
 }
 
+/// A pipelining producer's turn: after a few yields, the oldest answer if `window` requests
+/// are in flight (or, now and then, sooner); None: send another.
+async fn next_answer(
+    world: &Incarnation,
+    rng: &mut XorShift,
+    waits: &mut VecDeque<ProduceWait>,
+    window: usize,
+) -> Option<Result<shardlog_shards::ProduceAck, String>> {
+    random_yields(rng).await;
+    if waits.len() >= window || (!waits.is_empty() && rng.chance(1, 3)) {
+        let result = waits.pop_front().unwrap().await;
+        check_off(world).await;
+        return Some(result.map_err(|e| e.to_string()));
+    }
+    None
+}
+
 /// One idempotent producer: pipelined batches (up to `IN_FLIGHT`), each acknowledged when
 /// its answer comes back Ok (answers come in order).
 async fn produce_loop(world: &Incarnation, shard: &Rc<Shard>, producer: usize, task: usize) {
     let mut rng = world.rng(shard.id, task as u64);
     let mut waits = VecDeque::new();
     loop {
-        random_yields(&mut rng).await;
-        if waits.len() >= IN_FLIGHT || (!waits.is_empty() && rng.chance(1, 3)) {
-            let wait: shardlog_shards::ops::ProduceWait = waits.pop_front().unwrap();
-            let result = wait.await;
-            if world.off() {
-                power_gone().await;
-            }
+        if let Some(result) = next_answer(world, &mut rng, &mut waits, IN_FLIGHT).await {
             let failed = {
                 let mut model = world.model.lock().unwrap();
                 let batch = model.producers[producer].in_flight.pop_front().expect("in flight");
@@ -914,6 +956,40 @@ async fn topic_loop(world: &Incarnation, shard: &Rc<Shard>) {
     }
 }
 
+/// Power is off: a task of the old incarnation stops here.
+async fn check_off(world: &Incarnation) {
+    if world.off() {
+        power_gone().await;
+    }
+}
+
+/// CreateTopics until acknowledged (an existing one is acknowledged too: the answer before
+/// the power loss was lost). False, with the failure noted, if it was refused.
+async fn ensure_topic(
+    world: &Incarnation,
+    shard: &Rc<Shard>,
+    topic: &str,
+    partitions: i32,
+    configs: Vec<(String, String)>,
+) -> bool {
+    let new = NewTopic {
+        name: topic.to_string(),
+        num_partitions: partitions,
+        replication_factor: 1,
+        configs,
+    };
+    let result = shard.create_topics(vec![new], false).await.remove(0);
+    check_off(world).await;
+    match result {
+        Ok(()) => true,
+        Err(_) if shard.topic(topic).is_some() => true, // TOPIC_ALREADY_EXISTS
+        Err(e) => {
+            world.fail(format!("creating {topic}: {e}"));
+            false
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // The test.
 
@@ -948,7 +1024,12 @@ fn run_seed(seed: u64) -> Result<Stats, String> {
             ..Incarnation::new(number, seed, std::mem::take(&mut images), model.clone())
         });
         let shards_world = world.clone();
-        run_shards(SHARDS, move |builder| shard_main(builder, shards_world))?;
+        let ran = run_shards(SHARDS, move |builder| shard_main(builder, shards_world));
+        // A failed check stops the shards; one may then panic waiting for its peer.
+        if let Some(failure) = model.lock().unwrap().failure.take() {
+            return Err(failure);
+        }
+        ran?;
         images = std::mem::take(&mut *world.images.lock().unwrap());
         let mut model = model.lock().unwrap();
         if let Some(failure) = model.failure.take() {
@@ -959,10 +1040,16 @@ fn run_seed(seed: u64) -> Result<Stats, String> {
         }
     }
     let model = model.lock().unwrap();
+    let (passes, removed, tombstones) = model.compact.cleaner_totals();
     let stats = Stats {
         txn_committed: model.txn.committed,
         txn_aborted: model.txn.aborted,
         txn_in_flight_resolved: model.txn.resolved_in_flight,
+        compact_acked_records: model.compact.acked_records,
+        cleaner_passes: passes,
+        cleaner_removed_records: removed,
+        cleaner_removed_tombstones: tombstones,
+        tombstones_gone: model.compact.tombstones_gone,
         ..model.stats
     };
     Ok(stats)
@@ -1020,6 +1107,11 @@ impl Stats {
         self.txn_committed += other.txn_committed;
         self.txn_aborted += other.txn_aborted;
         self.txn_in_flight_resolved += other.txn_in_flight_resolved;
+        self.compact_acked_records += other.compact_acked_records;
+        self.cleaner_passes += other.cleaner_passes;
+        self.cleaner_removed_records += other.cleaner_removed_records;
+        self.cleaner_removed_tombstones += other.cleaner_removed_tombstones;
+        self.tombstones_gone += other.tombstones_gone;
         self.lost += other.lost;
         self.duplicated += other.duplicated;
     }
@@ -1031,7 +1123,9 @@ impl Stats {
             "POWER-LOSS-TOTALS seeds={seeds} power_losses={} acked_records={} acked_batches={} \
              acked_commits={} topics_created={} topic_changes={} dedup_checks={} in_flight_retried={} \
              in_flight_survived={} producer_ids={} txn_committed={} txn_aborted={} \
-             txn_in_flight_resolved={} lost={} duplicated={}",
+             txn_in_flight_resolved={} compact_acked_records={} cleaner_passes={} \
+             cleaner_removed_records={} cleaner_removed_tombstones={} tombstones_gone={} \
+             lost={} duplicated={}",
             s.power_losses,
             s.acked_records,
             s.acked_batches,
@@ -1045,6 +1139,11 @@ impl Stats {
             s.txn_committed,
             s.txn_aborted,
             s.txn_in_flight_resolved,
+            s.compact_acked_records,
+            s.cleaner_passes,
+            s.cleaner_removed_records,
+            s.cleaner_removed_tombstones,
+            s.tombstones_gone,
             s.lost,
             s.duplicated
         )
@@ -1074,6 +1173,11 @@ impl Stats {
             txn_committed: get("txn_committed")?,
             txn_aborted: get("txn_aborted")?,
             txn_in_flight_resolved: get("txn_in_flight_resolved")?,
+            compact_acked_records: get("compact_acked_records")?,
+            cleaner_passes: get("cleaner_passes")?,
+            cleaner_removed_records: get("cleaner_removed_records")?,
+            cleaner_removed_tombstones: get("cleaner_removed_tombstones")?,
+            tombstones_gone: get("tombstones_gone")?,
             lost: get("lost")?,
             duplicated: get("duplicated")?,
         };
@@ -1287,6 +1391,13 @@ fn acknowledged_records_commits_topics_and_producer_state_survive_power_loss() {
         started.elapsed().as_secs_f64()
     );
     assert_eq!((total.lost, total.duplicated), (0, 0), "records lost or duplicated");
+    if count >= 50 {
+        let cleaned = [total.cleaner_passes, total.cleaner_removed_records, total.tombstones_gone];
+        assert!(
+            cleaned.iter().all(|n| *n > 0) && total.cleaner_removed_tombstones > 0,
+            "the log cleaner did too little between power losses to mean anything: {total:?}"
+        );
+    }
 }
 
 /// Regression (seeds 4 and 5 above found it): a producer-state snapshot taken while

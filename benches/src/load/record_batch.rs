@@ -77,15 +77,21 @@ impl<'a> RecordBatchWriter<'a> {
 
     /// Appends one record with timestamp delta 0 and no headers.
     pub fn push(&mut self, key: Option<&[u8]>, value: &[u8]) {
+        self.push_nullable(key, Some(value));
+    }
+
+    /// Appends one record whose value may be null (a tombstone of a compacted topic).
+    pub fn push_nullable(&mut self, key: Option<&[u8]>, value: Option<&[u8]>) {
         let offset_delta = self.record_count;
         let key_len = key.map_or(-1, |k| k.len() as i32);
+        let value_len = value.map_or(-1, |v| v.len() as i32);
         let body_len = 1 // attributes
             + 1 // timestamp_delta 0
             + varint_len(offset_delta)
             + varint_len(key_len)
             + key.map_or(0, <[u8]>::len)
-            + varint_len(value.len() as i32)
-            + value.len()
+            + varint_len(value_len)
+            + value.map_or(0, <[u8]>::len)
             + 1; // header count 0
         put_varint(self.out, body_len as i32);
         self.out.push(0);
@@ -95,8 +101,10 @@ impl<'a> RecordBatchWriter<'a> {
         if let Some(key) = key {
             self.out.extend_from_slice(key);
         }
-        put_varint(self.out, value.len() as i32);
-        self.out.extend_from_slice(value);
+        put_varint(self.out, value_len);
+        if let Some(value) = value {
+            self.out.extend_from_slice(value);
+        }
         self.out.push(0);
         self.record_count += 1;
     }

@@ -99,35 +99,13 @@ pub fn spawn(world: &Arc<Incarnation>, shard: &Rc<Shard>) {
     glommio::spawn_local(async move { txn_loop(&world, &shard).await }).detach();
 }
 
-async fn check_off(world: &Incarnation) {
-    if world.off() {
-        power_gone().await;
-    }
-}
-
-/// CreateTopics of this shard's transactional topic until acknowledged (an existing one
-/// is acknowledged too: the answer before the power loss was lost).
-async fn ensure_topic(world: &Incarnation, shard: &Rc<Shard>, topic: &str) -> bool {
+/// This shard's transactional topic, created until acknowledged.
+async fn ensure_txn_topic(world: &Incarnation, shard: &Rc<Shard>, topic: &str) -> bool {
     if world.model.lock().unwrap().txn.topics_acked.contains(topic) {
         return true;
     }
-    let new = NewTopic {
-        name: topic.to_string(),
-        num_partitions: PARTITIONS,
-        replication_factor: 1,
-        configs: vec![],
-    };
-    let result = shard.create_topics(vec![new], false).await.remove(0);
-    check_off(world).await;
-    match result {
-        Ok(()) => {}
-        Err(e) if shard.topic(topic).is_some() => {
-            let _ = e; // TOPIC_ALREADY_EXISTS: created before the power loss
-        }
-        Err(e) => {
-            world.fail(format!("creating {topic}: {e}"));
-            return false;
-        }
+    if !ensure_topic(world, shard, topic, PARTITIONS, vec![]).await {
+        return false;
     }
     world.model.lock().unwrap().txn.topics_acked.insert(topic.to_string());
     true
@@ -137,7 +115,7 @@ async fn txn_loop(world: &Incarnation, shard: &Rc<Shard>) {
     let mut rng = world.rng(shard.id, 80);
     let id = transactional_id(shard.id);
     let topic = format!("{PREFIX}{}", shard.id);
-    if !ensure_topic(world, shard, &topic).await {
+    if !ensure_txn_topic(world, shard, &topic).await {
         return;
     }
     let init = shard.txn_init_producer_id(&id, 60_000, None).await;
@@ -242,16 +220,8 @@ async fn fetch(
     topic: &str,
     partition: i32,
     read_committed: bool,
-) -> Result<shardlog_shards::message::FetchedRecords, String> {
-    let read = PartitionRead {
-        topic: topic.to_string(),
-        partition,
-        fetch_offset: 0,
-        partition_max_bytes: 8 << 20,
-        read_committed,
-    };
-    let data = shard.fetch_local(&[read], Duration::ZERO, 0, 8 << 20).await;
-    data[0].result.clone().map_err(|e| e.to_string())
+) -> Result<shardlog_shards::FetchedRecords, String> {
+    fetch_at(shard, &(topic.to_string(), partition), 0, read_committed, 8 << 20).await
 }
 
 /// One transaction's run of data in a partition, and the marker that ended it.
