@@ -197,6 +197,10 @@ pub struct TopicsArgs {
     /// (memory per partition with one record each).
     #[arg(long)]
     pub touch_each: bool,
+    /// After set-up, time this many requests of each kind, one at a time, each about
+    /// a random topic: Metadata (one topic), ListOffsets, Fetch, OffsetCommit.
+    #[arg(long, default_value_t = 0)]
+    pub requests: usize,
     /// Wait before each RSS reading (ms), so freed memory settles.
     #[arg(long, default_value_t = 1000)]
     pub settle_ms: u64,

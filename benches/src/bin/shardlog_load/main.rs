@@ -16,6 +16,7 @@ mod e2e;
 mod probe;
 mod produce;
 mod report;
+mod requests;
 mod topics;
 
 use std::process::ExitCode;

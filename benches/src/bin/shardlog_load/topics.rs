@@ -3,7 +3,8 @@
 //!
 //! Set-up: CreateTopics `--create-batch` topics per request, then Metadata for the same
 //! chunks until every partition has a leader; the broker's RSS before and after (with
-//! `--broker-pid`), and, with `--touch-each`, after one record in every partition.
+//! `--broker-pid`), and, with `--touch-each`, after one record in every partition. With
+//! `--requests`, the latency of single-partition requests (`requests.rs`).
 //!
 //! Load: one connection per leader. A connection walks its partitions in topic order,
 //! round-robin, one record batch of `--batch` records per partition visit, so every
@@ -28,6 +29,7 @@ use crate::args::TopicsArgs;
 use crate::probe;
 use crate::produce::{fill_value, now_ms, ConnectionOutcome, ProduceOutcome};
 use crate::report::{fresh_topic, Report};
+use crate::requests;
 
 const FSYNC_BYTES: &str = "shardlog_fsync_bytes_sum";
 const FSYNCS: &str = "shardlog_fsync_bytes_count";
@@ -96,6 +98,9 @@ pub fn run_mode(args: &TopicsArgs) -> Result<(), String> {
         );
     }
     report.print();
+    if args.requests > 0 {
+        requests::run(&args.bootstrap, &layouts, args.requests, &args.label)?;
+    }
 
     let batches = args.messages.div_ceil(args.batch as u64).max(total_partitions as u64);
     for shape in shapes {
