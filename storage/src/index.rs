@@ -84,14 +84,17 @@ impl PartitionLog {
             .batches
             .back()
             .map_or(max_timestamp, |b| b.running_max_timestamp.max(max_timestamp));
-        self.batches.push_back(BatchEntry {
-            base_offset,
-            last_offset,
-            position,
-            len,
-            max_timestamp,
-            running_max_timestamp: running,
-        });
+        push_back_small(
+            &mut self.batches,
+            BatchEntry {
+                base_offset,
+                last_offset,
+                position,
+                len,
+                max_timestamp,
+                running_max_timestamp: running,
+            },
+        );
         self.next_offset = last_offset + 1;
         self.size_bytes += len as u64;
     }
@@ -216,9 +219,32 @@ impl PartitionLog {
     }
 }
 
+/// `push_back` whose first allocation holds one item, not the four a `VecDeque` starts
+/// with: with many partitions, most hold a batch or two, and each of them would carry
+/// the unused three (docs/benchmarks.md, "Memory per partition"). Later pushes grow the
+/// deque as usual (doubling).
+pub(crate) fn push_back_small<T>(deque: &mut VecDeque<T>, item: T) {
+    if deque.capacity() == 0 {
+        deque.reserve_exact(1);
+    }
+    deque.push_back(item);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_partition_with_one_batch_allocates_one_index_entry() {
+        let mut p = PartitionLog::starting_at(0);
+        p.push(0, 0, 0, 100, 0);
+        assert_eq!(p.batches.capacity(), 1);
+        for i in 1..10 {
+            p.push(i, i, 1000 * i as u64, 100, 0);
+        }
+        assert_eq!(p.batches.len(), 10);
+        assert!(p.batches.capacity() >= 10);
+    }
 
     fn partition() -> PartitionLog {
         let mut p = PartitionLog::starting_at(0);

@@ -315,7 +315,7 @@ impl Replayed {
         let log = self.partitions.get_mut(&partition).expect("cached batch of a known partition");
         // Pushed right after its index entry, so the cache stays a suffix of the index.
         self.cache_bytes += bytes.len();
-        log.cached.push_back(bytes);
+        crate::index::push_back_small(&mut log.cached, bytes);
         self.cache_fifo.push_back((partition, base_offset));
         while self.cache_bytes > self.cache_limit {
             let Some((p, base)) = self.cache_fifo.pop_front() else { break };

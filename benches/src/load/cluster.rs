@@ -1,4 +1,4 @@
-//! Cluster view for the load generator: create a topic, then follow Metadata to each
+//! Cluster view for the load generator: create topics, then follow Metadata to each
 //! partition's leader (on shardlog, the port of the shard that owns the partition).
 
 use std::collections::BTreeMap;
@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
 use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, MetadataRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
@@ -39,66 +40,126 @@ pub fn topic_name(topic: &str) -> TopicName {
 
 /// Creates `topic` with `partitions` (an existing topic is fine).
 pub fn create_topic(conn: &mut Connection, topic: &str, partitions: i32) -> Result<()> {
+    create_topics(conn, &[topic.to_string()], partitions, 1)
+}
+
+/// Asks Metadata until every partition of `topic` has a leader (creation may lag).
+pub fn wait_for_layout(conn: &mut Connection, topic: &str, partitions: i32) -> Result<TopicLayout> {
+    let mut layouts = wait_for_layouts(conn, &[topic.to_string()], partitions, 1)?;
+    Ok(layouts.pop().expect("one layout per name"))
+}
+
+/// The topic's layout as Metadata reports it now, or `None` if some partition lacks a
+/// known leader.
+pub fn layout(conn: &mut Connection, topic: &str) -> Result<Option<TopicLayout>> {
+    Ok(layouts_of(conn, &[topic.to_string()])?.pop().flatten())
+}
+
+/// Creates `names`, each with `partitions`, `per_request` topics per CreateTopics
+/// request (existing topics are fine).
+pub fn create_topics(
+    conn: &mut Connection,
+    names: &[String],
+    partitions: i32,
+    per_request: usize,
+) -> Result<()> {
     let version = conn.version(ApiKey::CreateTopics)?;
-    let request = CreateTopicsRequest::default()
-        .with_topics(vec![CreatableTopic::default()
-            .with_name(topic_name(topic))
-            .with_num_partitions(partitions)
-            .with_replication_factor(1)])
-        .with_timeout_ms(60_000);
-    let response = conn.call(&request, version)?;
-    for t in response.topics {
-        if t.error_code != 0 && t.error_code != TOPIC_ALREADY_EXISTS {
-            let message = t.error_message.map(|m| m.to_string()).unwrap_or_default();
+    for chunk in names.chunks(per_request.max(1)) {
+        let topics = chunk
+            .iter()
+            .map(|name| {
+                CreatableTopic::default()
+                    .with_name(topic_name(name))
+                    .with_num_partitions(partitions)
+                    .with_replication_factor(1)
+            })
+            .collect();
+        let request = CreateTopicsRequest::default().with_topics(topics).with_timeout_ms(60_000);
+        let response = conn.call(&request, version)?;
+        if let Some(t) = response
+            .topics
+            .iter()
+            .find(|t| t.error_code != 0 && t.error_code != TOPIC_ALREADY_EXISTS)
+        {
+            let message = t.error_message.as_ref().map(|m| m.to_string()).unwrap_or_default();
             return Err(ClientError::Protocol(format!(
-                "CreateTopics {topic}: error {} {message}",
-                t.error_code
+                "CreateTopics {}: error {} {message}",
+                &*t.name.0, t.error_code
             )));
         }
     }
     Ok(())
 }
 
-/// Asks Metadata until every partition of `topic` has a leader (creation may lag).
-pub fn wait_for_layout(conn: &mut Connection, topic: &str, partitions: i32) -> Result<TopicLayout> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(layout) = layout(conn, topic)? {
-            if layout.leaders.len() == partitions as usize {
-                return Ok(layout);
+/// Waits until every partition of every topic in `names` has a leader, asking Metadata
+/// for `per_request` topics at a time; the layouts come back in the order of `names`.
+pub fn wait_for_layouts(
+    conn: &mut Connection,
+    names: &[String],
+    partitions: i32,
+    per_request: usize,
+) -> Result<Vec<TopicLayout>> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut layouts = Vec::with_capacity(names.len());
+    for chunk in names.chunks(per_request.max(1)) {
+        loop {
+            let found = layouts_of(conn, chunk)?;
+            if found
+                .iter()
+                .all(|l| l.as_ref().is_some_and(|l| l.leaders.len() == partitions as usize))
+            {
+                layouts.extend(found.into_iter().flatten());
+                break;
             }
+            if Instant::now() > deadline {
+                return Err(ClientError::Protocol(format!(
+                    "{} topics: not every partition has a leader after 120 s",
+                    names.len()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
-        if Instant::now() > deadline {
-            return Err(ClientError::Protocol(format!("{topic}: no leaders after 60 s")));
-        }
-        std::thread::sleep(Duration::from_millis(50));
     }
+    Ok(layouts)
 }
 
-/// The topic's layout as Metadata reports it now, or `None` if some partition lacks a
-/// known leader.
-pub fn layout(conn: &mut Connection, topic: &str) -> Result<Option<TopicLayout>> {
+/// The layout of each topic in `topics` (one Metadata request), `None` for a topic with
+/// a partition that lacks a known leader.
+pub fn layouts_of(conn: &mut Connection, topics: &[String]) -> Result<Vec<Option<TopicLayout>>> {
     let version = conn.version(ApiKey::Metadata)?;
     let request = MetadataRequest::default()
-        .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(topic_name(topic)))]))
+        .with_topics(Some(
+            topics
+                .iter()
+                .map(|t| MetadataRequestTopic::default().with_name(Some(topic_name(t))))
+                .collect(),
+        ))
         .with_allow_auto_topic_creation(false);
     let response = conn.call(&request, version)?;
     let brokers: BTreeMap<i32, String> =
         response.brokers.iter().map(|b| (b.node_id.0, format!("{}:{}", b.host, b.port))).collect();
-    let Some(t) = response.topics.iter().find(|t| t.name.as_ref().map(|n| &*n.0) == Some(topic))
-    else {
-        return Ok(None);
-    };
+    let by_name: BTreeMap<&str, &MetadataResponseTopic> =
+        response.topics.iter().filter_map(|t| Some((&*t.name.as_ref()?.0, t))).collect();
+    Ok(topics
+        .iter()
+        .map(|name| by_name.get(name.as_str()).and_then(|t| topic_layout(name, t, &brokers)))
+        .collect())
+}
+
+fn topic_layout(
+    topic: &str,
+    t: &MetadataResponseTopic,
+    brokers: &BTreeMap<i32, String>,
+) -> Option<TopicLayout> {
     if t.error_code != 0 || t.partitions.is_empty() {
-        return Ok(None);
+        return None;
     }
     let mut leaders = vec![String::new(); t.partitions.len()];
     for p in &t.partitions {
-        let index = p.partition_index as usize;
-        match (leaders.get_mut(index), brokers.get(&p.leader_id.0)) {
+        match (leaders.get_mut(p.partition_index as usize), brokers.get(&p.leader_id.0)) {
             (Some(slot), Some(addr)) if p.error_code == 0 => *slot = addr.clone(),
-            _ => return Ok(None),
+            _ => return None,
         }
     }
-    Ok(Some(TopicLayout { topic: topic.to_string(), leaders }))
+    Some(TopicLayout { topic: topic.to_string(), leaders })
 }

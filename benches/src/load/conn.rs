@@ -52,6 +52,8 @@ fn preferred_max(api_key: ApiKey) -> i16 {
         ApiKey::ListOffsets => 7,
         ApiKey::CreateTopics => 7,
         ApiKey::InitProducerId => 4,
+        ApiKey::FindCoordinator => 3,
+        ApiKey::OffsetCommit => 8,
         ApiKey::ApiVersions => 0,
         _ => 0,
     }

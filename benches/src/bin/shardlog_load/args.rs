@@ -12,7 +12,9 @@ use clap::{Args, Parser, Subcommand};
       --acks all --partitions 3 --keys 1000 --topic tp\n  \
       shardlog-load consume --bootstrap 127.0.0.1:9092 --topic tp\n  \
       shardlog-load e2e --rate 200 --secs 20\n  \
-      shardlog-load partitions --counts 8,100,1000,10000"
+      shardlog-load partitions --counts 8,100,1000,10000\n  \
+      shardlog-load topics --topics 10000 --partitions 4 --broker-pid PID \
+      --admin-addr 127.0.0.1:9644"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -36,6 +38,10 @@ pub enum Mode {
     /// --messages is raised to at least (largest count x --batch) so every partition
     /// gets a batch.
     Partitions(PartitionsArgs),
+    /// N topics x P partitions created up front, then a produce load spread over all of
+    /// them in each request shape (many partitions per request, one per request);
+    /// msg/s, produce->ack percentiles, broker RSS and bytes flushed per message.
+    Topics(TopicsArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -133,6 +139,71 @@ pub struct PartitionsArgs {
     /// Partition counts to run, one topic each.
     #[arg(long, default_value = "8,100,1000,10000", value_delimiter = ',')]
     pub counts: Vec<i32>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TopicsArgs {
+    /// Any broker of the cluster.
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    pub bootstrap: String,
+    /// Topic names are `<prefix>-<n>` (default: a fresh prefix per run).
+    #[arg(long)]
+    pub prefix: Option<String>,
+    /// Label copied into the RESULT lines.
+    #[arg(long, default_value = "")]
+    pub label: String,
+    /// Topics to create.
+    #[arg(long, default_value_t = 1000)]
+    pub topics: usize,
+    /// Partitions per topic.
+    #[arg(long, default_value_t = 4)]
+    pub partitions: i32,
+    /// Topics per CreateTopics request (and per Metadata request).
+    #[arg(long, default_value_t = 500)]
+    pub create_batch: usize,
+    /// Messages per shape; raised to (topics x partitions x --batch) so that every
+    /// partition gets a batch.
+    #[arg(long, default_value_t = 200_000)]
+    pub messages: u64,
+    /// Value size in bytes (at least 16).
+    #[arg(long, default_value_t = 1024)]
+    pub size: usize,
+    /// Records per record batch (one batch per partition per request).
+    #[arg(long, default_value_t = 4)]
+    pub batch: usize,
+    #[arg(long, default_value = "all", value_parser = parse_acks)]
+    pub acks: i16,
+    /// Request shapes to run, in order: `many` (up to --partitions-per-request batches,
+    /// each for a different partition, per Produce request, as the Java client sends
+    /// what its accumulator holds for a broker) and `one` (one partition per request, as
+    /// librdkafka sends). `none` runs no load (memory only).
+    #[arg(long, default_value = "many,one", value_delimiter = ',')]
+    pub shapes: Vec<String>,
+    /// Batches (partitions) per request in the `many` shape; at most the partitions a
+    /// connection's leader owns.
+    #[arg(long, default_value_t = 16)]
+    pub partitions_per_request: usize,
+    /// Produce requests in flight per connection (one connection per leader).
+    #[arg(long, default_value_t = 5)]
+    pub in_flight: usize,
+    /// The broker's process id: its VmRSS (/proc/PID/status) goes into the results.
+    #[arg(long)]
+    pub broker_pid: Option<u32>,
+    /// The broker's admin endpoint (host:port): bytes flushed per message come from
+    /// `shardlog_fsync_bytes_sum` on its /metrics.
+    #[arg(long)]
+    pub admin_addr: Option<String>,
+    /// Before the load: produce one record to every partition and report RSS again
+    /// (memory per partition with one record each).
+    #[arg(long)]
+    pub touch_each: bool,
+    /// After set-up, time this many requests of each kind, one at a time, each about
+    /// a random topic: Metadata (one topic), ListOffsets, Fetch, OffsetCommit.
+    #[arg(long, default_value_t = 0)]
+    pub requests: usize,
+    /// Wait before each RSS reading (ms), so freed memory settles.
+    #[arg(long, default_value_t = 1000)]
+    pub settle_ms: u64,
 }
 
 fn parse_acks(s: &str) -> Result<i16, String> {

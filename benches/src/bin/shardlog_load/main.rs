@@ -6,15 +6,18 @@
 //! traffic goes to its leader (on shardlog, the port of the shard that owns it).
 //! Latencies go into HdrHistograms (microseconds).
 //!
-//! Modes: `produce`, `e2e`, `consume` (alias `replay`), `partitions`. Each prints a human
-//! table and a machine-readable `RESULT mode=... key=value` line on stdout; errors go to
-//! stderr with a non-zero exit.
+//! Modes: `produce`, `e2e`, `consume` (alias `replay`), `partitions`, `topics`. Each
+//! prints a human table and a machine-readable `RESULT mode=... key=value` line on stdout;
+//! errors go to stderr with a non-zero exit.
 
 mod args;
 mod consume;
 mod e2e;
+mod probe;
 mod produce;
 mod report;
+mod requests;
+mod topics;
 
 use std::process::ExitCode;
 
@@ -29,6 +32,7 @@ fn main() -> ExitCode {
         Mode::E2e(args) => e2e::run_mode(&args),
         Mode::Consume(args) | Mode::Replay(args) => consume::run_mode(&args),
         Mode::Partitions(args) => produce::run_partitions_mode(&args),
+        Mode::Topics(args) => topics::run_mode(&args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

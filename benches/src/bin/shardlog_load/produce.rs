@@ -10,6 +10,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Barrier};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -95,7 +96,44 @@ pub struct ProduceOutcome {
 }
 
 impl ProduceOutcome {
-    fn add_to(&self, report: &mut Report, size: usize) {
+    pub fn new(connections: usize) -> ProduceOutcome {
+        ProduceOutcome {
+            elapsed: Duration::ZERO,
+            sent_messages: 0,
+            acked_messages: 0,
+            error_partitions: 0,
+            first_error: None,
+            histogram: new_histogram(),
+            connections,
+        }
+    }
+
+    /// Releases the connection threads waiting at `barrier` (all connected) and merges
+    /// what they measured; elapsed time runs from the release to the last one's end.
+    pub fn collect(
+        barrier: &Barrier,
+        handles: Vec<JoinHandle<Result<ConnectionOutcome, String>>>,
+    ) -> Result<ProduceOutcome, String> {
+        barrier.wait();
+        let started = Instant::now();
+        let mut outcome = ProduceOutcome::new(handles.len());
+        for handle in handles {
+            outcome.merge(handle.join().map_err(|_| "a producer thread panicked".to_string())??);
+        }
+        outcome.elapsed = started.elapsed();
+        Ok(outcome)
+    }
+
+    /// Adds one connection's counts and latencies.
+    pub fn merge(&mut self, part: ConnectionOutcome) {
+        self.sent_messages += part.sent_messages;
+        self.acked_messages += part.acked_messages;
+        self.error_partitions += part.error_partitions;
+        self.first_error = self.first_error.take().or(part.first_error);
+        self.histogram.add(&part.histogram).expect("same histogram bounds");
+    }
+
+    pub fn add_to(&self, report: &mut Report, size: usize) {
         let counted =
             self.acked_messages.max(if self.histogram.is_empty() { self.sent_messages } else { 0 });
         report
@@ -148,27 +186,7 @@ pub fn run_produce(
             handles.push(std::thread::spawn(move || produce_connection(plan, &barrier)));
         }
     }
-    barrier.wait();
-    let started = Instant::now();
-    let mut outcome = ProduceOutcome {
-        elapsed: Duration::ZERO,
-        sent_messages: 0,
-        acked_messages: 0,
-        error_partitions: 0,
-        first_error: None,
-        histogram: new_histogram(),
-        connections,
-    };
-    for handle in handles {
-        let part = handle.join().map_err(|_| "a producer thread panicked".to_string())??;
-        outcome.sent_messages += part.sent_messages;
-        outcome.acked_messages += part.acked_messages;
-        outcome.error_partitions += part.error_partitions;
-        outcome.first_error = outcome.first_error.or(part.first_error);
-        outcome.histogram.add(&part.histogram).expect("same histogram bounds");
-    }
-    outcome.elapsed = started.elapsed();
-    Ok(outcome)
+    ProduceOutcome::collect(&barrier, handles)
 }
 
 struct ConnectionPlan {
@@ -276,12 +294,51 @@ impl BatchSource {
     }
 }
 
-struct ConnectionOutcome {
-    sent_messages: u64,
-    acked_messages: u64,
-    error_partitions: u64,
-    first_error: Option<String>,
-    histogram: Histogram<u64>,
+/// What one connection measured.
+pub struct ConnectionOutcome {
+    pub sent_messages: u64,
+    pub acked_messages: u64,
+    pub error_partitions: u64,
+    pub first_error: Option<String>,
+    pub histogram: Histogram<u64>,
+}
+
+impl ConnectionOutcome {
+    pub fn new() -> ConnectionOutcome {
+        ConnectionOutcome {
+            sent_messages: 0,
+            acked_messages: 0,
+            error_partitions: 0,
+            first_error: None,
+            histogram: new_histogram(),
+        }
+    }
+
+    /// Waits for the oldest Produce answer on `conn`, records its produce->ack time (sent
+    /// at the front of `sent_at`) and counts its partitions' errors; returns the partitions
+    /// it acknowledged and the ones it refused.
+    pub fn await_ack(
+        &mut self,
+        conn: &mut Connection,
+        sent_at: &mut VecDeque<Instant>,
+    ) -> Result<(u64, u64), String> {
+        let response = conn.recv::<ProduceRequest>().map_err(|e| e.to_string())?;
+        let at = sent_at.pop_front().expect("a send time per request in flight");
+        record(&mut self.histogram, at.elapsed());
+        let (mut acked, mut refused) = (0, 0);
+        for partition in response.responses.iter().flat_map(|t| &t.partition_responses) {
+            if partition.error_code == 0 {
+                acked += 1;
+                continue;
+            }
+            refused += 1;
+            self.error_partitions += 1;
+            self.first_error.get_or_insert_with(|| {
+                format!("partition {} error {}", partition.index, partition.error_code)
+            });
+        }
+        Ok((acked, refused))
+    }
 }
 
 /// Writes a value: send time (ns since `epoch`), the message index, then filler.
@@ -320,14 +377,9 @@ fn produce_connection(
     let epoch = Instant::now();
     let mut value = vec![b'x'; args.size];
     let mut key = String::new();
-    let mut sent_at: VecDeque<(Instant, u64)> = VecDeque::new();
-    let mut out = ConnectionOutcome {
-        sent_messages: 0,
-        acked_messages: 0,
-        error_partitions: 0,
-        first_error: None,
-        histogram: new_histogram(),
-    };
+    let mut sent_at = VecDeque::new();
+    let mut sizes = VecDeque::new();
+    let mut out = ConnectionOutcome::new();
     let keys = plan.source.key_partitions.len() as u64;
     // Next sequence number per partition (idempotent producer only).
     let mut sequences = vec![0i32; plan.args.partitions as usize];
@@ -363,27 +415,17 @@ fn produce_connection(
                 conn.send_no_response(&request, version).map_err(|e| e.to_string())?;
             } else {
                 conn.send(&request, version).map_err(|e| e.to_string())?;
-                sent_at.push_back((Instant::now(), n));
+                sent_at.push_back(Instant::now());
+                sizes.push_back(n);
             }
         }
         // Nothing in flight means the source is exhausted (acks=0 never has any).
         if conn.in_flight() == 0 {
             break;
         }
-        let response = conn.recv::<ProduceRequest>().map_err(|e| e.to_string())?;
-        let (at, n) = sent_at.pop_front().expect("a send time per request in flight");
-        record(&mut out.histogram, at.elapsed());
-        let mut ok = true;
-        for partition in response.responses.iter().flat_map(|t| &t.partition_responses) {
-            if partition.error_code != 0 {
-                ok = false;
-                out.error_partitions += 1;
-                out.first_error.get_or_insert_with(|| {
-                    format!("partition {} error {}", partition.index, partition.error_code)
-                });
-            }
-        }
-        if ok {
+        let (_, refused) = out.await_ack(&mut conn, &mut sent_at)?;
+        let n = sizes.pop_front().expect("a size per request in flight");
+        if refused == 0 {
             out.acked_messages += n;
         }
     }
