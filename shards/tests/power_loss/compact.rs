@@ -123,7 +123,7 @@ fn runs_in(seed: u64) -> bool {
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(4)
         .max(1);
-    seed % every == 0
+    seed.is_multiple_of(every)
 }
 
 pub fn spawn(world: &Arc<Incarnation>, shard: &Rc<Shard>) {
