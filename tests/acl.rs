@@ -3,6 +3,8 @@
 //! and raw CreateAcls / DescribeAcls / DeleteAcls from the operator's PLAINTEXT listener
 //! (User:ANONYMOUS, a super user here) and over TLS (a principal that may not).
 
+#[path = "common/acl.rs"]
+mod acl;
 mod common;
 #[path = "common/tls.rs"]
 mod tls;
@@ -10,8 +12,10 @@ mod tls;
 use std::path::Path;
 use std::time::Duration;
 
+use acl::{binding, create_acls, ALLOW, ALTER, ANY, CLUSTER, DENY, GROUP, LITERAL, PREFIXED};
+use acl::{READ, TOPIC, WRITE};
 use common::{Broker, RawClient};
-use kafka_protocol::messages::create_acls_request::{AclCreation, CreateAclsRequest};
+use kafka_protocol::messages::create_acls_request::CreateAclsRequest;
 use kafka_protocol::messages::delete_acls_request::{DeleteAclsFilter, DeleteAclsRequest};
 use kafka_protocol::messages::describe_acls_request::DescribeAclsRequest;
 use kafka_protocol::messages::list_offsets_request::{
@@ -26,17 +30,6 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tls::{read_values, ssl_client, tls_connect, two_listener_broker, write, Ca};
 
-const TOPIC: i8 = 2;
-const GROUP: i8 = 3;
-const CLUSTER: i8 = 4;
-const LITERAL: i8 = 3;
-const PREFIXED: i8 = 4;
-const ANY: i8 = 1;
-const READ: i8 = 3;
-const WRITE: i8 = 4;
-const DENY: i8 = 2;
-const ALLOW: i8 = 3;
-const ALTER: i8 = 7;
 const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
 const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
 
@@ -115,27 +108,6 @@ fn produce(config: &ClientConfig, topic: &str, count: usize) -> Vec<Result<(), R
         }
         results
     })
-}
-
-fn binding(resource: (i8, &str, i8), who: &str, operation: i8, permission: i8) -> AclCreation {
-    AclCreation::default()
-        .with_resource_type(resource.0)
-        .with_resource_name(StrBytes::from_string(resource.1.to_string()))
-        .with_resource_pattern_type(resource.2)
-        .with_principal(StrBytes::from_string(who.to_string()))
-        .with_host(StrBytes::from_static_str("*"))
-        .with_operation(operation)
-        .with_permission_type(permission)
-}
-
-fn create_acls(client: &mut RawClient, creations: Vec<AclCreation>) {
-    let request = RequestKind::CreateAcls(CreateAclsRequest::default().with_creations(creations));
-    let ResponseKind::CreateAcls(response) = client.call(ApiKey::CreateAcls, 3, request) else {
-        panic!("not a CreateAcls response")
-    };
-    for result in response.results {
-        assert_eq!(result.error_code, 0, "{:?}", result.error_message);
-    }
 }
 
 /// Every ACL as (resource type, name, pattern type, principal, operation, permission).

@@ -22,52 +22,18 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use tls::{produce, read_values, second_listener_port, BrokerTls};
+use tls::{produce, read_values, sasl_client};
 
 const ADMIN_PASSWORD: &str = "admin-secret";
 
-/// A broker with a SASL listener (`protocol`) on its own ports and PLAINTEXT on the
-/// usual ones (listed last: once it accepts, the SASL ports are bound too), every
-/// mechanism enabled and the bootstrap user `admin`.
+/// A two-core broker with a SASL listener (`protocol`), the bootstrap user `admin`.
 fn sasl_broker(protocol: &str) -> (Broker, u16) {
     sasl_broker_with(protocol, &[])
 }
 
 /// `sasl_broker` with more flags.
 fn sasl_broker_with(protocol: &str, extra: &[&str]) -> (Broker, u16) {
-    let mut sasl_port = 0;
-    let env = [("SHARDLOG_SASL_BOOTSTRAP_PASSWORD", ADMIN_PASSWORD)];
-    let broker = Broker::start_configured(2, &env, |b| {
-        sasl_port = second_listener_port(b.port, 2);
-        let listeners =
-            format!("{protocol}://127.0.0.1:{sasl_port},PLAINTEXT://127.0.0.1:{}", b.port);
-        let mut args = vec![
-            "--listeners".to_string(),
-            listeners,
-            "--sasl-mechanisms".into(),
-            "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512".into(),
-            "--sasl-bootstrap-user".into(),
-            "admin".into(),
-        ];
-        if protocol == "SASL_SSL" {
-            args.extend(BrokerTls::new(b.dir.path()).args());
-        }
-        args.extend(extra.iter().map(|s| s.to_string()));
-        args
-    });
-    (broker, sasl_port)
-}
-
-/// librdkafka settings for the SASL_PLAINTEXT listener on `port`.
-fn sasl_client(port: u16, mechanism: &str, user: &str, password: &str) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", format!("127.0.0.1:{port}"))
-        .set("security.protocol", "sasl_plaintext")
-        .set("sasl.mechanism", mechanism)
-        .set("sasl.username", user)
-        .set("sasl.password", password);
-    config
+    tls::sasl_broker(2, protocol, ("admin", ADMIN_PASSWORD), extra)
 }
 
 /// Runs `shardlog <args>` as an admin command with `stdin`; its stdout, or its stderr as

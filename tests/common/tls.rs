@@ -1,6 +1,7 @@
-//! TLS helpers shared by the tests that run SSL listeners (`listeners.rs`, `acl.rs`):
-//! certificates made with rcgen, librdkafka SSL settings, and a rustls client for raw
-//! Kafka requests over TLS. Included with `#[path = "common/tls.rs"] mod tls;` next to
+//! Helpers shared by the tests that run SSL and SASL listeners (`listeners.rs`, `acl.rs`,
+//! `sasl.rs`, `acl_refusals.rs`): certificates made with rcgen, librdkafka SSL and SASL
+//! settings, brokers with a second listener, and a rustls client for raw Kafka requests
+//! over TLS. Included with `#[path = "common/tls.rs"] mod tls;` next to
 //! `mod common;`.
 #![allow(dead_code)]
 
@@ -284,4 +285,49 @@ pub fn two_listener_broker(cores: usize, extra: &[&str], env: &[(&str, &str)]) -
         args
     });
     (broker, ssl_port)
+}
+
+/// A broker with a SASL listener (`protocol`: SASL_PLAINTEXT or SASL_SSL) on its own ports
+/// and PLAINTEXT on the usual ones (listed last: once it accepts, the SASL ports are bound
+/// too), every mechanism enabled, and the bootstrap user `user` (name, password). The
+/// SASL listener's port.
+pub fn sasl_broker(
+    cores: usize,
+    protocol: &str,
+    user: (&str, &str),
+    extra: &[&str],
+) -> (Broker, u16) {
+    let mut sasl_port = 0;
+    let env = [("SHARDLOG_SASL_BOOTSTRAP_PASSWORD", user.1)];
+    let broker = Broker::start_configured(cores, &env, |b| {
+        sasl_port = second_listener_port(b.port, cores);
+        let listeners =
+            format!("{protocol}://127.0.0.1:{sasl_port},PLAINTEXT://127.0.0.1:{}", b.port);
+        let mut args = vec![
+            "--listeners".to_string(),
+            listeners,
+            "--sasl-mechanisms".into(),
+            "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512".into(),
+            "--sasl-bootstrap-user".into(),
+            user.0.into(),
+        ];
+        if protocol == "SASL_SSL" {
+            args.extend(BrokerTls::new(b.dir.path()).args());
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    });
+    (broker, sasl_port)
+}
+
+/// librdkafka settings for the SASL_PLAINTEXT listener on `port`.
+pub fn sasl_client(port: u16, mechanism: &str, user: &str, password: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", format!("127.0.0.1:{port}"))
+        .set("security.protocol", "sasl_plaintext")
+        .set("sasl.mechanism", mechanism)
+        .set("sasl.username", user)
+        .set("sasl.password", password);
+    config
 }

@@ -4,7 +4,9 @@
 //!
 //! Usage: e2e-rdkafka [--bootstrap HOST:PORT] [--messages N] [--size BYTES]
 //!                    [--partitions P] [--rate MSG_PER_S] [--secs S] [--skip-throughput]
-//!                    [--skip-latency]
+//!                    [--skip-latency] [-X KEY=VALUE]...
+//! `-X` sets a librdkafka property on every client (repeatable), e.g.
+//! `-X security.protocol=ssl -X ssl.ca.location=ca.pem` for an SSL listener.
 //! Prints a human table and `RESULT key=value ...` lines for scripts.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -27,6 +29,8 @@ struct Args {
     secs: u64,
     throughput: bool,
     latency: bool,
+    /// librdkafka properties for every client (`-X key=value`).
+    properties: Vec<(String, String)>,
 }
 
 fn parse_args() -> Args {
@@ -39,6 +43,7 @@ fn parse_args() -> Args {
         secs: 20,
         throughput: true,
         latency: true,
+        properties: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -54,6 +59,11 @@ fn parse_args() -> Args {
             "--secs" => args.secs = value().parse().unwrap_or_else(|_| usage("--secs")),
             "--skip-throughput" => args.throughput = false,
             "--skip-latency" => args.latency = false,
+            "-X" => {
+                let property = value();
+                let Some((key, value)) = property.split_once('=') else { usage("-X KEY=VALUE") };
+                args.properties.push((key.into(), value.into()));
+            }
             "--help" | "-h" => usage(""),
             other => usage(&format!("unknown flag {other}")),
         }
@@ -67,7 +77,7 @@ fn usage(error: &str) -> ! {
     }
     eprintln!(
         "usage: e2e-rdkafka [--bootstrap HOST:PORT] [--messages N] [--size BYTES] \
-         [--partitions P] [--rate MSG_PER_S] [--secs S] [--skip-throughput] [--skip-latency]"
+         [--partitions P] [--rate MSG_PER_S] [--secs S] [--skip-throughput] [--skip-latency] [-X KEY=VALUE]..."
     );
     std::process::exit(if error.is_empty() { 0 } else { 2 });
 }
@@ -88,9 +98,18 @@ fn main() {
     }
 }
 
+/// The settings every client starts from: the bootstrap address and the `-X` properties.
+fn client_config(args: &Args) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", &args.bootstrap);
+    for (key, value) in &args.properties {
+        config.set(key, value);
+    }
+    config
+}
+
 fn create_topic(runtime: &tokio::runtime::Runtime, args: &Args, topic: &str) {
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", &args.bootstrap).create().unwrap();
+    let admin: AdminClient<DefaultClientContext> = client_config(args).create().unwrap();
     let new = NewTopic::new(topic, args.partitions, TopicReplication::Fixed(1));
     for result in runtime.block_on(admin.create_topics(&[new], &AdminOptions::new())).unwrap() {
         result.unwrap_or_else(|(t, e)| panic!("creating {t}: {e}"));
@@ -98,8 +117,7 @@ fn create_topic(runtime: &tokio::runtime::Runtime, args: &Args, topic: &str) {
 }
 
 fn producer(args: &Args, linger_ms: &str) -> FutureProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", &args.bootstrap)
+    client_config(args)
         .set("acks", "all")
         .set("linger.ms", linger_ms)
         .set("queue.buffering.max.messages", "1000000")
@@ -169,8 +187,7 @@ fn throughput(runtime: &tokio::runtime::Runtime, args: &Args, topic: &str) {
 }
 
 fn consumer(args: &Args, fetch_wait_ms: &str) -> BaseConsumer {
-    ClientConfig::new()
-        .set("bootstrap.servers", &args.bootstrap)
+    client_config(args)
         .set("group.id", "e2e-rdkafka-assign-only")
         .set("enable.auto.commit", "false")
         .set("fetch.wait.max.ms", fetch_wait_ms)

@@ -279,7 +279,11 @@ impl ScramServer {
         if BASE64.decode(binding).ok().as_deref() != Some(exchange.gs2_header.as_bytes()) {
             return Err(AuthFailure::protocol("channel binding does not match the gs2 header"));
         }
-        if nonce != exchange.nonce {
+        // Kafka checks only that the nonce ends with the one it sent (ScramSaslServer's
+        // `endsWith`): librdkafka before 2.2 (Debian's kcat 1.7.1 runs 2.0.2) sends its own
+        // nonce again in front of the combined one. The proof covers this message as sent,
+        // server nonce included, so a replay still fails.
+        if !nonce.ends_with(&exchange.nonce) {
             return Err(AuthFailure::protocol("the nonce is not the one the server sent"));
         }
         let proof =
@@ -393,6 +397,15 @@ impl ScramClient {
 
     /// Reads server-first; returns client-final.
     pub fn client_final(&mut self, server_first: &[u8]) -> Result<Vec<u8>, String> {
+        self.client_final_sending(server_first, |_, combined| combined.to_string())
+    }
+
+    /// `client_final`, with the nonce sent made from (client nonce, combined nonce).
+    fn client_final_sending(
+        &mut self,
+        server_first: &[u8],
+        sent_nonce: fn(&str, &str) -> String,
+    ) -> Result<Vec<u8>, String> {
         let text = std::str::from_utf8(server_first).map_err(|_| "server-first is not UTF-8")?;
         let mut fields = text.split(',');
         let bad = |e: AuthFailure| e.message;
@@ -408,7 +421,7 @@ impl ScramClient {
             return Err(format!("the server asks for {iterations} iterations"));
         }
         let salted = salted_password(self.mechanism, &self.password, &salt, iterations);
-        let without_proof = format!("c=biws,r={nonce}");
+        let without_proof = format!("c=biws,r={}", sent_nonce(&self.nonce, nonce));
         let auth_message = format!("{},{text},{without_proof}", self.client_first_bare);
         let client_key = self.mechanism.hmac_of(&salted, b"Client Key");
         let stored_key = digest::digest(self.mechanism.digest(), &client_key);
@@ -505,6 +518,30 @@ mod tests {
             assert!(stored.matches_password(mechanism, b"s3cret"));
             assert!(!stored.matches_password(mechanism, b"s3cre"));
         }
+    }
+
+    /// What librdkafka 2.0.2 sends (captured from Debian's kcat 1.7.1):
+    /// `c=biws,r=<client nonce><client nonce><server nonce>,p=...`. Kafka accepts it; so does
+    /// this server, and a nonce that does not end with the server's is still refused.
+    #[test]
+    fn a_client_nonce_repeated_in_front_of_the_combined_one_is_accepted_as_kafka_does() {
+        let mechanism = ScramMechanism::Sha256;
+        let stored = ScramCredential::new(mechanism, b"s3cret", &random_bytes(16), MIN_ITERATIONS);
+        let sends = [
+            (|client: &str, combined: &str| format!("{client}{combined}")) as fn(&str, &str) -> _,
+            |_, combined| combined[..combined.len() - 1].to_string(),
+        ];
+        let mut outcomes = Vec::new();
+        for sent_nonce in sends {
+            let mut client = ScramClient::new(mechanism, "alice", "s3cret", &random_nonce());
+            let mut server = ScramServer::new(mechanism);
+            let lookup = |_: &str| Some(stored.clone());
+            let first = server.client_first(&client.client_first(), &random_nonce(), lookup);
+            let last = client.client_final_sending(&first.unwrap(), sent_nonce).unwrap();
+            outcomes.push(server.client_final(&last).map(|(user, _)| user).map_err(|e| e.message));
+        }
+        let refused = Err("Authentication failed: the nonce is not the one the server sent".into());
+        assert_eq!(outcomes, [Ok("alice".to_string()), refused]);
     }
 
     #[test]
