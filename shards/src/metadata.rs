@@ -15,7 +15,7 @@
 //!    mistaken for one of a newer topic with the same name.
 //! 2. `nr_shards` is fixed when the data dir is created; partitions name their owner shard.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use shardlog_storage::PartitionId;
 
@@ -32,7 +32,7 @@ pub const TABLE_FORMAT_VERSION: u8 = 3;
 const TABLE_FORMAT_VERSION_1: u8 = 1;
 
 /// The controller's view of every topic (a metadata log snapshot is this, archived).
-#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, Default)]
 pub struct TopicTable {
     /// Bumped on every change.
     pub version: u64,
@@ -43,6 +43,12 @@ pub struct TopicTable {
     pub acls: AclTable,
     /// SASL users' SCRAM credentials (`metadata_log/users.rs`).
     pub users: UserCredentials,
+    /// Topic names by topic id, for the requests that name topics by id (Fetch v13+, which
+    /// librdkafka 2.x sends, Metadata v10+, DeleteTopics v6+): kept by `insert_topic` and
+    /// `remove_topic`, rebuilt by `decode`. Not archived (a zero-sized field in the
+    /// archive: snapshots are byte-identical with and without it, tested).
+    #[rkyv(with = rkyv::with::Skip)]
+    ids: HashMap<[u8; 16], String>,
 }
 
 /// A snapshot of format version 1 (before ACLs and users), read and converted.
@@ -117,6 +123,16 @@ impl TopicMeta {
     }
 }
 
+impl PartialEq for TopicTable {
+    /// Equal tables hold the same topics, ACLs and users; `ids` follows from `topics`.
+    fn eq(&self, other: &Self) -> bool {
+        fn fields(t: &TopicTable) -> impl PartialEq + '_ {
+            (t.version, t.nr_shards, t.next_topic_number, &t.topics, &t.acls, &t.users)
+        }
+        fields(self) == fields(other)
+    }
+}
+
 impl TopicTable {
     pub fn new(nr_shards: u32) -> Self {
         TopicTable { nr_shards, next_topic_number: 1, ..Default::default() }
@@ -126,18 +142,26 @@ impl TopicTable {
         self.topics.get(name)
     }
 
+    /// The topic with `id`, in constant time whatever the number of topics.
+    pub fn topic_by_id(&self, id: [u8; 16]) -> Option<&TopicMeta> {
+        self.topics.get(self.ids.get(&id)?)
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         encode_versioned(TABLE_FORMAT_VERSION, self)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<TopicTable, String> {
         const WHAT: &str = "topic table snapshot";
-        if bytes.first() != Some(&TABLE_FORMAT_VERSION_1) {
-            return decode_versioned(TABLE_FORMAT_VERSION, WHAT, bytes);
-        }
-        let old: TopicTableV1 = decode_versioned(TABLE_FORMAT_VERSION_1, WHAT, bytes)?;
-        let TopicTableV1 { version, nr_shards, next_topic_number, topics } = old;
-        Ok(TopicTable { version, nr_shards, next_topic_number, topics, ..Default::default() })
+        let mut table: TopicTable = if bytes.first() != Some(&TABLE_FORMAT_VERSION_1) {
+            decode_versioned(TABLE_FORMAT_VERSION, WHAT, bytes)?
+        } else {
+            let old: TopicTableV1 = decode_versioned(TABLE_FORMAT_VERSION_1, WHAT, bytes)?;
+            let TopicTableV1 { version, nr_shards, next_topic_number, topics } = old;
+            TopicTable { version, nr_shards, next_topic_number, topics, ..Default::default() }
+        };
+        table.ids = table.topics.values().map(|t| (t.topic_id, t.name.clone())).collect();
+        Ok(table)
     }
 
     /// Adds a validated topic with the next topic number, placed by default.
@@ -167,7 +191,11 @@ impl TopicTable {
     pub fn insert_topic(&mut self, meta: TopicMeta) {
         self.next_topic_number = self.next_topic_number.max(meta.topic_number + 1);
         self.version += 1;
-        self.topics.insert(meta.name.clone(), meta);
+        let (id, name) = (meta.topic_id, meta.name.clone());
+        if let Some(replaced) = self.topics.insert(name.clone(), meta) {
+            self.ids.remove(&replaced.topic_id);
+        }
+        self.ids.insert(id, name);
     }
 
     /// Replaces a topic's explicit configs (a change record: the version moves even if
@@ -193,7 +221,8 @@ impl TopicTable {
 
     pub fn remove_topic(&mut self, name: &str) -> Option<TopicMeta> {
         let removed = self.topics.remove(name);
-        if removed.is_some() {
+        if let Some(meta) = &removed {
+            self.ids.remove(&meta.topic_id);
             self.version += 1;
         }
         removed
@@ -257,6 +286,58 @@ mod tests {
         };
         let bytes = encode_versioned(TABLE_FORMAT_VERSION_1, &old);
         assert_eq!(TopicTable::decode(&bytes).unwrap(), table);
+    }
+
+    /// The id index is not part of the archive: a snapshot is byte for byte what the table
+    /// without it wrote (format 3 as written before the index), and decoding rebuilds it.
+    #[test]
+    fn topic_ids_are_indexed_without_changing_the_snapshot_bytes() {
+        #[derive(rkyv::Archive, rkyv::Serialize)]
+        struct TopicTableV3 {
+            version: u64,
+            nr_shards: u32,
+            next_topic_number: u32,
+            topics: BTreeMap<String, TopicMeta>,
+            acls: AclTable,
+            users: UserCredentials,
+        }
+        let mut table = TopicTable::new(2);
+        for (name, id) in [("a", [1; 16]), ("b", [2; 16]), ("c", [3; 16])] {
+            let topic = NewTopic {
+                name: name.into(),
+                num_partitions: 2,
+                replication_factor: 1,
+                configs: Vec::new(),
+            };
+            table.add_topic(&topic, id);
+        }
+        table.remove_topic("b");
+        let before_index = TopicTableV3 {
+            version: table.version,
+            nr_shards: table.nr_shards,
+            next_topic_number: table.next_topic_number,
+            topics: table.topics.clone(),
+            acls: table.acls.clone(),
+            users: table.users.clone(),
+        };
+        assert_eq!(table.encode(), encode_versioned(TABLE_FORMAT_VERSION, &before_index));
+        let decoded = TopicTable::decode(&table.encode()).unwrap();
+        for t in [&table, &decoded] {
+            assert_eq!(t.topic_by_id([1; 16]).map(|m| m.name.as_str()), Some("a"));
+            assert_eq!(t.topic_by_id([3; 16]).map(|m| m.name.as_str()), Some("c"));
+            assert!(t.topic_by_id([2; 16]).is_none(), "a deleted topic's id is gone");
+        }
+        // A topic re-created under its name gets a new id; the old one finds nothing.
+        let again = NewTopic {
+            name: "a".into(),
+            num_partitions: 1,
+            replication_factor: 1,
+            configs: Vec::new(),
+        };
+        table.remove_topic("a");
+        table.add_topic(&again, [9; 16]);
+        assert!(table.topic_by_id([1; 16]).is_none());
+        assert_eq!(table.topic_by_id([9; 16]).map(|m| m.name.as_str()), Some("a"));
     }
 
     #[test]

@@ -29,11 +29,7 @@ pub fn handle(shard: Rc<Shard>, caller: Caller, request: DeleteTopicsRequest) ->
         for state in &request.topics {
             let name = match &state.name {
                 Some(name) => Some(name.0.as_str().to_string()),
-                None => table
-                    .topics
-                    .values()
-                    .find(|t| Uuid::from_bytes(t.topic_id) == state.topic_id)
-                    .map(|t| t.name.clone()),
+                None => table.topic_by_id(state.topic_id.into_bytes()).map(|t| t.name.clone()),
             };
             asked.push((name, state.topic_id));
         }

@@ -72,7 +72,7 @@ pub fn handle(
         for topic in &request.topics {
             let name = if version >= 13 {
                 let id = topic.topic_id;
-                match table.topics.values().find(|t| Uuid::from_bytes(t.topic_id) == id) {
+                match table.topic_by_id(id.into_bytes()) {
                     Some(meta) => {
                         ids.push((meta.name.clone(), id));
                         meta.name.clone()

@@ -128,7 +128,7 @@ async fn named_topic(
 
 fn topic_by_id(handler: &KafkaHandler, caller: &Caller, id: Uuid) -> MetadataResponseTopic {
     let table = handler.shard.table();
-    match table.topics.values().find(|t| Uuid::from_bytes(t.topic_id) == id) {
+    match table.topic_by_id(id.into_bytes()) {
         Some(meta) if caller.topic(AclOperation::Describe, &meta.name) => topic_response(meta),
         Some(_) => MetadataResponseTopic::default()
             .with_topic_id(id)
