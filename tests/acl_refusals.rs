@@ -17,9 +17,13 @@ mod tls;
 use std::time::{Duration, Instant};
 
 use acl::{allow, ALTER_CONFIGS, CLUSTER, DESCRIBE, GROUP, IDEMPOTENT_WRITE, READ, TOPIC};
-use acl::{TRANSACTIONAL_ID, WRITE};
+use acl::{binding, create_acls, DENY, LITERAL, TRANSACTIONAL_ID, WRITE};
 use bytes::Bytes;
 use common::{create_topic, produce_tagged, runtime, topic_name, Broker, RawClient};
+use kafka_protocol::messages::add_offsets_to_txn_request::AddOffsetsToTxnRequest;
+use kafka_protocol::messages::add_partitions_to_txn_request::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnTopic,
+};
 use kafka_protocol::messages::alter_configs_request::{
     AlterConfigsRequest, AlterConfigsResource, AlterableConfig as Replaced,
 };
@@ -28,6 +32,7 @@ use kafka_protocol::messages::describe_configs_request::{
 };
 use kafka_protocol::messages::describe_groups_request::DescribeGroupsRequest;
 use kafka_protocol::messages::describe_transactions_request::DescribeTransactionsRequest;
+use kafka_protocol::messages::end_txn_request::EndTxnRequest;
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource as IncrementalResource, AlterableConfig, IncrementalAlterConfigsRequest,
 };
@@ -41,8 +46,8 @@ use kafka_protocol::messages::offset_commit_request::{
 };
 use kafka_protocol::messages::offset_fetch_request::{OffsetFetchRequest, OffsetFetchRequestTopic};
 use kafka_protocol::messages::{
-    ApiKey, GroupId, RequestKind, ResponseKind, SaslAuthenticateRequest, SaslHandshakeRequest,
-    TransactionalId,
+    ApiKey, GroupId, ProducerId, RequestKind, ResponseKind, SaslAuthenticateRequest,
+    SaslHandshakeRequest, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::admin::{
@@ -63,6 +68,7 @@ const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
 const GROUP_AUTHORIZATION_FAILED: i16 = 30;
 const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
 const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+const OPERATION_NOT_ATTEMPTED: i16 = 55;
 const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
 
 /// One core (every group and transactional id is coordinated by shard 0), the authorizer
@@ -313,6 +319,123 @@ fn producer_ids_without_transactional_id_write_or_idempotent_write_are_refused_a
     allow(&mut operator, TRANSACTIONAL_ID, "tx-1", ALICE, WRITE);
     assert_eq!(init_producer_id(&mut as_alice, Some("tx-1")).0, 0);
     assert_eq!(describe_transaction(&mut operator, "tx-1"), 0);
+}
+
+/// Alice's requests inside a transaction: AddPartitionsToTxn v3 (the (topic, code) of
+/// partition 0 of each), AddOffsetsToTxn v3 and EndTxn v3 (their codes).
+struct Txn<'a> {
+    client: &'a mut RawClient,
+    id: &'static str,
+    producer_id: ProducerId,
+    epoch: i16,
+}
+
+impl Txn<'_> {
+    fn add_partitions(&mut self, topics: &[&str]) -> Vec<(String, i16)> {
+        let topics = topics.iter().map(|t| {
+            AddPartitionsToTxnTopic::default().with_name(topic_name(t)).with_partitions(vec![0])
+        });
+        let request = AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(TransactionalId(s(self.id)))
+            .with_v3_and_below_producer_id(self.producer_id)
+            .with_v3_and_below_producer_epoch(self.epoch)
+            .with_v3_and_below_topics(topics.collect());
+        let answer = self.client.call(
+            ApiKey::AddPartitionsToTxn,
+            3,
+            RequestKind::AddPartitionsToTxn(request),
+        );
+        let ResponseKind::AddPartitionsToTxn(answer) = answer else { panic!("{answer:?}") };
+        let results = answer.results_by_topic_v3_and_below.iter();
+        results
+            .map(|t| (t.name.0.to_string(), t.results_by_partition[0].partition_error_code))
+            .collect()
+    }
+
+    fn add_offsets(&mut self, group: &str) -> i16 {
+        let request = AddOffsetsToTxnRequest::default()
+            .with_transactional_id(TransactionalId(s(self.id)))
+            .with_producer_id(self.producer_id)
+            .with_producer_epoch(self.epoch)
+            .with_group_id(GroupId(s(group)));
+        let answer =
+            self.client.call(ApiKey::AddOffsetsToTxn, 3, RequestKind::AddOffsetsToTxn(request));
+        let ResponseKind::AddOffsetsToTxn(answer) = answer else { panic!("{answer:?}") };
+        answer.error_code
+    }
+
+    fn end(&mut self, committed: bool) -> i16 {
+        let request = EndTxnRequest::default()
+            .with_transactional_id(TransactionalId(s(self.id)))
+            .with_producer_id(self.producer_id)
+            .with_producer_epoch(self.epoch)
+            .with_committed(committed);
+        let answer = self.client.call(ApiKey::EndTxn, 3, RequestKind::EndTxn(request));
+        let ResponseKind::EndTxn(answer) = answer else { panic!("{answer:?}") };
+        answer.error_code
+    }
+}
+
+/// DescribeTransactions v0 as the operator: the state and the (topic, partitions) in it.
+fn transaction_state(operator: &mut RawClient, id: &str) -> (String, Vec<(String, Vec<i32>)>) {
+    let request =
+        DescribeTransactionsRequest::default().with_transactional_ids(vec![TransactionalId(s(id))]);
+    let answer =
+        operator.call(ApiKey::DescribeTransactions, 0, RequestKind::DescribeTransactions(request));
+    let ResponseKind::DescribeTransactions(answer) = answer else { panic!("{answer:?}") };
+    let state = &answer.transaction_states[0];
+    assert_eq!(state.error_code, 0, "{state:?}");
+    let topics = state.topics.iter().map(|t| (t.topic.0.to_string(), t.partitions.clone()));
+    (state.transaction_state.to_string(), topics.collect())
+}
+
+#[test]
+fn transaction_apis_without_their_acls_are_refused_and_add_or_end_nothing() {
+    let (broker, port, mut operator) = start();
+    create_topic(&broker, "granted", 1);
+    create_topic(&broker, "withheld", 1);
+    allow(&mut operator, TRANSACTIONAL_ID, "tx-2", ALICE, WRITE);
+    allow(&mut operator, TOPIC, "granted", ALICE, WRITE);
+    let mut as_alice = alice_raw(port);
+    let request = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(s("tx-2"))))
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id((-1).into())
+        .with_producer_epoch(-1);
+    let answer = as_alice.call(ApiKey::InitProducerId, 4, RequestKind::InitProducerId(request));
+    let ResponseKind::InitProducerId(init) = answer else { panic!("{answer:?}") };
+    assert_eq!(init.error_code, 0);
+    let (producer_id, epoch) = (init.producer_id, init.producer_epoch);
+    let mut txn = Txn { client: &mut as_alice, id: "tx-2", producer_id, epoch };
+
+    // No WRITE on one topic: that partition is refused, the other not attempted (as in
+    // Kafka), and the transaction holds neither.
+    let codes = txn.add_partitions(&["granted", "withheld"]);
+    let expected = [
+        ("granted".to_string(), OPERATION_NOT_ATTEMPTED),
+        ("withheld".to_string(), TOPIC_AUTHORIZATION_FAILED),
+    ];
+    assert_eq!(codes, expected);
+    assert_eq!(transaction_state(&mut operator, "tx-2"), ("Empty".to_string(), vec![]));
+
+    // No READ on the group: AddOffsetsToTxn is refused and adds no offsets partition.
+    assert_eq!(txn.add_offsets("g-2"), GROUP_AUTHORIZATION_FAILED);
+    assert_eq!(transaction_state(&mut operator, "tx-2"), ("Empty".to_string(), vec![]));
+
+    // The granted topic alone is added; then, with WRITE on the transactional id denied,
+    // EndTxn is refused and the transaction stays open with its partition.
+    assert_eq!(txn.add_partitions(&["granted"]), [("granted".to_string(), 0)]);
+    let deny = binding((TRANSACTIONAL_ID, "tx-2", LITERAL), ALICE, WRITE, DENY);
+    create_acls(&mut operator, vec![deny]);
+    assert_eq!(txn.end(true), TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+    let open = ("Ongoing".to_string(), vec![("granted".to_string(), vec![0])]);
+    assert_eq!(transaction_state(&mut operator, "tx-2"), open);
+    // The other transaction APIs are refused the same way once the id is denied.
+    assert_eq!(txn.add_offsets("g-2"), TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+    assert_eq!(
+        txn.add_partitions(&["granted"]),
+        [("granted".to_string(), TRANSACTIONAL_ID_AUTHORIZATION_FAILED)]
+    );
 }
 
 // ---- configs ----
