@@ -112,18 +112,19 @@ pub fn cleaner_config(seed: u64, number: u64) -> CleanerConfig {
     }
 }
 
-/// Whether `seed` runs this workload: every `SHARDLOG_POWER_LOSS_COMPACT_EVERY`-th seed
-/// (default 4). With it, child processes hit the open glommio stall more often (3 of 40
-/// against 0 of 40, docs/reliability.md), and a stall repeated on the same seeds fails CI;
-/// a quarter of the seeds keeps that risk near what it was while 10,000 seeds still run it
-/// 2,500 times.
+/// Whether `seed` runs this workload: every `SHARDLOG_POWER_LOSS_COMPACT_EVERY`-th seed,
+/// and by default none. With it, glommio's blocking thread sometimes panics ("failed to
+/// send response", an executor dropped at a power loss while a blocking job of the
+/// cleaner or a snapshot was running), which fails the child process: seeds 601-650 of a
+/// 1,000-seed run on 2026-12-02. Until that is fixed (issue 18's harness work) CI does not
+/// run it; long runs opt in with `SHARDLOG_POWER_LOSS_COMPACT_EVERY=4` (docs/reliability.md).
+pub fn enabled_every() -> Option<u64> {
+    let every = std::env::var("SHARDLOG_POWER_LOSS_COMPACT_EVERY").ok()?;
+    every.parse::<u64>().ok().filter(|&n| n > 0)
+}
+
 fn runs_in(seed: u64) -> bool {
-    let every = std::env::var("SHARDLOG_POWER_LOSS_COMPACT_EVERY")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(4)
-        .max(1);
-    seed.is_multiple_of(every)
+    enabled_every().is_some_and(|every| seed.is_multiple_of(every))
 }
 
 pub fn spawn(world: &Arc<Incarnation>, shard: &Rc<Shard>) {
