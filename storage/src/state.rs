@@ -413,7 +413,6 @@ impl<B: crate::disk::IoBuffer> State<B> {
         // 4 KiB zero write into unwritten blocks plus its own fdatasync (an inode write and a
         // cache flush), so each message paid two writes, two cache flushes and an inode
         // write (block trace in docs/storage.md, "Zero-fill lookahead").
-
         if !self.zero_fill
             || self.zeroing.is_some()
             || self.batcher.is_flushing()

@@ -85,7 +85,7 @@ impl Page {
 
 /// `key=N` from a query string, if present and a number.
 fn query_number(query: &str, key: &str) -> Option<usize> {
-    query.split('&').find_map(|pair| pair.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+    records::query_value(query, key)?.parse().ok()
 }
 
 #[cfg(test)]
