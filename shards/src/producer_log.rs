@@ -232,7 +232,8 @@ impl Shard {
         if expired > 0 {
             info!(shard = self.id, expired, "idle producers expired (producer.id.expiration.ms)");
         }
-        let covered = self
+        let started = std::time::Instant::now();
+        let covered: Vec<_> = self
             .local_partitions()
             .into_iter()
             .filter_map(|p| self.log.partition_info(p).map(|i| (p.0, i.log_end_offset)))
@@ -242,10 +243,17 @@ impl Shard {
             covered,
             entries: self.producers.borrow().snapshot(),
         };
+        let encoded = entry.encode();
+        // It holds the executor, linear in the local partitions (docs/storage.md,
+        // "Checkpoints hold the executor"): timed for that reason.
+        tracing::debug!(
+            shard = self.id,
+            bytes = encoded.len(),
+            us = started.elapsed().as_micros() as u64,
+            "producer state snapshot encoded"
+        );
         // Not waited for: everything it summarises is in the log before it.
-        if let Err(e) =
-            self.log.append_internal(InternalStream::ProducerState, true, &entry.encode())
-        {
+        if let Err(e) = self.log.append_internal(InternalStream::ProducerState, true, &encoded) {
             warn!(shard = self.id, error = ?e, "writing a producer state snapshot");
         }
         self.snapshot_transactions();

@@ -663,9 +663,22 @@ impl<D: Disk> ShardLog<D> {
             if position <= state.checkpoint_position && !clean {
                 return Ok(());
             }
+            // Both steps hold the executor, linear in the partitions (docs/storage.md,
+            // "Checkpoints hold the executor"): timed for that reason.
+            let started = std::time::Instant::now();
             let mut snapshot = state.snapshot(position);
             snapshot.clean = clean && state.closing && state.batcher.position() == position;
-            (position, checkpoint::encode(&snapshot))
+            let copied = started.elapsed();
+            let bytes = checkpoint::encode(&snapshot);
+            tracing::debug!(
+                position,
+                partitions = snapshot.partitions.len(),
+                bytes = bytes.len(),
+                snapshot_us = copied.as_micros() as u64,
+                encode_us = (started.elapsed() - copied).as_micros() as u64,
+                "checkpoint encoded"
+            );
+            (position, bytes)
         };
         inner.disk.write_checkpoint(position, bytes).await?;
         let mut older = inner.disk.list_checkpoints().await?;
