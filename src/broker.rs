@@ -25,6 +25,7 @@ use shardlog_shards::{Mesh, Shard, ShardConfig, ShardMeshBuilder};
 use shardlog_storage::{AnyDisk, DmaDisk, LogConfig, ShardLog, StorageError, PAGE_BYTES};
 use tracing::{debug, error, info, warn};
 
+use crate::admin::{AdminSecurity, AdminToken};
 use crate::config::Config;
 use crate::handlers::KafkaHandler;
 use crate::listeners::{Listener, SecurityProtocol};
@@ -66,7 +67,13 @@ pub fn run(mut config: Config) -> Result<(), String> {
         }
         None => None,
     };
-    let security = Security::from_config(&config, &listeners)?;
+    let mut security = Security::from_config(&config, &listeners)?;
+    let mut reloads: Vec<_> = tls.iter().cloned().collect();
+    if let Some(files) = TlsFiles::admin_from_config(&config)? {
+        let shared = SharedTlsConfig::new(files.load()?);
+        security.admin.tls = Some(shared.clone());
+        reloads.push((files, shared));
+    }
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| format!("cannot create data dir {}: {e}", config.data_dir.display()))?;
     // Resolved once, before any shard opens a file: glommio opens relative paths against
@@ -99,11 +106,13 @@ pub fn run(mut config: Config) -> Result<(), String> {
         data_dir = %config.data_dir.display(),
         version = env!("CARGO_PKG_VERSION"),
         admin = %config.admin_addr,
+        admin_token = security.admin.token.is_some(),
+        admin_tls = security.admin.tls.is_some(),
         durability = "ack after fdatasync (group commit)",
         "starting shardlog"
     );
     let shared_tls = tls.as_ref().map(|(_, shared)| shared.clone());
-    crate::tls_files::reload_on_sighup(tls)?;
+    crate::tls_files::reload_on_sighup(reloads)?;
     let shutdown = crate::shutdown::install(nr_shards)?;
     let poll = Duration::from_micros(config.poll_us);
     shardlog_shards::runtime::run_shards_polling(nr_shards, poll, move |mesh| {
@@ -117,6 +126,8 @@ pub fn run(mut config: Config) -> Result<(), String> {
 struct Security {
     sasl_mechanisms: Option<Vec<Mechanism>>,
     bootstrap_user: Option<(String, Vec<StoredScramCredential>)>,
+    /// The admin endpoint's token and TLS (shard 0 serves it).
+    admin: AdminSecurity,
 }
 
 impl Security {
@@ -142,7 +153,8 @@ impl Security {
                     .into())
             }
         };
-        Ok(Security { sasl_mechanisms, bootstrap_user })
+        let admin = AdminSecurity { token: AdminToken::from_config(config)?, tls: None };
+        Ok(Security { sasl_mechanisms, bootstrap_user, admin })
     }
 }
 
@@ -332,7 +344,7 @@ async fn start_shard(
     if id == 0 {
         let admin = TcpListener::bind(config.admin_addr)
             .map_err(|e| format!("admin endpoint {}: {e}", config.admin_addr))?;
-        crate::admin::spawn(admin, shard.clone());
+        crate::admin::spawn(admin, shard.clone(), security.admin.clone());
     }
     // One per shard: failures are slowed down per address on this shard.
     let sasl = security.sasl_mechanisms.map(|m| Rc::new(SaslConfig::new(m)));

@@ -233,10 +233,32 @@ pub struct Config {
     #[arg(long, env = "SHARDLOG_SEGMENT_BYTES", default_value_t = 128 << 20)]
     pub segment_bytes: u64,
 
-    /// The admin HTTP endpoint (GET /metrics in Prometheus text format, GET /health),
-    /// served by shard 0. No authentication: keep it on loopback or a management network.
+    /// The admin HTTP endpoint (GET /metrics in Prometheus text format, GET /health, the
+    /// console), served by shard 0. Open to anyone who reaches it unless --admin-token(-file)
+    /// is set: keep it on loopback or a management network.
     #[arg(long, env = "SHARDLOG_ADMIN_ADDR", default_value = "127.0.0.1:9644")]
     pub admin_addr: SocketAddr,
+
+    /// A bearer token every admin request must carry (`Authorization: Bearer <token>`),
+    /// except GET /health's status; others get 401. Never printed by --print-config;
+    /// prefer --admin-token-file or the environment variable to the flag.
+    #[arg(long, env = "SHARDLOG_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// A file holding the admin bearer token (one line; surrounding whitespace is
+    /// ignored), read at start-up. The same as --admin-token, which it excludes.
+    #[arg(long, env = "SHARDLOG_ADMIN_TOKEN_FILE", value_name = "PATH")]
+    pub admin_token_file: Option<PathBuf>,
+
+    /// The admin endpoint's certificate chain (PEM): with --admin-tls-key-file, it serves
+    /// HTTPS only. Reloaded on SIGHUP.
+    #[arg(long, env = "SHARDLOG_ADMIN_TLS_CERT_FILE", value_name = "PATH")]
+    pub admin_tls_cert_file: Option<PathBuf>,
+
+    /// The private key of --admin-tls-cert-file (PEM: PKCS#8, PKCS#1 or SEC1). Reloaded on
+    /// SIGHUP.
+    #[arg(long, env = "SHARDLOG_ADMIN_TLS_KEY_FILE", value_name = "PATH")]
+    pub admin_tls_key_file: Option<PathBuf>,
 
     /// Connections one shard serves at once, both of its listeners counted (Kafka's
     /// max.connections, per core). A connection over the limit is closed right after
@@ -357,13 +379,19 @@ fn plain_type_names(message: &str) -> String {
     message
 }
 
+/// Settings whose values --print-config never shows.
+const SECRETS: [&str; 2] = ["sasl_bootstrap_password", "admin_token"];
+
 /// The effective configuration as a TOML file `--config` accepts: every key, in
 /// declaration order, under its help text. A setting with no value (it has no default, and
 /// nothing set it) is a commented-out line, since TOML has no null.
 pub fn to_toml(config: &Config) -> Result<String, String> {
     let mut table = toml::Table::try_from(config).map_err(|e| e.to_string())?;
     // A secret is never printed: its line stays commented out.
-    let secret = table.remove("sasl_bootstrap_password").map(|_| "(set, not printed)");
+    let secrets: Vec<(&str, &str)> = SECRETS
+        .iter()
+        .map(|key| (*key, table.remove(*key).map_or("(unset)", |_| "(set, not printed)")))
+        .collect();
     let mut out = String::from("# shardlog configuration; accepted back by --config\n");
     for arg in setting_args() {
         let key = arg.get_id().as_str();
@@ -373,10 +401,10 @@ pub fn to_toml(config: &Config) -> Result<String, String> {
         }
         match table.get(key) {
             Some(value) => out.push_str(&format!("{key} = {value}\n")),
-            None if key == "sasl_bootstrap_password" => {
-                out.push_str(&format!("# {key} = {}\n", secret.unwrap_or("(unset)")))
-            }
-            None => out.push_str(&format!("# {key} = (unset)\n")),
+            None => match secrets.iter().find(|(secret, _)| *secret == key) {
+                Some((_, shown)) => out.push_str(&format!("# {key} = {shown}\n")),
+                None => out.push_str(&format!("# {key} = (unset)\n")),
+            },
         }
     }
     Ok(out)

@@ -1,7 +1,8 @@
 //! The refusals of the ACL checks (docs/security.md, "What each API checks") for the group,
 //! transaction, config and topic-admin APIs: a principal without the ACL gets Kafka's
-//! error code and nothing happens — no group joined, no offset committed or revealed, no
-//! producer id handed out, no config, topic, partition or record changed.
+//! error code and nothing happens — no group joined, listed, described or deleted, no
+//! offset committed, deleted or revealed, no producer id handed out, no config, topic,
+//! partition or record changed.
 //!
 //! `alice` logs in with SASL: librdkafka where it sends the request, a raw client (PLAIN)
 //! where it cannot or where the exact code matters. The operator is User:ANONYMOUS on the
@@ -16,7 +17,7 @@ mod tls;
 
 use std::time::{Duration, Instant};
 
-use acl::{allow, ALTER_CONFIGS, CLUSTER, DESCRIBE, GROUP, IDEMPOTENT_WRITE, READ, TOPIC};
+use acl::{allow, ALTER_CONFIGS, CLUSTER, DELETE, DESCRIBE, GROUP, IDEMPOTENT_WRITE, READ, TOPIC};
 use acl::{binding, create_acls, DENY, LITERAL, TRANSACTIONAL_ID, WRITE};
 use bytes::Bytes;
 use common::{create_topic, produce_tagged, runtime, topic_name, Broker, RawClient};
@@ -37,6 +38,7 @@ use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource as IncrementalResource, AlterableConfig, IncrementalAlterConfigsRequest,
 };
 use kafka_protocol::messages::init_producer_id_request::InitProducerIdRequest;
+use kafka_protocol::messages::list_groups_request::ListGroupsRequest;
 use kafka_protocol::messages::list_offsets_request::{
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
 };
@@ -44,7 +46,13 @@ use kafka_protocol::messages::metadata_request::{MetadataRequest, MetadataReques
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
+use kafka_protocol::messages::offset_delete_request::{
+    OffsetDeleteRequest, OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
+};
 use kafka_protocol::messages::offset_fetch_request::{OffsetFetchRequest, OffsetFetchRequestTopic};
+use kafka_protocol::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequest, TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
 use kafka_protocol::messages::{
     ApiKey, GroupId, ProducerId, RequestKind, ResponseKind, SaslAuthenticateRequest,
     SaslHandshakeRequest, TransactionalId,
@@ -167,12 +175,47 @@ fn fetch_offsets(
 
 /// DescribeGroups v5 as the operator: (state, member count).
 fn group_state(operator: &mut RawClient, group: &str) -> (String, usize) {
+    let (code, state, members) = describe_group(operator, group);
+    assert_eq!(code, 0);
+    (state, members)
+}
+
+/// DescribeGroups v5: (error code, state, member count).
+fn describe_group(client: &mut RawClient, group: &str) -> (i16, String, usize) {
     let request = DescribeGroupsRequest::default().with_groups(vec![GroupId(s(group))]);
-    match operator.call(ApiKey::DescribeGroups, 5, RequestKind::DescribeGroups(request)) {
+    match client.call(ApiKey::DescribeGroups, 5, RequestKind::DescribeGroups(request)) {
         ResponseKind::DescribeGroups(r) => {
             let g = &r.groups[0];
-            assert_eq!(g.error_code, 0);
-            (g.group_state.to_string(), g.members.len())
+            (g.error_code, g.group_state.to_string(), g.members.len())
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// ListGroups v4: the ids listed.
+fn list_groups(client: &mut RawClient) -> Vec<String> {
+    let request = ListGroupsRequest::default();
+    match client.call(ApiKey::ListGroups, 4, RequestKind::ListGroups(request)) {
+        ResponseKind::ListGroups(r) => {
+            assert_eq!(r.error_code, 0);
+            r.groups.iter().map(|g| g.group_id.0.to_string()).collect()
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// OffsetDelete v0 of partition 0 of `topic`: the group's code and the partition's.
+fn offset_delete(client: &mut RawClient, group: &str, topic: &str) -> (i16, Option<i16>) {
+    let partition = OffsetDeleteRequestPartition::default().with_partition_index(0);
+    let topic = OffsetDeleteRequestTopic::default()
+        .with_name(topic_name(topic))
+        .with_partitions(vec![partition]);
+    let request =
+        OffsetDeleteRequest::default().with_group_id(GroupId(s(group))).with_topics(vec![topic]);
+    match client.call(ApiKey::OffsetDelete, 0, RequestKind::OffsetDelete(request)) {
+        ResponseKind::OffsetDelete(r) => {
+            let partition = r.topics.first().map(|t| t.partitions[0].error_code);
+            (r.error_code, partition)
         }
         other => panic!("{other:?}"),
     }
@@ -248,6 +291,60 @@ fn group_apis_without_group_acls_are_refused_and_join_commit_or_reveal_nothing()
     let hidden = ("hidden".to_string(), -1, TOPIC_AUTHORIZATION_FAILED);
     assert_eq!((code, revealed), (0, vec![("events".into(), 2, 0), hidden]));
     assert_eq!(fetch_offsets(&mut as_alice, "crew", None), (0, vec![("events".into(), 2, 0)]));
+}
+
+/// ListGroups, DescribeGroups, DeleteGroups and OffsetDelete as alice against the
+/// operator's group: left out, refused, and its committed offset kept until alice is
+/// granted each ACL in turn.
+#[test]
+fn group_admin_apis_without_group_acls_are_refused_and_delete_or_reveal_nothing() {
+    let (broker, port, mut operator) = start();
+    create_topic(&broker, "events", 1);
+    assert_eq!(commit(&mut operator, "kept", &[("events", 3)]), [0]);
+    let stored = (0, vec![("events".to_string(), 3, 0)]);
+    let kept = |operator: &mut RawClient| fetch_offsets(operator, "kept", Some(&["events"]));
+    assert_eq!(kept(&mut operator), stored);
+    assert_eq!(list_groups(&mut operator), ["kept"]);
+    let mut as_alice = alice_raw(port);
+
+    // No DESCRIBE on the cluster or the group: ListGroups leaves it out (librdkafka's group
+    // list too), DescribeGroups answers GROUP_AUTHORIZATION_FAILED with no state.
+    assert_eq!(list_groups(&mut as_alice), Vec::<String>::new());
+    let consumer: BaseConsumer = alice(port).create().unwrap();
+    let listed = consumer.fetch_group_list(None, TIMEOUT).unwrap();
+    let names: Vec<&str> = listed.groups().iter().map(|g| g.name()).collect();
+    assert!(!names.contains(&"kept"), "{names:?}");
+    let refused = (GROUP_AUTHORIZATION_FAILED, String::new(), 0);
+    assert_eq!(describe_group(&mut as_alice, "kept"), refused);
+    // DESCRIBE on the group shows it (and gets librdkafka's FindCoordinator through).
+    allow(&mut operator, GROUP, "kept", ALICE, DESCRIBE);
+    assert_eq!(list_groups(&mut as_alice), ["kept"]);
+    assert_eq!(describe_group(&mut as_alice, "kept"), (0, "Empty".to_string(), 0));
+
+    // DeleteGroups (librdkafka's admin client) without DELETE: refused, the offset is kept.
+    let admin = alice_admin(port);
+    let options = AdminOptions::new().operation_timeout(Some(TIMEOUT));
+    let deleted = runtime().block_on(admin.delete_groups(&["kept"], &options)).unwrap();
+    let refused = Err(("kept".to_string(), RDKafkaErrorCode::GroupAuthorizationFailed));
+    assert_eq!(deleted, vec![refused]);
+    assert_eq!(kept(&mut operator), stored);
+
+    // OffsetDelete without DELETE on the group, then without READ on the topic: refused,
+    // the offset is kept.
+    assert_eq!(offset_delete(&mut as_alice, "kept", "events"), (GROUP_AUTHORIZATION_FAILED, None));
+    assert_eq!(kept(&mut operator), stored);
+    allow(&mut operator, GROUP, "kept", ALICE, DELETE);
+    let refused = (0, Some(TOPIC_AUTHORIZATION_FAILED));
+    assert_eq!(offset_delete(&mut as_alice, "kept", "events"), refused);
+    assert_eq!(kept(&mut operator), stored);
+
+    // Granted both, alice deletes the offset, then the group.
+    allow(&mut operator, TOPIC, "events", ALICE, READ);
+    assert_eq!(offset_delete(&mut as_alice, "kept", "events"), (0, Some(0)));
+    assert_eq!(kept(&mut operator), (0, vec![("events".to_string(), -1, 0)]));
+    let deleted = runtime().block_on(admin.delete_groups(&["kept"], &options)).unwrap();
+    assert_eq!(deleted, vec![Ok("kept".to_string())]);
+    assert_eq!(list_groups(&mut operator), Vec::<String>::new());
 }
 
 // ---- producer ids and transactions ----
@@ -364,6 +461,29 @@ impl Txn<'_> {
         answer.error_code
     }
 
+    /// TxnOffsetCommit v3 of partition 0 of each (topic, offset): (topic, code) of each.
+    fn commit_offsets(&mut self, group: &str, offsets: &[(&str, i64)]) -> Vec<(String, i16)> {
+        let topics = offsets.iter().map(|(topic, offset)| {
+            let partition =
+                TxnOffsetCommitRequestPartition::default().with_committed_offset(*offset);
+            TxnOffsetCommitRequestTopic::default()
+                .with_name(topic_name(topic))
+                .with_partitions(vec![partition])
+        });
+        let request = TxnOffsetCommitRequest::default()
+            .with_transactional_id(TransactionalId(s(self.id)))
+            .with_group_id(GroupId(s(group)))
+            .with_producer_id(self.producer_id)
+            .with_producer_epoch(self.epoch)
+            .with_generation_id(-1)
+            .with_topics(topics.collect());
+        let answer =
+            self.client.call(ApiKey::TxnOffsetCommit, 3, RequestKind::TxnOffsetCommit(request));
+        let ResponseKind::TxnOffsetCommit(answer) = answer else { panic!("{answer:?}") };
+        let topics = answer.topics.iter();
+        topics.map(|t| (t.name.0.to_string(), t.partitions[0].error_code)).collect()
+    }
+
     fn end(&mut self, committed: bool) -> i16 {
         let request = EndTxnRequest::default()
             .with_transactional_id(TransactionalId(s(self.id)))
@@ -389,6 +509,21 @@ fn transaction_state(operator: &mut RawClient, id: &str) -> (String, Vec<(String
     (state.transaction_state.to_string(), topics.collect())
 }
 
+impl<'a> Txn<'a> {
+    /// InitProducerId v4 for transactional id `id` as `client`; it must succeed.
+    fn begin(client: &'a mut RawClient, id: &'static str) -> Txn<'a> {
+        let request = InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(s(id))))
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id((-1).into())
+            .with_producer_epoch(-1);
+        let answer = client.call(ApiKey::InitProducerId, 4, RequestKind::InitProducerId(request));
+        let ResponseKind::InitProducerId(init) = answer else { panic!("{answer:?}") };
+        assert_eq!(init.error_code, 0);
+        Txn { client, id, producer_id: init.producer_id, epoch: init.producer_epoch }
+    }
+}
+
 #[test]
 fn transaction_apis_without_their_acls_are_refused_and_add_or_end_nothing() {
     let (broker, port, mut operator) = start();
@@ -397,16 +532,7 @@ fn transaction_apis_without_their_acls_are_refused_and_add_or_end_nothing() {
     allow(&mut operator, TRANSACTIONAL_ID, "tx-2", ALICE, WRITE);
     allow(&mut operator, TOPIC, "granted", ALICE, WRITE);
     let mut as_alice = alice_raw(port);
-    let request = InitProducerIdRequest::default()
-        .with_transactional_id(Some(TransactionalId(s("tx-2"))))
-        .with_transaction_timeout_ms(60_000)
-        .with_producer_id((-1).into())
-        .with_producer_epoch(-1);
-    let answer = as_alice.call(ApiKey::InitProducerId, 4, RequestKind::InitProducerId(request));
-    let ResponseKind::InitProducerId(init) = answer else { panic!("{answer:?}") };
-    assert_eq!(init.error_code, 0);
-    let (producer_id, epoch) = (init.producer_id, init.producer_epoch);
-    let mut txn = Txn { client: &mut as_alice, id: "tx-2", producer_id, epoch };
+    let mut txn = Txn::begin(&mut as_alice, "tx-2");
 
     // No WRITE on one topic: that partition is refused, the other not attempted (as in
     // Kafka), and the transaction holds neither.
@@ -436,6 +562,42 @@ fn transaction_apis_without_their_acls_are_refused_and_add_or_end_nothing() {
         txn.add_partitions(&["granted"]),
         [("granted".to_string(), TRANSACTIONAL_ID_AUTHORIZATION_FAILED)]
     );
+}
+
+/// TxnOffsetCommit checks WRITE on the transactional id, READ on the group and READ on
+/// each topic: each refusal commits nothing, even once the transaction commits.
+#[test]
+fn txn_offset_commit_without_its_acls_is_refused_and_commits_nothing() {
+    let (broker, port, mut operator) = start();
+    create_topic(&broker, "events", 1);
+    create_topic(&broker, "withheld", 1);
+    allow(&mut operator, TRANSACTIONAL_ID, "tx-3", ALICE, WRITE);
+    allow(&mut operator, GROUP, "g-3", ALICE, READ);
+    allow(&mut operator, TOPIC, "events", ALICE, READ);
+    let mut as_alice = alice_raw(port);
+    let mut txn = Txn::begin(&mut as_alice, "tx-3");
+    assert_eq!(txn.add_offsets("g-3"), 0);
+
+    // No READ on "withheld": its partition is refused, the readable one goes in.
+    let codes = txn.commit_offsets("g-3", &[("events", 4), ("withheld", 2)]);
+    let expected =
+        [("events".to_string(), 0), ("withheld".to_string(), TOPIC_AUTHORIZATION_FAILED)];
+    assert_eq!(codes, expected);
+    // READ on the group denied: every partition refused.
+    create_acls(&mut operator, vec![binding((GROUP, "g-3", LITERAL), ALICE, READ, DENY)]);
+    let codes = txn.commit_offsets("g-3", &[("events", 9)]);
+    assert_eq!(codes, [("events".to_string(), GROUP_AUTHORIZATION_FAILED)]);
+    // The transaction commits what was accepted, and only that.
+    assert_eq!(txn.end(true), 0);
+    let (code, stored) = fetch_offsets(&mut operator, "g-3", Some(&["events", "withheld"]));
+    let committed = vec![("events".to_string(), 4, 0), ("withheld".to_string(), -1, 0)];
+    assert_eq!((code, stored), (0, committed));
+
+    // WRITE on the transactional id denied: TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+    let deny = binding((TRANSACTIONAL_ID, "tx-3", LITERAL), ALICE, WRITE, DENY);
+    create_acls(&mut operator, vec![deny]);
+    let codes = txn.commit_offsets("g-3", &[("events", 9)]);
+    assert_eq!(codes, [("events".to_string(), TRANSACTIONAL_ID_AUTHORIZATION_FAILED)]);
 }
 
 // ---- configs ----

@@ -3,6 +3,8 @@
 //! exit code and never a panic.
 
 mod common;
+#[path = "common/tls.rs"]
+mod tls;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
@@ -17,6 +19,7 @@ use serde_json::Value;
 /// What one CLI run printed.
 struct Run {
     success: bool,
+    code: Option<i32>,
     stdout: String,
     stderr: String,
 }
@@ -72,6 +75,7 @@ fn cli(bootstrap: &str, args: &[&str], stdin: &str) -> Run {
     let Output { status, stdout, stderr } = child.wait_with_output().unwrap();
     Run {
         success: status.success(),
+        code: status.code(),
         stdout: String::from_utf8(stdout).unwrap(),
         stderr: String::from_utf8(stderr).unwrap(),
     }
@@ -418,4 +422,113 @@ fn cli_acl_add_list_and_remove_and_a_caller_without_alter_is_refused_cleanly() {
     let refused = cli(&locked.bootstrap(), &[&add[..], &["--topic", "orders"]].concat(), "");
     let refused = refused.failed();
     assert!(refused.stderr.contains("CLUSTER_AUTHORIZATION_FAILED"), "{}", refused.stderr);
+}
+
+/// The CLI over SASL_SSL: Kafka client properties in `--command-config` log the super user
+/// in with SCRAM-SHA-512 to create a user and a topic; the new user logs in with flags
+/// (SCRAM and PLAIN; the authorizer then refuses it what it may not do, which shows it
+/// authenticated); a wrong password and a missing CA fail in words with exit code 1.
+#[test]
+fn cli_creates_a_user_and_a_topic_over_sasl_ssl_with_scram_sha_512() {
+    let extra = ["--authorizer", "true", "--super-users", "User:admin"];
+    let (broker, port) = tls::sasl_broker(1, "SASL_SSL", ("admin", "admin-secret"), &extra);
+    let addr = format!("127.0.0.1:{port}");
+    let ca = tls::ca_file(&broker);
+    let properties = format!(
+        "# as for kafka-topics.sh --command-config\nsecurity.protocol=SASL_SSL\n\
+         sasl.mechanism=SCRAM-SHA-512\nsasl.username=admin\nsasl.password=admin-secret\n\
+         ssl.ca.location={ca}\n"
+    );
+    let admin_config = tls::write(broker.dir.path(), "admin.properties", &properties);
+    let as_admin = |args: &[&str], stdin: &str| {
+        let mut all = vec!["--command-config", admin_config.to_str().unwrap()];
+        all.extend(args);
+        cli(&addr, &all, stdin)
+    };
+    let create = ["user", "create", "alice", "--mechanism", "SCRAM-SHA-512", "--password-stdin"];
+    as_admin(&create, "alice-secret\n").ok();
+    as_admin(&["topic", "create", "secured", "--partitions", "2"], "").ok();
+    let users = as_admin(&["user", "list", "--format", "json"], "").ok().json();
+    assert!(users.to_string().contains("alice"), "{users}");
+    assert_eq!(as_admin(&["topic", "list"], "").ok().rows(), vec![vec!["secured", "2"]]);
+
+    let as_alice = |mechanism: &str, password: &str, ca: &str| {
+        let flags = ["--security-protocol", "SASL_SSL", "--ssl-ca-location", ca];
+        let login = ["--sasl-username", "alice", "--sasl-password", password];
+        let mut all = flags.to_vec();
+        all.extend(login);
+        all.extend(["--sasl-mechanism", mechanism, "user", "list"]);
+        cli(&addr, &all, "")
+    };
+    for mechanism in ["SCRAM-SHA-512", "PLAIN"] {
+        let refused = as_alice(mechanism, "alice-secret", &ca).failed();
+        assert!(refused.stderr.contains("CLUSTER_AUTHORIZATION_FAILED"), "{}", refused.stderr);
+    }
+    let wrong = as_alice("SCRAM-SHA-512", "not-her-password", &ca).failed();
+    assert!(wrong.stderr.contains("SASL_AUTHENTICATION_FAILED"), "{}", wrong.stderr);
+    assert_eq!(wrong.code, Some(1));
+    let other_ca = tls::Ca::new("another CA").write(broker.dir.path(), "other-ca.pem");
+    let untrusted = as_alice("SCRAM-SHA-512", "alice-secret", other_ca.to_str().unwrap()).failed();
+    assert!(untrusted.stderr.contains("TLS handshake"), "{}", untrusted.stderr);
+}
+
+/// The CLI over SSL with a client certificate whose principal is a super user: it creates
+/// a user and a topic; without the certificate the broker refuses the connection, and the
+/// CLI says so.
+#[test]
+fn cli_creates_a_user_and_a_topic_over_ssl_with_a_client_certificate() {
+    let cores = 1;
+    let (mut ssl_port, mut cert_file, mut key_file) = (0, String::new(), String::new());
+    let super_user = "User:CN=ops,OU=eng,O=Example";
+    let broker = Broker::start_configured(cores, &[], |b| {
+        ssl_port = tls::second_listener_port(b.port, cores);
+        let files = tls::BrokerTls::new(b.dir.path());
+        let (cert, key) = files.ca.issue_client("ops");
+        cert_file = tls::write(b.dir.path(), "ops.pem", &cert).display().to_string();
+        key_file = tls::write(b.dir.path(), "ops.key", &key).display().to_string();
+        let listeners = format!("SSL://127.0.0.1:{ssl_port},PLAINTEXT://127.0.0.1:{}", b.port);
+        let mut args = vec!["--listeners".to_string(), listeners];
+        args.extend(files.args());
+        let ca = b.dir.path().join("ca.pem").display().to_string();
+        args.extend(["--tls-client-ca-file".into(), ca]);
+        args.extend(["--authorizer", "true", "--super-users", super_user].map(String::from));
+        args
+    });
+    let addr = format!("127.0.0.1:{ssl_port}");
+    let ca = tls::ca_file(&broker);
+    let ssl = ["--security-protocol", "SSL", "--ssl-ca-location", &ca];
+    let with_certificate = |args: &[&str], stdin: &str| {
+        let mut all = ssl.to_vec();
+        all.extend(["--ssl-certificate-location", &cert_file, "--ssl-key-location", &key_file]);
+        all.extend(args);
+        cli(&addr, &all, stdin)
+    };
+    with_certificate(&["user", "create", "bob", "--password-stdin"], "bob-secret\n").ok();
+    with_certificate(&["topic", "create", "over-ssl"], "").ok();
+    let users = with_certificate(&["user", "list", "--format", "json"], "").ok().json();
+    assert!(users.to_string().contains("bob"), "{users}");
+    let topics = with_certificate(&["topic", "list"], "").ok();
+    assert_eq!(topics.rows(), vec![vec!["over-ssl", "1"]]);
+
+    let mut without = ssl.to_vec();
+    without.extend(["topic", "list"]);
+    let refused = cli(&addr, &without, "").failed();
+    assert!(refused.stderr.contains("TLS"), "{}", refused.stderr);
+    // The listener's ports advertise TLS only: plaintext to it is refused, cleanly.
+    let plaintext = cli(&addr, &["topic", "list"], "").failed();
+    assert!(plaintext.stderr.contains(&addr), "{}", plaintext.stderr);
+}
+
+#[test]
+fn cli_refuses_client_properties_it_cannot_honour_in_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let properties = "security.protocol=SSL\nssl.key.password=secret\n";
+    let file = tls::write(dir.path(), "client.properties", properties);
+    let run =
+        cli("127.0.0.1:1", &["--command-config", file.to_str().unwrap(), "topic", "list"], "");
+    let run = run.failed();
+    assert!(run.stderr.contains("ssl.key.password"), "{}", run.stderr);
+    let missing =
+        cli("127.0.0.1:1", &["--command-config", "/nonexistent/x.properties", "topic", "list"], "");
+    assert!(missing.failed().stderr.contains("/nonexistent/x.properties"));
 }

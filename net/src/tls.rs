@@ -99,6 +99,14 @@ pub struct TlsConnection {
     pub principal: Option<Rc<str>>,
 }
 
+impl TlsConnection {
+    /// The encrypted stream, for a server other than the Kafka connection loop (the admin
+    /// endpoint's HTTPS).
+    pub fn into_stream(self) -> TlsStream<TcpStream> {
+        self.stream
+    }
+}
+
 /// One shard's TLS acceptor: the configuration it last saw, and its handshake bounds.
 pub struct TlsAcceptor {
     shared: Arc<SharedTlsConfig>,

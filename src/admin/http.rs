@@ -52,11 +52,37 @@ pub fn parse_request_line(head: &[u8]) -> Result<RequestLine<'_>, Refused> {
     Ok(RequestLine { method, path, query })
 }
 
+/// The value of the first header named `name` (case-insensitive) in a complete head,
+/// without surrounding whitespace; `None` if absent or not UTF-8.
+pub fn header<'a>(head: &'a [u8], name: &str) -> Option<&'a str> {
+    let lines = head.split(|b| *b == b'\n').skip(1); // past the request line
+    lines.map(|line| line.strip_suffix(b"\r").unwrap_or(line)).find_map(|line| {
+        let colon = line.iter().position(|b| *b == b':')?;
+        let (key, value) = (&line[..colon], &line[colon + 1..]);
+        if !key.eq_ignore_ascii_case(name.as_bytes()) {
+            return None;
+        }
+        std::str::from_utf8(value).ok().map(str::trim)
+    })
+}
+
 /// A complete response with `Connection: close` (one request per connection).
 pub fn response(status: u16, content_type: &str, body: &str) -> Vec<u8> {
+    response_with_headers(status, content_type, &[], body)
+}
+
+/// `response` with more header lines (`(name, value)`).
+pub fn response_with_headers(
+    status: u16,
+    content_type: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Vec<u8> {
+    let extra: String =
+        headers.iter().map(|(name, value)| format!("{name}: {value}\r\n")).collect();
     let head = format!(
         "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n",
+         {extra}Connection: close\r\n\r\n",
         status_text(status),
         body.len()
     );
@@ -70,6 +96,7 @@ fn status_text(status: u16) -> &'static str {
     match status {
         200 => "OK",
         400 => "Bad Request",
+        401 => "Unauthorized",
         404 => "Not Found",
         405 => "Method Not Allowed",
         431 => "Request Header Fields Too Large",
@@ -110,6 +137,17 @@ mod tests {
             let parsed = parse_request_line(head).map_err(|r| r.status);
             assert_eq!(&parsed, expected, "{:?}", String::from_utf8_lossy(head));
         }
+    }
+
+    #[test]
+    fn headers_are_found_by_name_in_any_case_and_trimmed() {
+        let head = b"GET / HTTP/1.1\r\nHost: x\r\nauthorization:  Bearer abc \r\nX: \xff\r\n\r\n";
+        assert_eq!(header(head, "Authorization"), Some("Bearer abc"));
+        assert_eq!(header(head, "host"), Some("x"));
+        assert_eq!(header(head, "X"), None, "not UTF-8");
+        assert_eq!(header(head, "Cookie"), None);
+        // The request line is not a header, even if it holds a colon.
+        assert_eq!(header(b"GET /a:b HTTP/1.1\r\n\r\n", "GET /a"), None);
     }
 
     #[test]

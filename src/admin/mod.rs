@@ -8,21 +8,34 @@
 //! once), a request head over `http::MAX_HEAD_BYTES` gets 431, a head not complete within
 //! `HEAD_DEADLINE` is dropped, a response not written within `WRITE_DEADLINE` is dropped.
 //! No Kafka traffic waits on any of it.
+//!
+//! Security (docs/security.md, "The admin endpoint"): with a token (`auth.rs`), every
+//! request but `GET /health` must carry it, or gets 401 and nothing else; `/health` without
+//! it answers only `ok` or `unhealthy`. With `admin_tls_*` files, the endpoint speaks HTTPS
+//! only (net's `TlsAcceptor`: its handshakes are bounded like the SSL listeners', by
+//! `MAX_CONNECTIONS` and `HEAD_DEADLINE`), and a SIGHUP reloads the certificate.
 
+mod auth;
 mod console;
 mod http;
 mod prometheus;
 
 use std::cell::Cell;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
-use glommio::net::{TcpListener, TcpStream};
+use futures_lite::{AsyncRead, AsyncWrite};
+use glommio::net::TcpListener;
+use shardlog_net::tls::{SharedTlsConfig, TlsAcceptor};
+use shardlog_net::ConnectionLimits;
 use shardlog_shards::metrics::{within, Unhealthy};
 use shardlog_shards::Shard;
 use tracing::{debug, warn};
 
+pub use auth::AdminToken;
+use auth::Verdict;
 use http::{Refused, MAX_HEAD_BYTES};
 
 /// Admin connections served at once.
@@ -37,12 +50,23 @@ const SHARD_ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
 const TEXT: &str = "text/plain; charset=utf-8";
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Serves the admin endpoint on `listener` (bound on shard 0) until the broker stops.
-pub fn spawn(listener: TcpListener, shard: Rc<Shard>) {
-    glommio::spawn_local(accept_loop(listener, shard)).detach();
+/// How the admin endpoint is protected: a bearer token, TLS, both or neither.
+#[derive(Clone, Default)]
+pub struct AdminSecurity {
+    pub token: Option<AdminToken>,
+    pub tls: Option<Arc<SharedTlsConfig>>,
 }
 
-async fn accept_loop(listener: TcpListener, shard: Rc<Shard>) {
+/// Serves the admin endpoint on `listener` (bound on shard 0) until the broker stops.
+pub fn spawn(listener: TcpListener, shard: Rc<Shard>, security: AdminSecurity) {
+    glommio::spawn_local(accept_loop(listener, shard, security)).detach();
+}
+
+async fn accept_loop(listener: TcpListener, shard: Rc<Shard>, security: AdminSecurity) {
+    let token = Rc::new(security.token);
+    let tls = security
+        .tls
+        .map(|shared| Rc::new(TlsAcceptor::new(shared, MAX_CONNECTIONS, HEAD_DEADLINE)));
     let open = Rc::new(Cell::new(0usize));
     loop {
         let stream = match listener.accept().await {
@@ -58,9 +82,20 @@ async fn accept_loop(listener: TcpListener, shard: Rc<Shard>) {
             continue;
         }
         open.set(open.get() + 1);
-        let (shard, open) = (shard.clone(), open.clone());
+        let (shard, open, token, tls) = (shard.clone(), open.clone(), token.clone(), tls.clone());
         glommio::spawn_local(async move {
-            serve(stream, &shard).await;
+            match tls {
+                None => serve(stream, &shard, &token).await,
+                Some(tls) => {
+                    let limits =
+                        ConnectionLimits { idle_timeout: HEAD_DEADLINE, ..Default::default() };
+                    match tls.handshake(stream, &limits).await {
+                        Ok(connection) => serve(connection.into_stream(), &shard, &token).await,
+                        // Plain HTTP on the HTTPS port ends here, as do scanners.
+                        Err(e) => debug!("admin connection closed: {e}"),
+                    }
+                }
+            }
             open.set(open.get() - 1);
         })
         .detach();
@@ -68,14 +103,17 @@ async fn accept_loop(listener: TcpListener, shard: Rc<Shard>) {
 }
 
 /// One request, one response, then close.
-async fn serve(mut stream: TcpStream, shard: &Rc<Shard>) {
+async fn serve<S>(mut stream: S, shard: &Rc<Shard>, token: &Option<AdminToken>)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let head = match within(Instant::now() + HEAD_DEADLINE, read_head(&mut stream)).await {
         Some(Ok(Ok(Some(head)))) => Ok(head),
         Some(Ok(Err(refused))) => Err(refused),
         _ => return, // closed by the peer, failed, or too slow: drop it
     };
     let response = match head {
-        Ok(head) => route(shard, &head).await,
+        Ok(head) => route(shard, &head, token.as_ref()).await,
         Err(refused) => http::response(refused.status, TEXT, &format!("{}\n", refused.reason)),
     };
     let _ = within(Instant::now() + WRITE_DEADLINE, async {
@@ -86,7 +124,9 @@ async fn serve(mut stream: TcpStream, shard: &Rc<Shard>) {
 }
 
 /// Reads until the end of the request head. `Ok(None)`: the peer closed first.
-async fn read_head(stream: &mut TcpStream) -> std::io::Result<Result<Option<Vec<u8>>, Refused>> {
+async fn read_head<S: AsyncRead + Unpin>(
+    stream: &mut S,
+) -> std::io::Result<Result<Option<Vec<u8>>, Refused>> {
     let mut buffer = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     loop {
@@ -108,19 +148,28 @@ async fn read_head(stream: &mut TcpStream) -> std::io::Result<Result<Option<Vec<
     }
 }
 
-async fn route(shard: &Rc<Shard>, head: &[u8]) -> Vec<u8> {
+async fn route(shard: &Rc<Shard>, head: &[u8], token: Option<&AdminToken>) -> Vec<u8> {
     let line = match http::parse_request_line(head) {
         Ok(line) => line,
         Err(refused) => {
             return http::response(refused.status, TEXT, &format!("{}\n", refused.reason))
         }
     };
+    let verdict = token.map_or(Verdict::Admitted, |t| t.check(http::header(head, "Authorization")));
+    if verdict != Verdict::Admitted {
+        // Probes (a load balancer, Kubernetes) rarely carry a token: they get the status
+        // and one word, not the per-shard reasons.
+        if (line.method, line.path) == ("GET", "/health") {
+            return health(shard, false).await;
+        }
+        return unauthorized(verdict);
+    }
     if line.method != "GET" {
         return http::response(405, TEXT, "only GET is served\n");
     }
     match line.path {
         "/metrics" => metrics(shard).await,
-        "/health" => health(shard).await,
+        "/health" => health(shard, true).await,
         path => match console::route(shard, path, line.query).await {
             Some(response) => response,
             None => http::response(404, TEXT, "not found: try /, /metrics or /health\n"),
@@ -135,13 +184,33 @@ async fn metrics(shard: &Rc<Shard>) -> Vec<u8> {
     }
 }
 
-async fn health(shard: &Rc<Shard>) -> Vec<u8> {
+/// `detailed`: a line per shard after the verdict; otherwise the verdict alone.
+async fn health(shard: &Rc<Shard>, detailed: bool) -> Vec<u8> {
     let unhealthy = shard.check_health(SHARD_ANSWER_TIMEOUT).await;
-    if unhealthy.is_empty() {
-        let body: String = (0..shard.nr_shards).map(|s| format!("shard {s}: ok\n")).collect();
-        return http::response(200, TEXT, &format!("ok\n{body}"));
+    match (unhealthy.is_empty(), detailed) {
+        (true, true) => {
+            let body: String = (0..shard.nr_shards).map(|s| format!("shard {s}: ok\n")).collect();
+            http::response(200, TEXT, &format!("ok\n{body}"))
+        }
+        (true, false) => http::response(200, TEXT, "ok\n"),
+        (false, true) => http::response(503, TEXT, &describe(&unhealthy)),
+        (false, false) => http::response(503, TEXT, "unhealthy\n"),
     }
-    http::response(503, TEXT, &describe(&unhealthy))
+}
+
+/// 401 with the challenge RFC 6750 asks for (`error` only when a token was wrong).
+fn unauthorized(verdict: Verdict) -> Vec<u8> {
+    let (challenge, body) = match verdict {
+        Verdict::Invalid => (
+            r#"Bearer realm="shardlog-admin", error="invalid_token""#,
+            "the admin token is not valid\n",
+        ),
+        _ => (
+            r#"Bearer realm="shardlog-admin""#,
+            "an admin token is required: Authorization: Bearer <token>\n",
+        ),
+    };
+    http::response_with_headers(401, TEXT, &[("WWW-Authenticate", challenge)], body)
 }
 
 fn describe(unhealthy: &[Unhealthy]) -> String {

@@ -13,7 +13,7 @@ use shardlog_shards::acl::{
 };
 
 use super::output::{print_json, Table};
-use super::{check, emit, str_bytes, AdminArgs, Client, OutputFormat};
+use super::{check, emit, str_bytes, AdminArgs, OutputFormat};
 
 /// Kafka's filter codes for "any".
 const ANY: i8 = 1;
@@ -122,7 +122,7 @@ impl ResourceSelector {
 }
 
 pub fn run(command: AclCommand, admin: &AdminArgs) -> Result<(), String> {
-    let mut client = Client::connect(&admin.bootstrap, admin.login()?)?;
+    let mut client = admin.connect()?;
     match command {
         AclCommand::Add { resource, principals, operations, host, deny } => {
             let (kind, name) = resource

@@ -1,5 +1,6 @@
 //! A small blocking Kafka client for the admin commands: one request at a time over a
-//! std `TcpStream` with connect, read and write timeouts. Frames are built by
+//! std `TcpStream` (with TLS on SSL and SASL_SSL listeners: rustls, `security.rs`) with
+//! connect, read and write timeouts. Frames are built by
 //! `shardlog_net::encode_request`, the codec the load generator uses too.
 //!
 //! Each request type is sent at one version (`api_version`); the connection learns the
@@ -9,6 +10,7 @@
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -19,8 +21,11 @@ use kafka_protocol::protocol::{Decodable, HeaderVersion, Request};
 
 use shardlog_net::sasl::scram::{random_nonce, ScramClient};
 use shardlog_net::sasl::Mechanism;
+use shardlog_net::tls::rustls::pki_types::ServerName;
+use shardlog_net::tls::rustls::{ClientConfig, ClientConnection, StreamOwned};
 
 use super::errors::check;
+use super::security::ClientSecurity;
 use super::str_bytes;
 
 /// Connect, read and write timeout of every admin connection.
@@ -52,34 +57,38 @@ fn api_version(api_key: ApiKey) -> i16 {
     }
 }
 
-/// How the admin commands log in to a SASL_PLAINTEXT listener (`--sasl-username`...).
-#[derive(Clone, Debug)]
+/// How the admin commands log in to a SASL listener (`--sasl-username`...).
+#[derive(Clone)]
 pub struct SaslLogin {
     pub mechanism: Mechanism,
     pub username: String,
     pub password: String,
 }
 
+/// The bytes of a connection: bare TCP or TLS over it.
+trait Transport: Read + Write {}
+impl<T: Read + Write> Transport for T {}
+
 /// A blocking connection to one broker.
 pub struct Client {
-    stream: TcpStream,
+    stream: Box<dyn Transport>,
     addr: String,
     next_correlation_id: i32,
     /// The broker's (min, max) version of each API it serves.
     versions: HashMap<i16, (i16, i16)>,
-    /// How this connection logged in, for the next ones (`connect_to`).
-    login: Option<SaslLogin>,
+    /// How this connection was made, for the next ones (`connect_to`).
+    security: ClientSecurity,
 }
 
 impl Client {
     /// Connects to another broker (a coordinator, another shard) as this one did.
     pub fn connect_to(&self, addr: &str) -> Result<Client, String> {
-        Client::connect(addr, self.login.clone())
+        Client::connect(addr, self.security.clone())
     }
 
-    /// Connects to `addr` (HOST:PORT), learns the broker's API versions and, with
-    /// `login`, authenticates with SASL.
-    pub fn connect(addr: &str, login: Option<SaslLogin>) -> Result<Client, String> {
+    /// Connects to `addr` (HOST:PORT), with TLS if `security` says so, learns the broker's
+    /// API versions and, with a login, authenticates with SASL.
+    pub fn connect(addr: &str, security: ClientSecurity) -> Result<Client, String> {
         let unreachable = |e: &dyn std::fmt::Display| format!("cannot reach broker at {addr}: {e}");
         let socket_addr = addr
             .to_socket_addrs()
@@ -94,12 +103,17 @@ impl Client {
             stream.set_write_timeout(Some(IO_TIMEOUT))
         })();
         setup.map_err(|e| unreachable(&e))?;
+        let stream: Box<dyn Transport> = match &security.tls {
+            None => Box::new(stream),
+            Some(config) => Box::new(tls_handshake(addr, config, stream)?),
+        };
+        let login = security.login.clone();
         let mut client = Client {
             stream,
             addr: addr.to_string(),
             next_correlation_id: 1,
             versions: HashMap::new(),
-            login: None,
+            security,
         };
         let response = client.send_and_receive(&ApiVersionsRequest::default(), 0)?;
         check(response.error_code, &format!("broker at {addr}"), None)?;
@@ -108,7 +122,6 @@ impl Client {
         }
         if let Some(login) = login {
             client.authenticate(&login)?;
-            client.login = Some(login);
         }
         Ok(client)
     }
@@ -197,6 +210,10 @@ impl Client {
     }
 
     fn io_error(&self, e: std::io::Error) -> String {
+        if e.kind() == ErrorKind::InvalidData {
+            // rustls: an alert from the broker (a refused client certificate) or bad TLS.
+            return format!("TLS with the broker at {} failed: {e}", self.addr);
+        }
         match e.kind() {
             ErrorKind::UnexpectedEof => {
                 format!("the broker at {} closed the connection", self.addr)
@@ -211,4 +228,23 @@ impl Client {
     fn protocol_error(&self, e: impl std::fmt::Display) -> String {
         format!("cannot decode the answer of the broker at {}: {e}", self.addr)
     }
+}
+
+/// Runs the client side of the TLS handshake to `addr`, checking that the broker's
+/// certificate names its host (an IP address or a DNS name).
+fn tls_handshake(
+    addr: &str,
+    config: &Arc<ClientConfig>,
+    mut socket: TcpStream,
+) -> Result<StreamOwned<ClientConnection, TcpStream>, String> {
+    let failed =
+        |e: &dyn std::fmt::Display| format!("TLS handshake with the broker at {addr} failed: {e}");
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let name = ServerName::try_from(host.to_string()).map_err(|e| failed(&e))?;
+    let mut connection = ClientConnection::new(config.clone(), name).map_err(|e| failed(&e))?;
+    while connection.is_handshaking() {
+        connection.complete_io(&mut socket).map_err(|e| failed(&e))?;
+    }
+    Ok(StreamOwned::new(connection, socket))
 }

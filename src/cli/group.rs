@@ -31,7 +31,7 @@ pub enum GroupCommand {
 }
 
 pub fn run(command: GroupCommand, admin: &AdminArgs) -> Result<(), String> {
-    let mut client = Client::connect(&admin.bootstrap, admin.login()?)?;
+    let mut client = admin.connect()?;
     match command {
         GroupCommand::List => list(&mut client, admin.format),
         GroupCommand::Describe { group } => describe(&mut client, admin.format, &group),

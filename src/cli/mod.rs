@@ -14,6 +14,7 @@ mod errors;
 mod group;
 mod output;
 mod records;
+mod security;
 mod topic;
 mod txn;
 mod user;
@@ -29,7 +30,7 @@ use kafka_protocol::messages::metadata_response::{MetadataResponse, MetadataResp
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;
 
-pub use client::{Client, SaslLogin};
+pub use client::Client;
 pub use errors::{api_error, check};
 pub use output::OutputFormat;
 
@@ -44,7 +45,17 @@ pub struct AdminArgs {
     #[arg(long, global = true, value_enum, default_value_t = OutputFormat::Table)]
     pub format: OutputFormat,
 
-    /// Admin commands: log in with SASL as this user (a SASL_PLAINTEXT listener).
+    /// Admin commands: Kafka client properties (security.protocol, sasl.*, ssl.*; as
+    /// Kafka's tools' --command-config). The flags below win over the file.
+    #[arg(long, global = true, env = "SHARDLOG_COMMAND_CONFIG", value_name = "PATH")]
+    pub command_config: Option<std::path::PathBuf>,
+
+    /// Admin commands: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (default: PLAINTEXT, or
+    /// SASL_PLAINTEXT with --sasl-username).
+    #[arg(long, global = true, env = "SHARDLOG_SECURITY_PROTOCOL", value_name = "PROTOCOL")]
+    pub security_protocol: Option<String>,
+
+    /// Admin commands: log in with SASL as this user.
     #[arg(long, global = true, env = "SHARDLOG_SASL_USERNAME", value_name = "NAME")]
     pub sasl_username: Option<String>,
 
@@ -52,22 +63,50 @@ pub struct AdminArgs {
     #[arg(long, global = true, env = "SHARDLOG_SASL_PASSWORD", hide_env_values = true)]
     pub sasl_password: Option<String>,
 
-    /// Admin commands: the SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
-    #[arg(long, global = true, env = "SHARDLOG_SASL_MECHANISM", default_value = "SCRAM-SHA-512")]
-    pub sasl_mechanism: String,
+    /// Admin commands: the SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (default).
+    #[arg(long, global = true, env = "SHARDLOG_SASL_MECHANISM", value_name = "MECHANISM")]
+    pub sasl_mechanism: Option<String>,
+
+    /// Admin commands: CA certificates (PEM) that sign the broker's certificate (SSL).
+    #[arg(long, global = true, env = "SHARDLOG_SSL_CA_LOCATION", value_name = "PATH")]
+    pub ssl_ca_location: Option<String>,
+
+    /// Admin commands: a client certificate chain (PEM) for brokers that ask for one.
+    #[arg(long, global = true, env = "SHARDLOG_SSL_CERTIFICATE_LOCATION", value_name = "PATH")]
+    pub ssl_certificate_location: Option<String>,
+
+    /// Admin commands: the private key (PEM, unencrypted) of --ssl-certificate-location.
+    #[arg(long, global = true, env = "SHARDLOG_SSL_KEY_LOCATION", value_name = "PATH")]
+    pub ssl_key_location: Option<String>,
 }
 
 impl AdminArgs {
-    /// The SASL login the flags ask for, if any.
-    pub fn login(&self) -> Result<Option<SaslLogin>, String> {
-        let Some(username) = self.sasl_username.clone() else { return Ok(None) };
-        let password = self
-            .sasl_password
-            .clone()
-            .ok_or("--sasl-username needs --sasl-password (or SHARDLOG_SASL_PASSWORD)")?;
-        let mechanism = shardlog_net::sasl::Mechanism::from_name(&self.sasl_mechanism)
-            .ok_or_else(|| format!("--sasl-mechanism '{}' is not known", self.sasl_mechanism))?;
-        Ok(Some(SaslLogin { mechanism, username, password }))
+    /// Connects to --bootstrap with the security the flags and --command-config ask for.
+    pub fn connect(&self) -> Result<Client, String> {
+        Client::connect(&self.bootstrap, self.security()?)
+    }
+
+    /// --command-config's properties, with the flags' values over them.
+    fn security(&self) -> Result<security::ClientSecurity, String> {
+        let mut properties = match &self.command_config {
+            Some(path) => security::read_properties(path)?,
+            None => Default::default(),
+        };
+        let flags = [
+            ("security.protocol", &self.security_protocol),
+            ("sasl.username", &self.sasl_username),
+            ("sasl.password", &self.sasl_password),
+            ("sasl.mechanism", &self.sasl_mechanism),
+            ("ssl.ca.location", &self.ssl_ca_location),
+            ("ssl.certificate.location", &self.ssl_certificate_location),
+            ("ssl.key.location", &self.ssl_key_location),
+        ];
+        for (key, value) in flags {
+            if let Some(value) = value {
+                properties.insert(key.to_string(), value.clone());
+            }
+        }
+        security::resolve(&properties)
     }
 }
 

@@ -63,7 +63,7 @@ pub struct ConsumeArgs {
 }
 
 pub fn produce(args: ProduceArgs, admin: &AdminArgs) -> Result<(), String> {
-    let mut client = Client::connect(&admin.bootstrap, admin.login()?)?;
+    let mut client = admin.connect()?;
     let partition_count = topic_metadata(&mut client, &args.topic)?.partitions.len() as i32;
     let partition = match (args.partition, &args.key) {
         (Some(p), _) if !(0..partition_count).contains(&p) => {
@@ -190,7 +190,7 @@ fn print_offsets(
 }
 
 pub fn consume(args: ConsumeArgs, admin: &AdminArgs) -> Result<(), String> {
-    let mut client = Client::connect(&admin.bootstrap, admin.login()?)?;
+    let mut client = admin.connect()?;
     let topic = &args.topic;
     let mut partitions: Vec<i32> =
         topic_metadata(&mut client, topic)?.partitions.iter().map(|p| p.partition_index).collect();

@@ -62,7 +62,7 @@ pub enum TopicCommand {
 }
 
 pub fn run(command: TopicCommand, admin: &AdminArgs) -> Result<(), String> {
-    let mut client = Client::connect(&admin.bootstrap, admin.login()?)?;
+    let mut client = admin.connect()?;
     match command {
         TopicCommand::Create { name, partitions, configs } => {
             create(&mut client, admin.format, &name, partitions, &configs)

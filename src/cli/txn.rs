@@ -21,7 +21,7 @@ pub enum TxnCommand {
 }
 
 pub fn run(command: TxnCommand, admin: &AdminArgs) -> Result<(), String> {
-    let mut client = Client::connect(&admin.bootstrap, admin.login()?)?;
+    let mut client = admin.connect()?;
     match command {
         TxnCommand::List => list(&mut client, admin.format),
         TxnCommand::Describe { transactional_id } => {

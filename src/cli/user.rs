@@ -60,12 +60,12 @@ pub fn run(command: UserCommand, admin: &AdminArgs) -> Result<(), String> {
                 ));
             }
             let password = read_password()?;
-            let mut client = Client::connect(&admin.bootstrap, admin.login()?)?;
+            let mut client = admin.connect()?;
             create(&mut client, &name, mechanism, &password, iterations)?;
             emit(&format!("user '{name}' {}: set\n", mechanism.name()))
         }
         UserCommand::Delete { name, mechanism } => {
-            let mut client = Client::connect(&admin.bootstrap, admin.login()?)?;
+            let mut client = admin.connect()?;
             let mechanisms = match mechanism {
                 Some(mechanism) => vec![mechanism.kafka_type()],
                 None => describe(&mut client, Some(&name))?
@@ -78,7 +78,7 @@ pub fn run(command: UserCommand, admin: &AdminArgs) -> Result<(), String> {
             emit(&format!("user '{name}': deleted\n"))
         }
         UserCommand::List => {
-            let mut client = Client::connect(&admin.bootstrap, admin.login()?)?;
+            let mut client = admin.connect()?;
             list(&mut client, admin.format)
         }
     }

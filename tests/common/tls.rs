@@ -194,6 +194,20 @@ pub fn tls_connect(
     ca_pem: &str,
     client: Option<&(String, String)>,
 ) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>, String> {
+    let mut stream = tls_stream(addr, ca_pem, client)?;
+    // TLS 1.3 servers check the client certificate after the client's last handshake
+    // message: a request and its answer show whether the server kept the connection.
+    call(&mut stream, ApiKey::ApiVersions, 3, RequestKind::ApiVersions(api_versions()))?;
+    Ok(stream)
+}
+
+/// A rustls client stream to `addr` (127.0.0.1) trusting `ca_pem`; the handshake runs with
+/// the first read or write.
+pub fn tls_stream(
+    addr: SocketAddr,
+    ca_pem: &str,
+    client: Option<&(String, String)>,
+) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>, String> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -215,11 +229,7 @@ pub fn tls_connect(
     let connection = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
     let socket = TcpStream::connect(addr).map_err(|e| e.to_string())?;
     socket.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut stream = rustls::StreamOwned::new(connection, socket);
-    // TLS 1.3 servers check the client certificate after the client's last handshake
-    // message: a request and its answer show whether the server kept the connection.
-    call(&mut stream, ApiKey::ApiVersions, 3, RequestKind::ApiVersions(api_versions()))?;
-    Ok(stream)
+    Ok(rustls::StreamOwned::new(connection, socket))
 }
 
 pub fn api_versions() -> ApiVersionsRequest {
