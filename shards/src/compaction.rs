@@ -11,13 +11,18 @@
 //! Tombstones: a pass may remove the tombstones below the clean point of an earlier pass
 //! that started at least `delete.retention.ms` ago (Kafka keeps this per segment; here
 //! per partition, in memory). After a restart nothing is remembered, so tombstones stay
-//! one more `delete.retention.ms`: later, never sooner.
+//! one more `delete.retention.ms`: later, never sooner. Transaction markers whose data are
+//! all gone use the same horizon.
+//!
+//! Transactions: a pass stops at the partition's last stable offset and gets its aborted
+//! list (`txn::partition`), so it cleans committed records and removes aborted ones; after
+//! it, the aborted transactions whose marker it removed leave the list.
 
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-use shardlog_storage::{CleanPolicy, Cleanable, Offset, PartitionId};
+use shardlog_storage::{AbortedTxnRange, Bounds, CleanPolicy, Cleanable, Offset, PartitionId};
 use tracing::{debug, warn};
 
 use crate::metadata::TopicMeta;
@@ -143,6 +148,9 @@ impl Shard {
 
     /// Picks the partition most in need and cleans it once. Returns whether a pass ran.
     async fn clean_once(&self, passes: &mut HashMap<PartitionId, Passes>) -> bool {
+        if !self.txn.ready.get() {
+            return false; // no last stable offset nor aborted list yet
+        }
         let now_ms = wall_ms();
         let table = self.table();
         let mut best: Option<(f64, PartitionId, TopicCleaning)> = None;
@@ -156,9 +164,12 @@ impl Shard {
                 let Some(info) = self.log.partition_info(partition) else { continue };
                 let state = passes.entry(partition).or_default();
                 let from = state.cleaned_to.max(info.log_start_offset);
-                let Some(c) = self.log.cleanable(partition, from, now_ms, topic.min_lag_ms) else {
-                    continue;
+                let bounds = Bounds {
+                    now_ms,
+                    min_compaction_lag_ms: topic.min_lag_ms,
+                    upper_bound: self.last_stable_offset(partition, info.high_watermark),
                 };
+                let Some(c) = self.log.cleanable(partition, from, &bounds) else { continue };
                 if let Some(u) = urgency(&c, &topic, state, now_ms) {
                     if best.as_ref().is_none_or(|(b, ..)| u > *b) {
                         best = Some((u, partition, topic));
@@ -170,24 +181,53 @@ impl Shard {
         let Some((_, partition, topic)) = best else { return false };
         let state = passes.entry(partition).or_default();
         let horizon = state.tombstone_horizon(now_ms, topic.delete_retention_ms);
+        let Some(info) = self.log.partition_info(partition) else { return false };
         let policy = CleanPolicy {
             now_ms,
             min_compaction_lag_ms: topic.min_lag_ms,
             tombstones_removable_below: horizon,
             bytes_per_second: self.config.cleaner.bytes_per_second,
             max_keys: self.config.cleaner.max_keys,
+            upper_bound: self.last_stable_offset(partition, info.high_watermark),
+            aborted: self.aborted_ranges(partition),
         };
         match self.log.clean(partition, policy).await {
             Ok(report) => {
                 debug!(shard = self.id, ?partition, ?report, "cleaned a partition");
+                self.forget_removed_aborts(partition, report.clean_point);
                 let state = passes.entry(partition).or_default();
                 state.record(now_ms, report.clean_point, topic.delete_retention_ms);
-                state.tombstones_waiting = report.tombstones_waiting > 0;
+                state.tombstones_waiting = report.tombstones_waiting + report.markers_waiting > 0;
                 state.last_horizon = horizon;
             }
             Err(error) => warn!(shard = self.id, ?partition, %error, "cleaning pass failed"),
         }
         true
+    }
+
+    /// The partition's aborted transactions, for a pass.
+    fn aborted_ranges(&self, partition: PartitionId) -> Vec<AbortedTxnRange> {
+        let partitions = self.txn.partitions.borrow();
+        let Some(state) = partitions.get(&partition) else { return Vec::new() };
+        state
+            .aborted
+            .iter()
+            .map(|a| AbortedTxnRange {
+                producer_id: a.producer_id,
+                first_offset: a.first_offset,
+                marker_offset: a.last_offset,
+            })
+            .collect()
+    }
+
+    /// Drops the aborted transactions below `clean_point` whose marker a pass removed (it
+    /// removes a marker only after all its data: cleaner.rs invariant 6), so Fetch stops
+    /// listing ranges with nothing in them. Also those restored from a snapshot older than
+    /// the removal.
+    fn forget_removed_aborts(&self, partition: PartitionId, clean_point: Offset) {
+        let mut partitions = self.txn.partitions.borrow_mut();
+        let Some(state) = partitions.get_mut(&partition) else { return };
+        state.forget_removed(clean_point, |marker| self.log.has_batch_at(partition, marker));
     }
 }
 

@@ -199,7 +199,7 @@ pub use batch::{
     for_each_record, split_batches, with_log_append_time, RecordBatchHeader, RecordView,
     RecordsError, RECORD_BATCH_HEADER_BYTES,
 };
-pub use cleaner::{CleanPolicy, CleanReport, Cleanable};
+pub use cleaner::{AbortedTxnRange, Bounds, CleanPolicy, CleanReport, Cleanable};
 pub use disk::{Disk, DmaDisk, IoBuffer, SegmentFile, IOPOLL_PROBE_FILE};
 pub use frame::{EntryKind, ENTRY_HEADER_BYTES, FORMAT_VERSION, PAGE_BYTES};
 pub use histogram::{

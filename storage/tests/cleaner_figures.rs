@@ -64,6 +64,8 @@ async fn timed_pass(
         tombstones_removable_below: 0,
         bytes_per_second: budget,
         max_keys: 1 << 20,
+        upper_bound: Offset::MAX,
+        aborted: Vec::new(),
     };
     let started = Instant::now();
     let report = log.clean(partition, policy).await.expect("pass");

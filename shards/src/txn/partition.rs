@@ -111,6 +111,13 @@ impl PartitionTxns {
         self.aborted.retain(|a| a.last_offset >= log_start_offset);
     }
 
+    /// Forgets aborted transactions whose marker, below `below`, is no longer in the log
+    /// (`present` says whether a batch starts at an offset): the log cleaner removed it,
+    /// and it removes a marker only once all its transaction's data are gone.
+    pub fn forget_removed(&mut self, below: Offset, present: impl Fn(Offset) -> bool) {
+        self.aborted.retain(|a| a.last_offset >= below || present(a.last_offset));
+    }
+
     /// The durable view, for a snapshot: transactions whose marker is queued are over
     /// (the snapshot lands in the log after their marker).
     pub fn snapshot(&self) -> PartitionTxns {
@@ -234,6 +241,18 @@ mod tests {
         assert_eq!(p.last_stable_offset(30), 23);
         p.trim(21);
         assert!(p.aborted.is_empty());
+    }
+
+    #[test]
+    fn aborted_transactions_whose_marker_was_cleaned_leave_the_list() {
+        let mut p = PartitionTxns::default();
+        for (producer_id, first, marker) in [(1, 0, 2), (2, 3, 5), (1, 6, 8)] {
+            p.on_data(producer_id, first);
+            p.on_marker(producer_id, false, marker, true);
+        }
+        // Markers 2 and 8 were removed; 8 lies at the clean point, so it stays listed.
+        p.forget_removed(8, |offset| offset == 5);
+        assert_eq!(p.aborted_between(0, 10), vec![(2, 3), (1, 6)]);
     }
 
     #[test]

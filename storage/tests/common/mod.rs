@@ -39,19 +39,32 @@ pub fn record_batch(values: &[Vec<u8>], base_ts: i64, step: i64) -> Bytes {
 
 /// A v2 batch header (base offset 0, no producer) around `records`, CRC computed.
 fn frame_batch(records: &[u8], count: i32, base_ts: i64, max_ts: i64) -> Bytes {
+    frame_producer_batch(records, count, (base_ts, max_ts), 0, -1)
+}
+
+/// A v2 batch header (base offset 0) with `attributes` and producer `producer_id` (epoch
+/// 0, base sequence 0; -1 for none) around `records`, CRC computed.
+fn frame_producer_batch(
+    records: &[u8],
+    count: i32,
+    (base_ts, max_ts): (i64, i64),
+    attributes: i16,
+    producer_id: i64,
+) -> Bytes {
+    let none = producer_id < 0;
     let mut b = Vec::with_capacity(61 + records.len());
     b.extend_from_slice(&0i64.to_be_bytes());
     b.extend_from_slice(&((49 + records.len()) as i32).to_be_bytes());
     b.extend_from_slice(&0i32.to_be_bytes());
     b.push(2);
     b.extend_from_slice(&[0; 4]);
-    b.extend_from_slice(&0i16.to_be_bytes());
+    b.extend_from_slice(&attributes.to_be_bytes());
     b.extend_from_slice(&(count - 1).to_be_bytes());
     b.extend_from_slice(&base_ts.to_be_bytes());
     b.extend_from_slice(&max_ts.to_be_bytes());
-    b.extend_from_slice(&(-1i64).to_be_bytes());
-    b.extend_from_slice(&(-1i16).to_be_bytes());
-    b.extend_from_slice(&(-1i32).to_be_bytes());
+    b.extend_from_slice(&producer_id.to_be_bytes());
+    b.extend_from_slice(&(if none { -1i16 } else { 0 }).to_be_bytes());
+    b.extend_from_slice(&(if none { -1i32 } else { 0 }).to_be_bytes());
     b.extend_from_slice(&count.to_be_bytes());
     b.extend_from_slice(records);
     let crc = crc32c::crc32c(&b[21..]);
@@ -122,6 +135,30 @@ pub type KeyedRecord = (Vec<u8>, Option<Vec<u8>>);
 
 /// A valid uncompressed v2 batch of keyed records, all stamped `ts`.
 pub fn keyed_batch(records: &[KeyedRecord], ts: i64) -> Bytes {
+    let (body, count) = keyed_records(records);
+    frame_batch(&body, count, ts, ts)
+}
+
+/// Batch attribute bits (Kafka's).
+pub const TRANSACTIONAL: i16 = 0x10;
+pub const CONTROL: i16 = 0x20;
+
+/// A transactional batch of keyed records of `producer_id`, all stamped `ts`.
+pub fn transactional_batch(records: &[KeyedRecord], ts: i64, producer_id: i64) -> Bytes {
+    let (body, count) = keyed_records(records);
+    frame_producer_batch(&body, count, (ts, ts), TRANSACTIONAL, producer_id)
+}
+
+/// A COMMIT or ABORT marker of `producer_id` (Kafka's control batch: key = version 0 and
+/// the type, value = version 0 and a coordinator epoch).
+pub fn marker_batch(producer_id: i64, commit: bool, ts: i64) -> Bytes {
+    let key = vec![0, 0, 0, u8::from(commit)];
+    let (body, count) = keyed_records(&[(key, Some(vec![0; 6]))]);
+    frame_producer_batch(&body, count, (ts, ts), TRANSACTIONAL | CONTROL, producer_id)
+}
+
+/// The records of a v2 batch of `records`, and their count.
+fn keyed_records(records: &[KeyedRecord]) -> (Vec<u8>, i32) {
     let mut body = Vec::new();
     for (i, (key, value)) in records.iter().enumerate() {
         let mut r = vec![0u8];
@@ -140,7 +177,7 @@ pub fn keyed_batch(records: &[KeyedRecord], ts: i64) -> Bytes {
         write_varlong(&mut body, r.len() as i64);
         body.extend_from_slice(&r);
     }
-    frame_batch(&body, records.len() as i32, ts, ts)
+    (body, records.len() as i32)
 }
 
 /// Opens the log on `disk` and makes partitions `0..partitions` known.
@@ -152,12 +189,20 @@ pub async fn reopen(disk: &SimDisk, config: &LogConfig, partitions: u64) -> Shar
     log
 }
 
+/// One stored batch as read back: its header and its records (offset, key, value).
+pub type ReadBatch = (RecordBatchHeader, Vec<(Offset, Vec<u8>, Option<Vec<u8>>)>);
+
 /// Every record of `partition` from its log start to its high watermark, as (offset, key,
 /// value), read through `ShardLog::read` in small chunks (so reads start inside gaps).
 pub async fn read_records<D: Disk>(
     log: &ShardLog<D>,
     partition: PartitionId,
 ) -> Vec<(Offset, Vec<u8>, Option<Vec<u8>>)> {
+    read_batches(log, partition).await.into_iter().flat_map(|(_, records)| records).collect()
+}
+
+/// Every batch of `partition` from its log start to its high watermark, verified.
+pub async fn read_batches<D: Disk>(log: &ShardLog<D>, partition: PartitionId) -> Vec<ReadBatch> {
     let info = log.partition_info(partition).expect("known partition");
     let mut out = Vec::new();
     let mut from = info.log_start_offset;
@@ -176,14 +221,16 @@ pub async fn read_records<D: Disk>(
                 Ok(_) | Err(BatchError::BadRecordCount { .. }) => {}
                 Err(e) => panic!("stored batch does not verify: {e:?}"),
             }
+            let mut records = Vec::new();
             for_each_record(batch, |r| {
-                out.push((
+                records.push((
                     header.base_offset + r.offset_delta,
                     r.key.expect("keyed").to_vec(),
                     r.value.map(|v| v.to_vec()),
                 ))
             })
             .expect("records decode");
+            out.push((header, records));
             from = header.base_offset + header.last_offset_delta as i64 + 1;
             at += header.total_bytes();
         }
