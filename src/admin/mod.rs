@@ -1,19 +1,22 @@
 //! The admin endpoint, served by shard 0 on `--admin-addr`: `GET /metrics` (Prometheus
 //! text format 0.0.4, every shard's counters gathered over the mesh per scrape),
 //! `GET /health` (every shard answers within a bound and its log is not stopped), and the
-//! read-only web console (`console/`: `/`, `/topics`, `/groups`, ...).
+//! web console (`console/`: `/`, `/topics`, `/groups`, ...; its forms POST only when
+//! `--console-write` is set).
 //!
 //! Not a hot path: one small task per admin connection, one request per connection
 //! (`Connection: close`). Bounds: at most `MAX_CONNECTIONS` at once (more are closed at
-//! once), a request head over `http::MAX_HEAD_BYTES` gets 431, a head not complete within
-//! `HEAD_DEADLINE` is dropped, a response not written within `WRITE_DEADLINE` is dropped.
-//! No Kafka traffic waits on any of it.
+//! once), a request head over `http::MAX_HEAD_BYTES` gets 431, a body over
+//! `http::MAX_BODY_BYTES` gets 413, a request not complete within `REQUEST_DEADLINE` is
+//! dropped, a response not written within `WRITE_DEADLINE` is dropped. No Kafka traffic
+//! waits on any of it.
 
 mod console;
 mod http;
 mod prometheus;
 
 use std::cell::Cell;
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -25,10 +28,12 @@ use tracing::{debug, warn};
 
 use http::{Refused, MAX_HEAD_BYTES};
 
+pub use console::ConsoleSettings;
+
 /// Admin connections served at once.
 const MAX_CONNECTIONS: usize = 16;
-/// A request head must arrive within this.
-const HEAD_DEADLINE: Duration = Duration::from_secs(5);
+/// A request (head and body) must arrive within this.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 /// A response must be written within this.
 const WRITE_DEADLINE: Duration = Duration::from_secs(10);
 /// Every shard must answer a metrics or health request within this.
@@ -37,12 +42,21 @@ const SHARD_ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
 const TEXT: &str = "text/plain; charset=utf-8";
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Serves the admin endpoint on `listener` (bound on shard 0) until the broker stops.
-pub fn spawn(listener: TcpListener, shard: Rc<Shard>) {
-    glommio::spawn_local(accept_loop(listener, shard)).detach();
+/// What one request carried: its head (through the blank line) and its body.
+pub struct Request {
+    pub head: Vec<u8>,
+    pub body: Vec<u8>,
+    /// The address the client connected to (the admin endpoint as the client sees it).
+    pub local_addr: Option<SocketAddr>,
 }
 
-async fn accept_loop(listener: TcpListener, shard: Rc<Shard>) {
+/// Serves the admin endpoint on `listener` (bound on shard 0) until the broker stops.
+pub fn spawn(listener: TcpListener, shard: Rc<Shard>, settings: ConsoleSettings) {
+    let console = Rc::new(console::Console::new(settings));
+    glommio::spawn_local(accept_loop(listener, shard, console)).detach();
+}
+
+async fn accept_loop(listener: TcpListener, shard: Rc<Shard>, console: Rc<console::Console>) {
     let open = Rc::new(Cell::new(0usize));
     loop {
         let stream = match listener.accept().await {
@@ -58,9 +72,9 @@ async fn accept_loop(listener: TcpListener, shard: Rc<Shard>) {
             continue;
         }
         open.set(open.get() + 1);
-        let (shard, open) = (shard.clone(), open.clone());
+        let (shard, open, console) = (shard.clone(), open.clone(), console.clone());
         glommio::spawn_local(async move {
-            serve(stream, &shard).await;
+            serve(stream, &shard, &console).await;
             open.set(open.get() - 1);
         })
         .detach();
@@ -68,14 +82,17 @@ async fn accept_loop(listener: TcpListener, shard: Rc<Shard>) {
 }
 
 /// One request, one response, then close.
-async fn serve(mut stream: TcpStream, shard: &Rc<Shard>) {
-    let head = match within(Instant::now() + HEAD_DEADLINE, read_head(&mut stream)).await {
-        Some(Ok(Ok(Some(head)))) => Ok(head),
+async fn serve(mut stream: TcpStream, shard: &Rc<Shard>, console: &console::Console) {
+    let request = match within(Instant::now() + REQUEST_DEADLINE, read_request(&mut stream)).await {
+        Some(Ok(Ok(Some(request)))) => Ok(request),
         Some(Ok(Err(refused))) => Err(refused),
         _ => return, // closed by the peer, failed, or too slow: drop it
     };
-    let response = match head {
-        Ok(head) => route(shard, &head).await,
+    let response = match request {
+        Ok((head, body)) => {
+            let request = Request { head, body, local_addr: stream.local_addr().ok() };
+            route(shard, console, &request).await
+        }
         Err(refused) => http::response(refused.status, TEXT, &format!("{}\n", refused.reason)),
     };
     let _ = within(Instant::now() + WRITE_DEADLINE, async {
@@ -85,8 +102,14 @@ async fn serve(mut stream: TcpStream, shard: &Rc<Shard>) {
     .await;
 }
 
-/// Reads until the end of the request head. `Ok(None)`: the peer closed first.
-async fn read_head(stream: &mut TcpStream) -> std::io::Result<Result<Option<Vec<u8>>, Refused>> {
+/// Head and body of a request.
+type HeadAndBody = (Vec<u8>, Vec<u8>);
+
+/// Reads the request head, then its body (Content-Length bytes, bounded). `Ok(None)`: the
+/// peer closed first.
+async fn read_request(
+    stream: &mut TcpStream,
+) -> std::io::Result<Result<Option<HeadAndBody>, Refused>> {
     let mut buffer = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     loop {
@@ -97,8 +120,20 @@ async fn read_head(stream: &mut TcpStream) -> std::io::Result<Result<Option<Vec<
         buffer.extend_from_slice(&chunk[..n]);
         if let Some(len) = http::head_len(&buffer) {
             if len <= MAX_HEAD_BYTES {
-                buffer.truncate(len);
-                return Ok(Ok(Some(buffer)));
+                let body_len = match http::body_len(&buffer[..len]) {
+                    Ok(body_len) => body_len,
+                    Err(refused) => return Ok(Err(refused)),
+                };
+                let mut body = buffer.split_off(len);
+                while body.len() < body_len {
+                    let n = stream.read(&mut chunk).await?;
+                    if n == 0 {
+                        return Ok(Ok(None));
+                    }
+                    body.extend_from_slice(&chunk[..n]);
+                }
+                body.truncate(body_len);
+                return Ok(Ok(Some((buffer, body))));
             }
         }
         if buffer.len() > MAX_HEAD_BYTES {
@@ -108,20 +143,22 @@ async fn read_head(stream: &mut TcpStream) -> std::io::Result<Result<Option<Vec<
     }
 }
 
-async fn route(shard: &Rc<Shard>, head: &[u8]) -> Vec<u8> {
-    let line = match http::parse_request_line(head) {
+async fn route(shard: &Rc<Shard>, console: &console::Console, request: &Request) -> Vec<u8> {
+    let line = match http::parse_request_line(&request.head) {
         Ok(line) => line,
         Err(refused) => {
             return http::response(refused.status, TEXT, &format!("{}\n", refused.reason))
         }
     };
-    if line.method != "GET" {
-        return http::response(405, TEXT, "only GET is served\n");
+    match line.method {
+        "GET" => {}
+        "POST" => return console.post(shard, line.path, request).await,
+        _ => return http::response(405, TEXT, "only GET and POST are served\n"),
     }
     match line.path {
         "/metrics" => metrics(shard).await,
         "/health" => health(shard).await,
-        path => match console::route(shard, path, line.query).await {
+        path => match console.route(shard, path, line.query).await {
             Some(response) => response,
             None => http::response(404, TEXT, "not found: try /, /metrics or /health\n"),
         },
