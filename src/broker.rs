@@ -344,7 +344,8 @@ async fn start_shard(
     if id == 0 {
         let admin = TcpListener::bind(config.admin_addr)
             .map_err(|e| format!("admin endpoint {}: {e}", config.admin_addr))?;
-        crate::admin::spawn(admin, shard.clone(), security.admin.clone());
+        let console = crate::admin::ConsoleSettings { write: config.console_write };
+        crate::admin::spawn(admin, shard.clone(), console, security.admin.clone());
     }
     // One per shard: failures are slowed down per address on this shard.
     let sasl = security.sasl_mechanisms.map(|m| Rc::new(SaslConfig::new(m)));

@@ -260,6 +260,13 @@ pub struct Config {
     #[arg(long, env = "SHARDLOG_ADMIN_TLS_KEY_FILE", value_name = "PATH")]
     pub admin_tls_key_file: Option<PathBuf>,
 
+    /// Let the web console on the admin endpoint change things: its forms create, delete
+    /// and alter topics and reset the offsets of groups without members. Off, the console
+    /// is read-only and refuses every POST with 403. `--console-write` alone means true.
+    #[arg(long, env = "SHARDLOG_CONSOLE_WRITE", default_value_t = false, num_args = 0..=1,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub console_write: bool,
+
     /// Connections one shard serves at once, both of its listeners counted (Kafka's
     /// max.connections, per core). A connection over the limit is closed right after
     /// accept (a warning, at most one per 10 s, counts them); open ones are unaffected.

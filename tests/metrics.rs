@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use common::{create_topic, record_batch, Broker, RawClient};
+use common::{admin_get as get, admin_http as http, create_topic, record_batch, Broker, RawClient};
 use kafka_protocol::messages::produce_request::{
     PartitionProduceData, ProduceRequest, TopicProduceData,
 };
@@ -20,24 +20,6 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::FutureRecord;
 use rdkafka::{Message, Offset, TopicPartitionList};
-
-/// Sends `request` as is and returns the status code and body of the response.
-fn http(broker: &Broker, request: &[u8]) -> (u16, String) {
-    let addr = SocketAddr::from(([127, 0, 0, 1], broker.admin_port));
-    let mut stream = TcpStream::connect(addr).expect("connect to the admin port");
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    stream.write_all(request).unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).expect("the response, then close");
-    let response = String::from_utf8(response).expect("a UTF-8 response");
-    let (head, body) = response.split_once("\r\n\r\n").expect("a complete response head");
-    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("a status code");
-    (status, body.to_string())
-}
-
-fn get(broker: &Broker, path: &str) -> (u16, String) {
-    http(broker, format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes())
-}
 
 /// One sample line: `name{labels} value`.
 #[derive(Debug)]
@@ -439,13 +421,32 @@ fn the_console_shows_topics_partitions_group_lag_and_escapes_names() {
     let (status, groups) = get(&broker, "/groups");
     assert_eq!(status, 200, "{groups}");
     assert!(!groups.contains("<b>readers</b>"), "a group name is escaped: {groups}");
-    let row = "<td>&lt;b&gt;readers&lt;/b&gt;</td><td><a href=\"/topics/console-seen\">\
-               console-seen</a></td><td>0</td><td>4</td><td>10</td><td>6</td>";
-    assert!(groups.contains(row), "committed 4 of 10, lag 6: {groups}");
+    let row = "<td><a href=\"/groups/%3Cb%3Ereaders%3C%2Fb%3E\">&lt;b&gt;readers&lt;/b&gt;</a>\
+               </td><td>Empty</td><td>0</td><td>1</td><td>6</td>";
+    assert!(groups.contains(row), "no members, 1 partition committed, lag 6: {groups}");
+    let (status, group) = get(&broker, "/groups/%3Cb%3Ereaders%3C%2Fb%3E");
+    assert_eq!(status, 200, "{group}");
+    assert!(!group.contains("<b>readers</b>"), "a group name is escaped: {group}");
+    let row = "<td><a href=\"/topics/console-seen\">console-seen</a></td><td>0</td><td>4</td>\
+               <td>10</td><td>6</td><td>-</td>";
+    assert!(group.contains(row), "committed 4 of 10, lag 6: {group}");
+    assert!(!group.contains("/actions/"), "no forms without --console-write: {group}");
 
     let (status, overview) = get(&broker, "/");
     assert_eq!(status, 200, "{overview}");
-    assert_eq!(overview.matches("<tr><td>").count(), 2, "one row per shard: {overview}");
+    let shards = overview.split("<table id=\"budget\">").next().unwrap();
+    assert_eq!(shards.matches("<tr><td>").count(), 2, "one row per shard: {overview}");
+    // The latency budget: 10 produce requests in each produce stage.
+    let budget = overview.split("<table id=\"budget\">").nth(1).expect("a budget table");
+    for stage in ["decoded → queued", "queued → durable", "durable → response written"] {
+        let row = format!("produce: {stage}");
+        let cells = budget.split(&row).nth(1).unwrap_or_else(|| panic!("{row}: {budget}"));
+        let count: u64 =
+            cells.split("<td>").nth(1).unwrap().split('<').next().unwrap().parse().unwrap();
+        assert!(count >= 10, "{row}: {budget}");
+        assert!(cells.split("</tr>").next().unwrap().contains("≤ "), "{row}: {budget}");
+    }
+    assert!(budget.contains("flush: fdatasync"), "{budget}");
     assert!(overview.contains("<script src=\"/console.js\">"));
     let (status, js) = get(&broker, "/console.js");
     assert_eq!(status, 200);

@@ -12,6 +12,7 @@ use shardlog_storage::Offset;
 use crate::acl::{AclBinding, AclFilter};
 use crate::credentials::{CredentialAlteration, CredentialResults};
 use crate::error::{GroupError, PartitionError, TopicError};
+use crate::group::admin::{GroupDescription, ResetResults};
 use crate::metadata::{NewPartitions, NewTopic, TopicTable};
 use crate::metadata_log::ChangeRecord;
 use crate::metrics::ShardMetrics;
@@ -58,6 +59,11 @@ pub enum ShardRequest {
     DeleteAcls { filters: Vec<AclFilter> },
     /// Ask the controller (shard 0) to alter SASL users' SCRAM credentials.
     AlterScramCredentials { alterations: Vec<CredentialAlteration> },
+    /// A group's membership and committed offsets, from its coordinator (the console).
+    DescribeGroup { group: String },
+    /// Commit (topic, partition, offset) for a group without members, on its coordinator
+    /// (the console's offset reset); answered once durable.
+    ResetGroupOffsets { group: String, offsets: Vec<(String, i32, i64)> },
 }
 
 /// The reply to a [`ShardRequest`] of the same name.
@@ -82,6 +88,8 @@ pub enum ShardReply {
     /// Per filter, the bindings it removed.
     DeleteAcls(Result<Vec<Vec<AclBinding>>, TopicError>),
     AlterScramCredentials(CredentialResults),
+    DescribeGroup(Box<GroupDescription>),
+    ResetGroupOffsets(ResetResults),
 }
 
 /// Where a produce landed.

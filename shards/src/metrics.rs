@@ -135,6 +135,17 @@ pub struct ShardMetrics {
     pub topics: Vec<TopicMetrics>,
     pub partitions: Vec<PartitionMetrics>,
     pub committed: Vec<CommittedOffset>,
+    /// The groups this shard coordinates (for the console's group list).
+    pub groups: Vec<GroupBrief>,
+}
+
+/// A group as the console's group list shows it.
+#[derive(Clone, Debug)]
+pub struct GroupBrief {
+    pub group: String,
+    /// Kafka's name of the state (`Empty`, `Stable`, ...).
+    pub state: &'static str,
+    pub members: usize,
 }
 
 /// A topic's traffic and size on one shard.
@@ -276,6 +287,16 @@ impl Shard {
             topics,
             partitions,
             committed: self.committed_offsets(),
+            groups: self
+                .groups
+                .list()
+                .into_iter()
+                .map(|g| GroupBrief {
+                    group: g.group_id,
+                    state: g.state.name(),
+                    members: g.members.len(),
+                })
+                .collect(),
         }
     }
 

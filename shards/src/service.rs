@@ -99,6 +99,10 @@ impl MeshService for Shard {
             ShardRequest::DeleteAcls { filters } => Box::pin(async move {
                 ShardReply::DeleteAcls(self.controller_delete_acls(filters).await)
             }),
+            request @ (ShardRequest::DescribeGroup { .. }
+            | ShardRequest::ResetGroupOffsets { .. }) => {
+                Box::pin(crate::group::admin::answer(self, request))
+            }
         }
     }
 }

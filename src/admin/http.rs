@@ -1,9 +1,11 @@
 //! Just enough HTTP/1.1 for the admin endpoint: find the end of a request head, parse
-//! its request line, and format a response. A plain function over bytes (no socket), so
-//! every refusal is table-tested.
+//! its request line and headers, bound its body, and format a response. Plain functions
+//! over bytes (no socket), so every refusal is table-tested.
 
 /// Largest request head accepted; a longer one is refused (431) and the connection closed.
 pub const MAX_HEAD_BYTES: usize = 8 << 10;
+/// Largest request body accepted (the console's forms); a longer one is refused (413).
+pub const MAX_BODY_BYTES: usize = 64 << 10;
 
 /// What the admin endpoint was asked.
 #[derive(Debug, PartialEq, Eq)]
@@ -66,6 +68,34 @@ pub fn header<'a>(head: &'a [u8], name: &str) -> Option<&'a str> {
     })
 }
 
+/// How many body bytes follow the head: its Content-Length (none: 0). A chunked body is
+/// refused (411: the console's forms always send a length), a length over
+/// `MAX_BODY_BYTES` gets 413.
+pub fn body_len(head: &[u8]) -> Result<usize, Refused> {
+    if header(head, "Transfer-Encoding").is_some() {
+        let reason = "a body must come with Content-Length, not Transfer-Encoding".to_string();
+        return Err(Refused { status: 411, reason });
+    }
+    let Some(length) = header(head, "Content-Length") else { return Ok(0) };
+    let length: u64 = length.parse().map_err(|_| Refused {
+        status: 400,
+        reason: format!("Content-Length {length:?} is not a number"),
+    })?;
+    if length > MAX_BODY_BYTES as u64 {
+        let reason = format!("the request body exceeds {MAX_BODY_BYTES} bytes");
+        return Err(Refused { status: 413, reason });
+    }
+    Ok(length as usize)
+}
+
+/// The `host:port` of an absolute URL (an Origin or Referer value), lower-cased; `None`
+/// for anything else (`null`, a relative URL).
+pub fn url_authority(url: &str) -> Option<String> {
+    let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"))?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    (!authority.is_empty()).then(|| authority.to_ascii_lowercase())
+}
+
 /// A complete response with `Connection: close` (one request per connection).
 pub fn response(status: u16, content_type: &str, body: &str) -> Vec<u8> {
     response_with_headers(status, content_type, &[], body)
@@ -98,8 +128,13 @@ fn status_text(status: u16) -> &'static str {
         400 => "Bad Request",
         401 => "Unauthorized",
         404 => "Not Found",
+        403 => "Forbidden",
         405 => "Method Not Allowed",
+        409 => "Conflict",
+        411 => "Length Required",
+        413 => "Content Too Large",
         431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
         503 => "Service Unavailable",
         _ => "Unknown",
     }
@@ -148,6 +183,35 @@ mod tests {
         assert_eq!(header(head, "Cookie"), None);
         // The request line is not a header, even if it holds a colon.
         assert_eq!(header(b"GET /a:b HTTP/1.1\r\n\r\n", "GET /a"), None);
+    }
+
+    #[test]
+    fn headers_are_found_by_name_in_any_case_and_bodies_are_bounded() {
+        let head =
+            b"POST /x HTTP/1.1\r\nHost: a\r\ncontent-length: 12\r\nOrigin:  http://a \r\n\r\n";
+        assert_eq!(header(head, "Content-Length"), Some("12"));
+        assert_eq!(header(head, "origin"), Some("http://a"));
+        assert_eq!(header(head, "Referer"), None);
+        assert_eq!(header(b"POST /x HTTP/1.1\r\n\r\n", "Host"), None);
+        assert_eq!(body_len(head), Ok(12));
+        assert_eq!(body_len(b"GET / HTTP/1.1\r\n\r\n"), Ok(0));
+        let with = |h: &str| format!("POST / HTTP/1.1\r\n{h}\r\n\r\n").into_bytes();
+        let status = |h: &str| body_len(&with(h)).map_err(|r| r.status);
+        assert_eq!(status(&format!("Content-Length: {MAX_BODY_BYTES}")), Ok(MAX_BODY_BYTES));
+        assert_eq!(status(&format!("Content-Length: {}", MAX_BODY_BYTES + 1)), Err(413));
+        assert_eq!(status("Content-Length: 99999999999999999999999"), Err(400));
+        assert_eq!(status("Content-Length: -1"), Err(400));
+        assert_eq!(status("Transfer-Encoding: chunked"), Err(411));
+    }
+
+    #[test]
+    fn the_authority_of_an_origin_or_referer_is_its_host_and_port() {
+        assert_eq!(url_authority("http://127.0.0.1:9644").as_deref(), Some("127.0.0.1:9644"));
+        assert_eq!(url_authority("http://LocalHost:1/topics?x#y").as_deref(), Some("localhost:1"));
+        assert_eq!(url_authority("https://[::1]:9/").as_deref(), Some("[::1]:9"));
+        assert_eq!(url_authority("null"), None);
+        assert_eq!(url_authority("/topics"), None);
+        assert_eq!(url_authority("http://"), None);
     }
 
     #[test]

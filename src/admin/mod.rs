@@ -1,19 +1,22 @@
 //! The admin endpoint, served by shard 0 on `--admin-addr`: `GET /metrics` (Prometheus
 //! text format 0.0.4, every shard's counters gathered over the mesh per scrape),
 //! `GET /health` (every shard answers within a bound and its log is not stopped), and the
-//! read-only web console (`console/`: `/`, `/topics`, `/groups`, ...).
+//! web console (`console/`: `/`, `/topics`, `/groups`, ...; its forms POST only when
+//! `--console-write` is set).
 //!
 //! Not a hot path: one small task per admin connection, one request per connection
 //! (`Connection: close`). Bounds: at most `MAX_CONNECTIONS` at once (more are closed at
-//! once), a request head over `http::MAX_HEAD_BYTES` gets 431, a head not complete within
-//! `HEAD_DEADLINE` is dropped, a response not written within `WRITE_DEADLINE` is dropped.
-//! No Kafka traffic waits on any of it.
+//! once), a request head over `http::MAX_HEAD_BYTES` gets 431, a body over
+//! `http::MAX_BODY_BYTES` gets 413, a request not complete within `REQUEST_DEADLINE` is
+//! dropped, a response not written within `WRITE_DEADLINE` is dropped. No Kafka traffic
+//! waits on any of it.
 //!
 //! Security (docs/security.md, "The admin endpoint"): with a token (`auth.rs`), every
-//! request but `GET /health` must carry it, or gets 401 and nothing else; `/health` without
-//! it answers only `ok` or `unhealthy`. With `admin_tls_*` files, the endpoint speaks HTTPS
-//! only (net's `TlsAcceptor`: its handshakes are bounded like the SSL listeners', by
-//! `MAX_CONNECTIONS` and `HEAD_DEADLINE`), and a SIGHUP reloads the certificate.
+//! request but `GET /health` must carry it, or gets 401 and nothing else (a console POST
+//! included); `/health` without it answers only `ok` or `unhealthy`. With `admin_tls_*`
+//! files, the endpoint speaks HTTPS only (net's `TlsAcceptor`: its handshakes are bounded
+//! like the SSL listeners', by `MAX_CONNECTIONS` and `REQUEST_DEADLINE`), and a SIGHUP
+//! reloads the certificate.
 
 mod auth;
 mod console;
@@ -21,6 +24,7 @@ mod http;
 mod prometheus;
 
 use std::cell::Cell;
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,14 +38,16 @@ use shardlog_shards::metrics::{within, Unhealthy};
 use shardlog_shards::Shard;
 use tracing::{debug, warn};
 
+use http::{Refused, MAX_HEAD_BYTES};
+
 pub use auth::AdminToken;
 use auth::Verdict;
-use http::{Refused, MAX_HEAD_BYTES};
+pub use console::ConsoleSettings;
 
 /// Admin connections served at once.
 const MAX_CONNECTIONS: usize = 16;
-/// A request head must arrive within this.
-const HEAD_DEADLINE: Duration = Duration::from_secs(5);
+/// A request (head and body) must arrive within this.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 /// A response must be written within this.
 const WRITE_DEADLINE: Duration = Duration::from_secs(10);
 /// Every shard must answer a metrics or health request within this.
@@ -50,6 +56,14 @@ const SHARD_ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
 const TEXT: &str = "text/plain; charset=utf-8";
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// What one request carried: its head (through the blank line) and its body.
+pub struct Request {
+    pub head: Vec<u8>,
+    pub body: Vec<u8>,
+    /// The address the client connected to (the admin endpoint as the client sees it).
+    pub local_addr: Option<SocketAddr>,
+}
+
 /// How the admin endpoint is protected: a bearer token, TLS, both or neither.
 #[derive(Clone, Default)]
 pub struct AdminSecurity {
@@ -57,16 +71,32 @@ pub struct AdminSecurity {
     pub tls: Option<Arc<SharedTlsConfig>>,
 }
 
-/// Serves the admin endpoint on `listener` (bound on shard 0) until the broker stops.
-pub fn spawn(listener: TcpListener, shard: Rc<Shard>, security: AdminSecurity) {
-    glommio::spawn_local(accept_loop(listener, shard, security)).detach();
+/// What every connection's task shares: the console and the protection.
+struct Endpoint {
+    shard: Rc<Shard>,
+    console: console::Console,
+    token: Option<AdminToken>,
 }
 
-async fn accept_loop(listener: TcpListener, shard: Rc<Shard>, security: AdminSecurity) {
-    let token = Rc::new(security.token);
+/// Serves the admin endpoint on `listener` (bound on shard 0) until the broker stops.
+pub fn spawn(
+    listener: TcpListener,
+    shard: Rc<Shard>,
+    settings: ConsoleSettings,
+    security: AdminSecurity,
+) {
     let tls = security
         .tls
-        .map(|shared| Rc::new(TlsAcceptor::new(shared, MAX_CONNECTIONS, HEAD_DEADLINE)));
+        .map(|shared| Rc::new(TlsAcceptor::new(shared, MAX_CONNECTIONS, REQUEST_DEADLINE)));
+    let endpoint = Rc::new(Endpoint {
+        shard,
+        console: console::Console::new(settings),
+        token: security.token,
+    });
+    glommio::spawn_local(accept_loop(listener, endpoint, tls)).detach();
+}
+
+async fn accept_loop(listener: TcpListener, endpoint: Rc<Endpoint>, tls: Option<Rc<TlsAcceptor>>) {
     let open = Rc::new(Cell::new(0usize));
     loop {
         let stream = match listener.accept().await {
@@ -82,15 +112,19 @@ async fn accept_loop(listener: TcpListener, shard: Rc<Shard>, security: AdminSec
             continue;
         }
         open.set(open.get() + 1);
-        let (shard, open, token, tls) = (shard.clone(), open.clone(), token.clone(), tls.clone());
+        let (endpoint, open, tls) = (endpoint.clone(), open.clone(), tls.clone());
         glommio::spawn_local(async move {
+            // The address the client reached, for the console's same-origin check.
+            let local_addr = stream.local_addr().ok();
             match tls {
-                None => serve(stream, &shard, &token).await,
+                None => serve(stream, &endpoint, local_addr).await,
                 Some(tls) => {
                     let limits =
-                        ConnectionLimits { idle_timeout: HEAD_DEADLINE, ..Default::default() };
+                        ConnectionLimits { idle_timeout: REQUEST_DEADLINE, ..Default::default() };
                     match tls.handshake(stream, &limits).await {
-                        Ok(connection) => serve(connection.into_stream(), &shard, &token).await,
+                        Ok(connection) => {
+                            serve(connection.into_stream(), &endpoint, local_addr).await
+                        }
                         // Plain HTTP on the HTTPS port ends here, as do scanners.
                         Err(e) => debug!("admin connection closed: {e}"),
                     }
@@ -103,17 +137,20 @@ async fn accept_loop(listener: TcpListener, shard: Rc<Shard>, security: AdminSec
 }
 
 /// One request, one response, then close.
-async fn serve<S>(mut stream: S, shard: &Rc<Shard>, token: &Option<AdminToken>)
+async fn serve<S>(mut stream: S, endpoint: &Endpoint, local_addr: Option<SocketAddr>)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let head = match within(Instant::now() + HEAD_DEADLINE, read_head(&mut stream)).await {
-        Some(Ok(Ok(Some(head)))) => Ok(head),
+    let request = match within(Instant::now() + REQUEST_DEADLINE, read_request(&mut stream)).await {
+        Some(Ok(Ok(Some(request)))) => Ok(request),
         Some(Ok(Err(refused))) => Err(refused),
         _ => return, // closed by the peer, failed, or too slow: drop it
     };
-    let response = match head {
-        Ok(head) => route(shard, &head, token.as_ref()).await,
+    let response = match request {
+        Ok((head, body)) => {
+            let request = Request { head, body, local_addr };
+            route(endpoint, &request).await
+        }
         Err(refused) => http::response(refused.status, TEXT, &format!("{}\n", refused.reason)),
     };
     let _ = within(Instant::now() + WRITE_DEADLINE, async {
@@ -123,10 +160,14 @@ where
     .await;
 }
 
-/// Reads until the end of the request head. `Ok(None)`: the peer closed first.
-async fn read_head<S: AsyncRead + Unpin>(
+/// Head and body of a request.
+type HeadAndBody = (Vec<u8>, Vec<u8>);
+
+/// Reads the request head, then its body (Content-Length bytes, bounded). `Ok(None)`: the
+/// peer closed first.
+async fn read_request<S: AsyncRead + Unpin>(
     stream: &mut S,
-) -> std::io::Result<Result<Option<Vec<u8>>, Refused>> {
+) -> std::io::Result<Result<Option<HeadAndBody>, Refused>> {
     let mut buffer = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     loop {
@@ -137,8 +178,20 @@ async fn read_head<S: AsyncRead + Unpin>(
         buffer.extend_from_slice(&chunk[..n]);
         if let Some(len) = http::head_len(&buffer) {
             if len <= MAX_HEAD_BYTES {
-                buffer.truncate(len);
-                return Ok(Ok(Some(buffer)));
+                let body_len = match http::body_len(&buffer[..len]) {
+                    Ok(body_len) => body_len,
+                    Err(refused) => return Ok(Err(refused)),
+                };
+                let mut body = buffer.split_off(len);
+                while body.len() < body_len {
+                    let n = stream.read(&mut chunk).await?;
+                    if n == 0 {
+                        return Ok(Ok(None));
+                    }
+                    body.extend_from_slice(&chunk[..n]);
+                }
+                body.truncate(body_len);
+                return Ok(Ok(Some((buffer, body))));
             }
         }
         if buffer.len() > MAX_HEAD_BYTES {
@@ -148,14 +201,16 @@ async fn read_head<S: AsyncRead + Unpin>(
     }
 }
 
-async fn route(shard: &Rc<Shard>, head: &[u8], token: Option<&AdminToken>) -> Vec<u8> {
-    let line = match http::parse_request_line(head) {
+async fn route(endpoint: &Endpoint, request: &Request) -> Vec<u8> {
+    let (shard, console) = (&endpoint.shard, &endpoint.console);
+    let line = match http::parse_request_line(&request.head) {
         Ok(line) => line,
         Err(refused) => {
             return http::response(refused.status, TEXT, &format!("{}\n", refused.reason))
         }
     };
-    let verdict = token.map_or(Verdict::Admitted, |t| t.check(http::header(head, "Authorization")));
+    let authorization = http::header(&request.head, "Authorization");
+    let verdict = endpoint.token.as_ref().map_or(Verdict::Admitted, |t| t.check(authorization));
     if verdict != Verdict::Admitted {
         // Probes (a load balancer, Kubernetes) rarely carry a token: they get the status
         // and one word, not the per-shard reasons.
@@ -164,13 +219,15 @@ async fn route(shard: &Rc<Shard>, head: &[u8], token: Option<&AdminToken>) -> Ve
         }
         return unauthorized(verdict);
     }
-    if line.method != "GET" {
-        return http::response(405, TEXT, "only GET is served\n");
+    match line.method {
+        "GET" => {}
+        "POST" => return console.post(shard, line.path, request).await,
+        _ => return http::response(405, TEXT, "only GET and POST are served\n"),
     }
     match line.path {
         "/metrics" => metrics(shard).await,
         "/health" => health(shard, true).await,
-        path => match console::route(shard, path, line.query).await {
+        path => match console.route(shard, path, line.query).await {
             Some(response) => response,
             None => http::response(404, TEXT, "not found: try /, /metrics or /health\n"),
         },

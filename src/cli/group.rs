@@ -200,7 +200,7 @@ fn member_description(group: &DescribedGroup, member: &DescribedGroupMember) -> 
 
 /// A consumer's assignment (version i16, then the ConsumerProtocolAssignment of that
 /// version); bytes that do not decode count as no assignment.
-fn decode_assignment(bytes: &bytes::Bytes) -> BTreeMap<String, Vec<i32>> {
+pub(crate) fn decode_assignment(bytes: &bytes::Bytes) -> BTreeMap<String, Vec<i32>> {
     let mut bytes = bytes.clone();
     if bytes.remaining() < 2 {
         return BTreeMap::new();

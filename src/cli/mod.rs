@@ -10,8 +10,8 @@
 mod acl;
 mod client;
 mod disk_check;
-mod errors;
-mod group;
+pub(crate) mod errors;
+pub(crate) mod group;
 mod output;
 mod records;
 mod security;

@@ -361,6 +361,26 @@ pub fn path_exists(p: &Path) -> bool {
     p.exists()
 }
 
+/// Sends `request` as is to the broker's admin endpoint and returns the status code and
+/// body of the response (one request per connection: read to the close).
+pub fn admin_http(broker: &Broker, request: &[u8]) -> (u16, String) {
+    let addr = SocketAddr::from(([127, 0, 0, 1], broker.admin_port));
+    let mut stream = TcpStream::connect(addr).expect("connect to the admin port");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    stream.write_all(request).unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).expect("the response, then close");
+    let response = String::from_utf8(response).expect("a UTF-8 response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a complete response head");
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("a status code");
+    (status, body.to_string())
+}
+
+/// `GET path` on the broker's admin endpoint: status code and body.
+pub fn admin_get(broker: &Broker, path: &str) -> (u16, String) {
+    admin_http(broker, format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes())
+}
+
 /// A tokio runtime to drive rdkafka's futures.
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The web console in a real browser (Debian's chromium, headless): starts a release broker
-# on free ports with its own temp dir, makes a topic, records and a group with the CLI and
-# the load generator, then loads each page in chromium and checks the DOM it rendered
-# (after its scripts ran). On a failed check the page's screenshot is kept and its path
-# printed. `CONSOLE_SCREENSHOTS=DIR` also saves a screenshot of each page in DIR (the ones
-# in docs/ come from that). Without chromium it says SKIPPED and why; `.ci/run` installs it.
+# with --console-write on free ports with its own temp dir, makes a topic and records with
+# the CLI and the load generator, then loads each page in chromium and checks the DOM it
+# rendered (after its scripts ran); then tests/console/webdriver.py clicks through the
+# forms over WebDriver (chromedriver), against that broker and a read-only one. On a
+# failed check the page's screenshot is kept and its path printed. `CONSOLE_SCREENSHOTS=DIR`
+# also saves a screenshot of each page in DIR (the ones in docs/ come from that). Without
+# chromium it says SKIPPED and why (without chromedriver, the WebDriver part does);
+# `.ci/run` installs both.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 browser=$(command -v chromium || command -v chromium-browser || true)
@@ -17,13 +20,21 @@ cargo build --release -q -p shardlog-benches --bin shardlog-load
 
 work=$(mktemp -d)
 broker=
-trap '[ -n "$broker" ] && kill -9 $broker 2>/dev/null; rm -rf "$work"' EXIT
+readonly_broker=
+trap '[ -n "$broker" ] && kill -9 $broker 2>/dev/null; [ -n "$readonly_broker" ] && kill -9 $readonly_broker 2>/dev/null; rm -rf "$work"' EXIT
 port=$((30000 + RANDOM % 10000))
 admin=127.0.0.1:$((port + 5))
 ./target/release/shardlog --data-dir "$work/data" --kafka-addr 127.0.0.1:$port \
-  --admin-addr "$admin" --cores 2 > "$work/broker.log" 2>&1 &
+  --admin-addr "$admin" --cores 2 --console-write > "$work/broker.log" 2>&1 &
 broker=$!
-for _ in $(seq 100); do curl -sf "http://$admin/health" >/dev/null && break; sleep 0.1; done
+readonly_port=$((port + 10))
+readonly_admin=127.0.0.1:$((port + 15))
+./target/release/shardlog --data-dir "$work/readonly" --kafka-addr 127.0.0.1:$readonly_port \
+  --admin-addr "$readonly_admin" --cores 1 > "$work/readonly.log" 2>&1 &
+readonly_broker=$!
+for a in "$admin" "$readonly_admin"; do
+  for _ in $(seq 100); do curl -sf "http://$a/health" >/dev/null && break; sleep 0.1; done
+done
 cli() { ./target/release/shardlog --bootstrap 127.0.0.1:$port "$@"; }
 
 failed=0
@@ -72,5 +83,12 @@ sleep 1
 check "the overview's latency chart draws points while a load runs" / 5000 \
   'data-points="([2-9]|[1-9][0-9]+)"' console-overview.png
 wait $load || { echo "FAIL the load generator failed"; cat "$work/load.log"; failed=1; }
+check "the overview shows the latency budget per stage" / 1000 \
+  '<td>flush: fdatasync</td><td>[1-9][0-9]*</td><td>≤ [0-9]+</td>'
+
+# The forms, clicked through over WebDriver (SKIPPED inside when chromedriver is absent).
+python3 tests/console/webdriver.py --admin "$admin" --bootstrap 127.0.0.1:$port \
+  --readonly-admin "$readonly_admin" --readonly-bootstrap 127.0.0.1:$readonly_port \
+  --cli ./target/release/shardlog || failed=1
 
 [ $failed = 0 ] && echo "console browser test: all passed" || { echo "console browser test: FAILED"; exit 1; }

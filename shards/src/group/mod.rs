@@ -6,10 +6,12 @@
 //! written through the shard's log and fdatasync'd before OffsetCommit is answered
 //! (`offsets`), and rebuilt from the log on start-up.
 
+pub mod admin;
 pub mod coordinator;
 pub mod offsets;
 pub mod state;
 
+pub use admin::{GroupDescription, ResetResults};
 pub use coordinator::{GroupConfig, GroupCoordinator, GroupSummary, OffsetCommitPartition};
 pub use state::{GroupState, JoinOutcome, JoinRequest};
 

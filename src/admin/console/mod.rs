@@ -1,13 +1,18 @@
 //! The web console on the admin endpoint: server-rendered pages over the same per-shard
 //! snapshots `/metrics` gathers (every shard asked over the mesh, once per page), and one
-//! small embedded script that polls `/api/overview` for the live chart. Read-only: there
-//! is no action to take from it yet (docs/console.md says what is not built).
+//! small embedded script that polls `/api/overview` and `/api/groups/NAME` for the live
+//! charts. Read-only unless `--console-write`: then its forms POST to `/actions/...`
+//! (`actions.rs`), each behind a confirmation and a CSRF check (`csrf.rs`).
 //!
-//! Pages: `/` (shards and the live chart), `/topics` (paginated), `/topics/NAME`
-//! (partitions, owner shards, high watermarks, configs), `/topics/NAME/P` (the message
-//! browser, `records.rs`: it reads records as a consumer would), `/groups` (committed
-//! offsets and lag).
+//! Pages: `/` (shards, the latency budget and the live chart), `/topics` (paginated),
+//! `/topics/NAME` (partitions, owner shards, high watermarks, configs), `/topics/NAME/P`
+//! (the message browser, `records.rs`: it reads records as a consumer would), `/groups`
+//! (state, members, lag), `/groups/NAME` (`groups.rs`: members, assignments, offsets, lag
+//! over time).
 
+mod actions;
+mod csrf;
+mod groups;
 mod html;
 mod pages;
 mod records;
@@ -17,15 +22,53 @@ use std::rc::Rc;
 use shardlog_shards::metrics::ShardMetrics;
 use shardlog_shards::Shard;
 
-use super::http;
+use super::{http, Request};
 
 const HTML: &str = "text/html; charset=utf-8";
 const JSON: &str = "application/json";
 const JAVASCRIPT: &str = "text/javascript; charset=utf-8";
 const CSS: &str = "text/css; charset=utf-8";
 
-/// The console's answer to `GET path?query`, or `None` when `path` is not one of its own.
-pub async fn route(shard: &Rc<Shard>, path: &str, query: &str) -> Option<Vec<u8>> {
+/// The console's settings (from the broker's configuration).
+#[derive(Clone, Copy, Debug)]
+pub struct ConsoleSettings {
+    /// `--console-write`: show the forms and accept their POSTs.
+    pub write: bool,
+}
+
+/// The console of one admin endpoint.
+pub struct Console {
+    write: bool,
+    csrf: csrf::Csrf,
+}
+
+impl Console {
+    pub fn new(settings: ConsoleSettings) -> Console {
+        Console { write: settings.write, csrf: csrf::Csrf::new() }
+    }
+
+    /// The key forms are signed with, when forms are shown (`--console-write`).
+    fn forms(&self) -> Option<&csrf::Csrf> {
+        self.write.then_some(&self.csrf)
+    }
+
+    /// The console's answer to `GET path?query`, or `None` when `path` is not its own.
+    pub async fn route(&self, shard: &Rc<Shard>, path: &str, query: &str) -> Option<Vec<u8>> {
+        route(shard, self.forms(), path, query).await
+    }
+
+    /// The console's answer to a POST (an action's form).
+    pub async fn post(&self, shard: &Rc<Shard>, path: &str, request: &Request) -> Vec<u8> {
+        actions::post(shard, self.write, &self.csrf, path, request).await
+    }
+}
+
+async fn route(
+    shard: &Rc<Shard>,
+    forms: Option<&csrf::Csrf>,
+    path: &str,
+    query: &str,
+) -> Option<Vec<u8>> {
     let asset = match path {
         "/console.js" => Some((JAVASCRIPT, include_str!("assets/console.js"))),
         "/console.css" => Some((CSS, include_str!("assets/console.css"))),
@@ -38,12 +81,33 @@ pub async fn route(shard: &Rc<Shard>, path: &str, query: &str) -> Option<Vec<u8>
         let (status, html) = browse.render(shard).await;
         return Some(http::response(status, HTML, &html));
     }
+    if let Some((name, json)) = groups::from_path(path) {
+        let description = shard.describe_group(&name).await;
+        let snapshots = match gather(shard).await {
+            Ok(snapshots) => snapshots,
+            Err(unavailable) => return Some(unavailable),
+        };
+        let group = groups::GroupView::new(&name, &description, &snapshots);
+        return Some(match (json, group) {
+            (true, Some(group)) => http::response(200, JSON, &group.json()),
+            (false, Some(group)) => http::response(200, HTML, &group.page(forms)),
+            (_, None) => http::response(404, HTML, &groups::no_such_group(&name)),
+        });
+    }
     let page = Page::parse(path, query)?;
-    let snapshots = match shard.gather_metrics(super::SHARD_ANSWER_TIMEOUT).await {
+    let snapshots = match gather(shard).await {
         Ok(snapshots) => snapshots,
-        Err(missing) => return Some(http::response(503, super::TEXT, &super::describe(&missing))),
+        Err(unavailable) => return Some(unavailable),
     };
-    Some(page.render(shard, &snapshots))
+    Some(page.render(shard, forms, &snapshots))
+}
+
+/// Every shard's snapshot, or the 503 naming those that did not answer.
+async fn gather(shard: &Rc<Shard>) -> Result<Vec<ShardMetrics>, Vec<u8>> {
+    shard
+        .gather_metrics(super::SHARD_ANSWER_TIMEOUT)
+        .await
+        .map_err(|missing| http::response(503, super::TEXT, &super::describe(&missing)))
 }
 
 /// A console path, parsed.
@@ -67,16 +131,22 @@ impl Page {
         })
     }
 
-    fn render(&self, shard: &Shard, snapshots: &[ShardMetrics]) -> Vec<u8> {
+    fn render(
+        &self,
+        shard: &Shard,
+        forms: Option<&csrf::Csrf>,
+        snapshots: &[ShardMetrics],
+    ) -> Vec<u8> {
         match self {
             Page::Overview => http::response(200, HTML, &pages::overview(snapshots)),
             Page::OverviewJson => http::response(200, JSON, &pages::overview_json(snapshots)),
             Page::Topics { page } => {
-                http::response(200, HTML, &pages::topics(&shard.table(), snapshots, *page))
+                let html = pages::topics(&shard.table(), snapshots, *page, forms);
+                http::response(200, HTML, &html)
             }
-            Page::Groups => http::response(200, HTML, &pages::groups(snapshots)),
+            Page::Groups => http::response(200, HTML, &groups::list(snapshots)),
             Page::Topic { name } => match shard.table().topics.get(name) {
-                Some(topic) => http::response(200, HTML, &pages::topic(topic, snapshots)),
+                Some(topic) => http::response(200, HTML, &pages::topic(topic, snapshots, forms)),
                 None => http::response(404, HTML, &pages::no_such_topic(name)),
             },
         }

@@ -4,9 +4,11 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use shardlog_shards::metadata::{TopicMeta, TopicTable};
-use shardlog_shards::metrics::{consumer_lags, GroupLag, ShardMetrics};
+use shardlog_shards::metrics::ShardMetrics;
 use shardlog_storage::Histogram;
 
+use super::actions::{self, Action};
+use super::csrf::Csrf;
 use super::html::{escape, page, table};
 
 /// Topics listed per page of `/topics`.
@@ -51,8 +53,13 @@ pub fn overview(snapshots: &[ShardMetrics]) -> String {
          <div id=\"live\"><svg id=\"chart\" data-points=\"0\" viewBox=\"0 0 600 200\" \
          preserveAspectRatio=\"none\"></svg><p id=\"live-text\">waiting for data</p></div>\n\
          <h2>Shards</h2>\n<p>Since start-up.</p>\n{}\
+         <h2>Latency budget of a durable produce</h2>\n<p>Each stage's histogram over every \
+         shard since start-up (the <code>shardlog_request_stage_seconds</code>, \
+         <code>shardlog_flush_stage_seconds</code> and <code>shardlog_fetch_wake_seconds</code> \
+         of <a href=\"/metrics\">/metrics</a>), as bucket bounds in µs.</p>\n{}\
          <script src=\"/console.js\"></script>\n",
-        table("shards", &header, rows)
+        table("shards", &header, rows),
+        latency_budget(snapshots),
     );
     page("Overview", &body)
 }
@@ -76,7 +83,12 @@ pub fn overview_json(snapshots: &[ShardMetrics]) -> String {
     )
 }
 
-pub fn topics(topic_table: &TopicTable, snapshots: &[ShardMetrics], page_number: usize) -> String {
+pub fn topics(
+    topic_table: &TopicTable,
+    snapshots: &[ShardMetrics],
+    page_number: usize,
+    forms: Option<&Csrf>,
+) -> String {
     let mut sizes: HashMap<&str, (u64, u64, u64)> = HashMap::new();
     for t in snapshots.iter().flat_map(|s| &s.topics) {
         let entry = sizes.entry(t.topic.as_str()).or_default();
@@ -107,10 +119,18 @@ pub fn topics(topic_table: &TopicTable, snapshots: &[ShardMetrics], page_number:
     if page_number < pages {
         let _ = write!(body, "<a href=\"/topics?page={}\">next</a>", page_number + 1);
     }
+    if let Some(csrf) = forms {
+        let fields = "<label>name <input name=\"name\" required></label> \
+                      <label>partitions <input name=\"partitions\" value=\"1\" size=\"5\"></label><br>\
+                      <label>configs (key=value, one a line)<br>\
+                      <textarea name=\"configs\" rows=\"3\" cols=\"50\"></textarea></label><br>";
+        body.push_str("<h2>Create a topic</h2>\n");
+        body.push_str(&actions::form(csrf, Action::CreateTopic, fields, "Create…"));
+    }
     page("Topics", &body)
 }
 
-pub fn topic(topic: &TopicMeta, snapshots: &[ShardMetrics]) -> String {
+pub fn topic(topic: &TopicMeta, snapshots: &[ShardMetrics], forms: Option<&Csrf>) -> String {
     let watermarks: HashMap<i32, i64> = snapshots
         .iter()
         .flat_map(|s| &s.partitions)
@@ -130,39 +150,74 @@ pub fn topic(topic: &TopicMeta, snapshots: &[ShardMetrics]) -> String {
     let configs = topic.configs.iter().map(|(k, v)| vec![escape(k), escape(v)]);
     body.push_str(&table("configs", &["key", "value"], configs));
     body.push_str("<p>Keys not listed take the broker's defaults (docs/topic-configs.md).</p>\n");
+    if let Some(csrf) = forms {
+        body.push_str(&topic_forms(csrf, &topic.name));
+    }
     page(&format!("Topic {}", topic.name), &body)
+}
+
+/// With `--console-write`: alter the topic's configs, delete it.
+fn topic_forms(csrf: &Csrf, name: &str) -> String {
+    let target = actions::hidden("topic", name);
+    let alter = format!(
+        "{target}<label>set (key=value, one a line)<br>\
+         <textarea name=\"set\" rows=\"3\" cols=\"50\"></textarea></label><br>\
+         <label>back to the default (keys)<br><input name=\"delete\" size=\"50\"></label><br>"
+    );
+    format!(
+        "<h2>Alter configs</h2>\n{}<h2>Delete the topic</h2>\n{}",
+        actions::form(csrf, Action::AlterConfigs, &alter, "Alter…"),
+        actions::form(csrf, Action::DeleteTopic, &target, "Delete…"),
+    )
 }
 
 pub fn no_such_topic(name: &str) -> String {
     page("No such topic", &format!("<p>There is no topic <code>{}</code>.</p>", escape(name)))
 }
 
-pub fn groups(snapshots: &[ShardMetrics]) -> String {
-    let mut lags = consumer_lags(snapshots);
-    let order = |l: &GroupLag| {
-        let c = l.committed;
-        (c.group.clone(), c.topic.clone(), c.partition)
+/// The stages of a durable produce in the order a request meets them, then the wake-up of
+/// a fetch parked on the flush: count, p50 and p99 bounds of each, over every shard.
+fn latency_budget(snapshots: &[ShardMetrics]) -> String {
+    let produce_stages = || {
+        let all = snapshots.iter().flat_map(|s| &s.request_durations_us);
+        all.filter(|(key, _, _)| *key == PRODUCE_API_KEY).map(|(_, _, stages)| stages)
     };
-    lags.sort_by_key(order);
+    let logs = || snapshots.iter().map(|s| &s.log);
+    let stages = [
+        (
+            "produce: decoded → queued (validated, appended)",
+            merged(produce_stages().map(|s| &s.decoded_to_queued_us)),
+        ),
+        (
+            "flush: gather (first append → DMA write submitted)",
+            merged(logs().map(|l| &l.flush_gather_us)),
+        ),
+        ("flush: DMA write", merged(logs().map(|l| &l.flush_write_duration_us))),
+        ("flush: fdatasync", merged(logs().map(|l| &l.flush_fdatasync_us))),
+        ("produce: queued → durable", merged(produce_stages().map(|s| &s.queued_to_ready_us))),
+        (
+            "produce: durable → response written",
+            merged(produce_stages().map(|s| &s.ready_to_written_us)),
+        ),
+        (
+            "fetch: flush done → parked fetch runs",
+            merged(snapshots.iter().map(|s| &s.fetch_wake_us)),
+        ),
+    ];
     let dash = || "-".to_string();
-    let rows = lags.iter().map(|joined| {
-        let c = joined.committed;
+    let rows = stages.iter().map(|(stage, histogram)| {
+        let bound = |q| {
+            let h = histogram.as_ref().filter(|h| h.count() > 0)?;
+            h.quantile_bound(q).map(|b| format!("≤ {b}"))
+        };
         vec![
-            escape(&c.group),
-            format!("<a href=\"/topics/{0}\">{0}</a>", escape(&c.topic)),
-            c.partition.to_string(),
-            c.offset.to_string(),
-            joined.high_watermark.map_or_else(dash, |hw| hw.to_string()),
-            joined.lag().map_or_else(dash, |lag| lag.to_string()),
+            stage.to_string(),
+            histogram.as_ref().map_or(0, |h| h.count()).to_string(),
+            bound(0.5).unwrap_or_else(dash),
+            bound(0.99).unwrap_or_else(dash),
         ]
     });
-    let header = ["group", "topic", "partition", "committed", "high watermark", "lag"];
-    let body = format!(
-        "<p>Committed offsets of every group, with the lag behind each partition's high \
-         watermark.</p>\n{}",
-        table("groups", &header, rows)
-    );
-    page("Consumer groups", &body)
+    table("budget", &["stage", "count", "p50 (µs)", "p99 (µs)"], rows)
 }
 
 /// Every shard's Produce request durations, merged.

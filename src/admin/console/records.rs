@@ -313,13 +313,24 @@ fn hex(bytes: &[u8]) -> String {
     out
 }
 
-/// `name=value` from a query string, percent-decoded (`+` is a space), if present.
+/// `name=value` from a query string (or a form body), percent-decoded (`+` is a space), if
+/// present.
 pub fn query_value(query: &str, name: &str) -> Option<String> {
     let raw = query.split('&').find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))?;
-    let raw = raw.replace('+', " ");
+    percent_decode(raw, true)
+}
+
+/// `raw` with its `%XX` escapes decoded (and `+` as a space when `plus_is_space`: query
+/// strings and forms, not paths); `None` when an escape is malformed or the result is not
+/// UTF-8.
+pub fn percent_decode(raw: &str, plus_is_space: bool) -> Option<String> {
     let mut out = Vec::with_capacity(raw.len());
     let mut bytes = raw.bytes();
     while let Some(b) = bytes.next() {
+        if b == b'+' && plus_is_space {
+            out.push(b' ');
+            continue;
+        }
         if b != b'%' {
             out.push(b);
             continue;
@@ -333,7 +344,7 @@ pub fn query_value(query: &str, name: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-fn percent_encode(text: &str) -> String {
+pub fn percent_encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for b in text.bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
