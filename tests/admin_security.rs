@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use common::{Broker, RawClient};
+use common::{admin_http, Broker, RawClient};
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 
 const TOKEN: &str = "3f9c1d0e-admin-token-for-tests";
@@ -100,6 +100,31 @@ fn admin_requests_without_the_right_bearer_token_get_401_and_nothing_else() {
     let detailed = get(&broker, "/health", Some(&bearer()));
     assert_eq!(detailed.status, 200);
     assert!(detailed.body.contains("shard 0: ok"), "{}", detailed.body);
+}
+
+/// The token guards the console's actions too: with `--console-write`, a POST without it
+/// gets 401 before the console looks at the form, and nothing is created; with it, the
+/// POST reaches the console (whose own CSRF check then refuses the forged form).
+#[test]
+fn a_console_action_without_the_token_gets_401_and_changes_nothing() {
+    let broker = broker_with_token(|_| vec!["--console-write".to_string()]);
+    let own = format!("http://127.0.0.1:{}", broker.admin_port);
+    let form = "name=forged&partitions=1&confirm=yes&csrf=0";
+    let post = |authorization: &str| {
+        let request = format!(
+            "POST /actions/create-topic HTTP/1.1\r\nOrigin: {own}\r\n{authorization}\
+             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}",
+            form.len()
+        );
+        admin_http(&broker, request.as_bytes())
+    };
+    let (status, body) = post("");
+    assert_eq!(status, 401, "{body}");
+    let (status, body) = post(&format!("Authorization: {}\r\n", bearer()));
+    assert_eq!(status, 403, "past the token, the console refuses the forged form: {body}");
+    let topics = get(&broker, "/topics", Some(&bearer()));
+    assert_eq!(topics.status, 200);
+    assert!(!topics.body.contains("forged"), "a topic was created: {}", topics.body);
 }
 
 #[test]
