@@ -112,13 +112,9 @@ fn consume_all(broker: &Broker) -> Vec<(i64, String, Option<String>)> {
 /// Every record of partition 0 of `topic` from the beginning until partition EOF, read at
 /// `isolation` (read_committed / read_uncommitted): (offset, key, value).
 fn read_isolated(broker: &Broker, topic: &str, isolation: &str) -> Vec<(i64, String, String)> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", broker.bootstrap())
-        .set("group.id", "unused-assign-only")
+    let consumer: BaseConsumer = assign_only_config(broker)
         .set("isolation.level", isolation)
-        .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
-        .set("fetch.wait.max.ms", "100")
         .create()
         .unwrap();
     let mut assignment = TopicPartitionList::new();

@@ -591,13 +591,18 @@ pub fn leaders(client: &mut RawClient, topic: &str) -> Vec<i32> {
 
 /// A librdkafka consumer for reads by assignment (no group membership, no commits).
 pub fn assign_only_consumer(broker: &Broker) -> rdkafka::consumer::BaseConsumer {
-    rdkafka::config::ClientConfig::new()
+    assign_only_config(broker).create().unwrap()
+}
+
+/// The settings of [`assign_only_consumer`], for a test that adds its own.
+pub fn assign_only_config(broker: &Broker) -> rdkafka::config::ClientConfig {
+    let mut config = rdkafka::config::ClientConfig::new();
+    config
         .set("bootstrap.servers", broker.bootstrap())
         .set("group.id", "unused-assign-only")
         .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "100")
-        .create()
-        .unwrap()
+        .set("fetch.wait.max.ms", "100");
+    config
 }
 
 /// `SHARDLOG_SEED` if set, else a fresh seed from the clock (printed by the caller).
