@@ -170,10 +170,13 @@ impl BlockingThread {
                 let id = el.id;
                 let resp = BlockingThreadResp { id, res };
 
-                if tx.send(resp).is_err() {
-                    panic!("failed to send response");
+                // shardlog patch: the receiver is gone when the executor that asked for
+                // this job was dropped while it ran (it will never read the answer).
+                // Drop the answer quietly and go on with the queue, instead of a panic
+                // that kills the process (upstream 0.9.0 panicked here).
+                if tx.send(resp).is_ok() {
+                    reactor_sleep_notifier.notify(el.latency_sensitive);
                 }
-                reactor_sleep_notifier.notify(el.latency_sensitive);
             }
         }))
     }

@@ -1,0 +1,173 @@
+//! glommio executors created and dropped with work still on them, as the power-loss
+//! simulation drops its two shards at every power loss (docs/reliability.md, "Memory per
+//! seed"): nothing may panic, write into freed memory, or outlive the executor (tasks,
+//! what they hold, the executor's eventfd, its blocking thread). Each test exercises one
+//! patch of vendor/glommio (PATCHED.md) and fails on glommio 0.9.0 as published.
+//!
+//! Freed memory is checked by this binary's allocator: small blocks are filled with a
+//! pattern when freed and kept in a quarantine for a while; a block whose pattern changed
+//! before it left the quarantine was written after it was freed.
+//!
+//! The tests count the process's descriptors and threads, so they run one at a time.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::RefCell;
+use std::future::poll_fn;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Poll, Waker};
+use std::time::Duration;
+
+use glommio::{executor, Latency, LocalExecutorBuilder, Placement, Shares};
+
+// ---- the quarantine allocator ----
+
+/// Freed blocks of up to this size are quarantined (a task header with a small future).
+const QUARANTINE_MAX_BYTES: usize = 256;
+/// How many freed blocks wait in quarantine before they are checked and given back.
+const QUARANTINE_SLOTS: usize = 4096;
+const POISON: u8 = 0xa5;
+
+struct Quarantine {
+    blocks: [(usize, usize, usize); QUARANTINE_SLOTS], // (address, size, align); 0: empty
+    next: usize,
+}
+
+struct QuarantineAlloc {
+    quarantine: Mutex<Quarantine>,
+    writes_after_free: AtomicUsize,
+}
+
+#[global_allocator]
+static ALLOCATOR: QuarantineAlloc = QuarantineAlloc {
+    quarantine: Mutex::new(Quarantine { blocks: [(0, 0, 0); QUARANTINE_SLOTS], next: 0 }),
+    writes_after_free: AtomicUsize::new(0),
+};
+
+impl QuarantineAlloc {
+    /// Checks a quarantined block's pattern, then really frees it.
+    unsafe fn release(&self, (address, size, align): (usize, usize, usize)) {
+        let bytes = std::slice::from_raw_parts(address as *const u8, size);
+        if bytes.iter().any(|&b| b != POISON) {
+            self.writes_after_free.fetch_add(1, Ordering::SeqCst);
+        }
+        System.dealloc(address as *mut u8, Layout::from_size_align_unchecked(size, align));
+    }
+
+    /// Checks and frees every quarantined block; returns the writes after free seen so far.
+    fn drain(&self) -> usize {
+        let mut quarantine = self.quarantine.lock().unwrap_or_else(|e| e.into_inner());
+        for slot in quarantine.blocks.iter_mut() {
+            let block = std::mem::take(slot);
+            if block.0 != 0 {
+                unsafe { self.release(block) };
+            }
+        }
+        self.writes_after_free.load(Ordering::SeqCst)
+    }
+}
+
+unsafe impl GlobalAlloc for QuarantineAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        System.alloc(layout)
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if layout.size() > QUARANTINE_MAX_BYTES {
+            return System.dealloc(ptr, layout);
+        }
+        std::ptr::write_bytes(ptr, POISON, layout.size());
+        let evicted = {
+            let mut quarantine = self.quarantine.lock().unwrap_or_else(|e| e.into_inner());
+            let at = quarantine.next;
+            quarantine.next = (at + 1) % QUARANTINE_SLOTS;
+            std::mem::replace(
+                &mut quarantine.blocks[at],
+                (ptr as usize, layout.size(), layout.align()),
+            )
+        };
+        if evicted.0 != 0 {
+            self.release(evicted);
+        }
+    }
+}
+
+// ---- helpers ----
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn open_descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd").expect("/proc/self/fd").count()
+}
+
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").expect("/proc/self/task").count()
+}
+
+/// Waits up to 10 s for `done` (threads that end on their own take a moment to go).
+fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    for _ in 0..1000 {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    done()
+}
+
+/// Creates an executor on this thread, runs `main` on it, and drops it.
+fn run_and_drop<F, Fut>(main: F)
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let ex = LocalExecutorBuilder::new(Placement::Unbound).make().expect("an executor");
+    ex.run(main());
+    drop(ex);
+}
+
+// ---- the tests ----
+
+/// Patch 1 (sys/blocking.rs): an executor dropped while its blocking thread runs a job.
+/// glommio 0.9.0's blocking thread then panicked ("failed to send response"), which in a
+/// build with `panic = "abort"` kills the process.
+#[test]
+fn a_blocking_job_that_outlives_its_executor_ends_without_a_panic() {
+    let _serial = one_at_a_time();
+    let panics = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = panics.clone();
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        seen.lock().unwrap().push(info.to_string());
+    }));
+
+    let jobs_done = Arc::new(AtomicUsize::new(0));
+    const EXECUTORS: usize = 4;
+    for _ in 0..EXECUTORS {
+        let done = jobs_done.clone();
+        run_and_drop(|| async move {
+            glommio::spawn_local(async move {
+                executor()
+                    .spawn_blocking(move || {
+                        std::thread::sleep(Duration::from_millis(100));
+                        done.fetch_add(1, Ordering::SeqCst);
+                    })
+                    .await;
+            })
+            .detach();
+            // Long enough for the job to start, far shorter than it runs.
+            glommio::timer::sleep(Duration::from_millis(10)).await;
+        });
+    }
+    let all_done = eventually(|| jobs_done.load(Ordering::SeqCst) == EXECUTORS);
+    // The answers are sent after the job counts itself done: give them time to fail.
+    std::thread::sleep(Duration::from_millis(200));
+    std::panic::set_hook(previous);
+    assert!(all_done, "the blocking jobs ran to their end");
+    assert_eq!(*panics.lock().unwrap(), Vec::<String>::new(), "no thread panicked");
+}
