@@ -171,3 +171,27 @@ fn a_blocking_job_that_outlives_its_executor_ends_without_a_panic() {
     assert!(all_done, "the blocking jobs ran to their end");
     assert_eq!(*panics.lock().unwrap(), Vec::<String>::new(), "no thread panicked");
 }
+
+/// Patch 2 (task/raw.rs `destroy`): a task freed without dropping its header kept the
+/// executor's `SleepNotifier`, and with it an eventfd, open for good: one descriptor per
+/// executor that ever ran a task, even one that ran every task to its end.
+#[test]
+fn executors_whose_tasks_all_ended_give_back_their_descriptors() {
+    let _serial = one_at_a_time();
+    let round = || {
+        run_and_drop(|| async {
+            let answer = glommio::spawn_local(async { 6 * 7 }).await;
+            assert_eq!(answer, 42);
+        })
+    };
+    // The first executors open what a process keeps (the io_uring probe, global state).
+    for _ in 0..3 {
+        round();
+    }
+    let before = open_descriptors();
+    for _ in 0..40 {
+        round();
+    }
+    let after = open_descriptors();
+    assert!(after <= before, "descriptors {before} -> {after} over 40 executors");
+}

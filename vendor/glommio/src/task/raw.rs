@@ -422,6 +422,10 @@ where
             abort_on_panic(|| {
                 // Drop the schedule function.
                 (raw.schedule as *mut S).drop_in_place();
+                // shardlog patch (as upstream PR #40): drop the header too. It holds an
+                // `Arc<SleepNotifier>`; upstream 0.9.0 never released it, so every
+                // executor's notifier (and its eventfd) outlived it.
+                (raw.header as *mut Header).drop_in_place();
             });
 
             // Finally, deallocate the memory reserved by the task.
