@@ -195,3 +195,43 @@ fn executors_whose_tasks_all_ended_give_back_their_descriptors() {
     let after = open_descriptors();
     assert!(after <= before, "descriptors {before} -> {after} over 40 executors");
 }
+
+/// Patch 3 (task/raw.rs `drop_waker`): the last waker of a parked, detached task whose
+/// task queue was removed. `schedule()` finds no queue and frees the task; glommio 0.9.0
+/// then stored the task's state into the freed header (one byte written after free,
+/// which glibc can report much later as `malloc(): unaligned tcache chunk detected`).
+/// The reproducer of docs/glommio-0.9-drop-waker-uaf.md.
+#[test]
+fn the_last_waker_of_a_task_whose_queue_was_removed_does_not_write_after_free() {
+    let _serial = one_at_a_time();
+    let before = ALLOCATOR.drain();
+    let ex = LocalExecutorBuilder::new(Placement::Unbound).make().expect("an executor");
+    let ex_ref = &ex;
+    ex.run(async move {
+        for _ in 0..100 {
+            let stash: Rc<RefCell<Option<Waker>>> = Rc::default();
+            let tq =
+                executor().create_task_queue(Shares::default(), Latency::NotImportant, "doomed");
+            let parked = stash.clone();
+            glommio::spawn_local_into(
+                async move {
+                    poll_fn(|cx| {
+                        *parked.borrow_mut() = Some(cx.waker().clone());
+                        Poll::<()>::Pending
+                    })
+                    .await
+                },
+                tq,
+            )
+            .expect("spawn")
+            .detach();
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+            assert!(stash.borrow().is_some(), "the task ran and parked");
+            ex_ref.remove_task_queue(tq).expect("a queue with nothing runnable goes");
+            drop(stash.borrow_mut().take());
+        }
+    });
+    drop(ex);
+    let after = ALLOCATOR.drain();
+    assert_eq!(after - before, 0, "blocks written after they were freed");
+}

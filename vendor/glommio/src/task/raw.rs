@@ -322,13 +322,17 @@ where
             // dropped too, then we need to decide how to destroy the task.
             if (refs == 0) && state & HANDLE == 0 {
                 if state & (COMPLETED | CLOSED) == 0 {
+                    // shardlog patch: store the state before `schedule()`, never after.
+                    // When the task's queue is gone, `schedule()` drops the task and its
+                    // guard waker frees it, so a store after it wrote into freed memory
+                    // (upstream 0.9.0 stored after; docs/glommio-0.9-drop-waker-uaf.md).
+                    (*(raw.header as *mut Header)).state = SCHEDULED | CLOSED;
                     if state & SCHEDULED == 0 {
                         // If the task was not completed nor closed, close it and schedule one more
                         // time so that its future gets dropped by the
                         // executor.
                         Self::schedule(ptr);
                     }
-                    (*(raw.header as *mut Header)).state = SCHEDULED | CLOSED;
                 } else {
                     // Otherwise, destroy the task right away.
                     Self::destroy(ptr);
