@@ -235,3 +235,129 @@ fn the_last_waker_of_a_task_whose_queue_was_removed_does_not_write_after_free() 
     let after = ALLOCATOR.drain();
     assert_eq!(after - before, 0, "blocks written after they were freed");
 }
+
+/// Counts the drops of what parked tasks hold.
+struct Held {
+    dropped: Arc<AtomicUsize>,
+    _bytes: Vec<u8>,
+}
+
+impl Held {
+    fn new(dropped: &Arc<AtomicUsize>) -> Held {
+        Held { dropped: dropped.clone(), _bytes: vec![1; 64 << 10] }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.dropped.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// One executor's worth of parked work, every way the power-loss simulation leaves it.
+/// Returns how many `Held` it handed out.
+async fn park_everything(dropped: Arc<AtomicUsize>) -> usize {
+    use glommio::channels::local_channel;
+    let mut held = 0;
+    let mut hold = || {
+        held += 1;
+        Held::new(&dropped)
+    };
+    // On a timer that never fires before the executor goes.
+    let h = hold();
+    glommio::spawn_local(async move {
+        glommio::timer::sleep(Duration::from_secs(3600)).await;
+        drop(h);
+    })
+    .detach();
+    // On nothing at all: no waker exists anywhere.
+    let h = hold();
+    glommio::spawn_local(async move {
+        std::future::pending::<()>().await;
+        drop(h);
+    })
+    .detach();
+    // Two tasks, each waiting on a channel whose sender the other one owns: only they
+    // hold each other's wakers.
+    let (to_a, a_in) = local_channel::new_unbounded::<u8>();
+    let (to_b, b_in) = local_channel::new_unbounded::<u8>();
+    let (ha, hb) = (hold(), hold());
+    glommio::spawn_local(async move {
+        let _keep = (to_b, ha);
+        a_in.recv().await;
+    })
+    .detach();
+    glommio::spawn_local(async move {
+        let _keep = (to_a, hb);
+        b_in.recv().await;
+    })
+    .detach();
+    // Waiting on another parked task's handle.
+    let (h1, h2) = (hold(), hold());
+    let inner = glommio::spawn_local(async move {
+        std::future::pending::<()>().await;
+        drop(h1);
+    });
+    glommio::spawn_local(async move {
+        inner.await;
+        drop(h2);
+    })
+    .detach();
+    // Cancelled while parked (its handle dropped): the future goes, the task must too.
+    let h = hold();
+    drop(glommio::spawn_local(async move {
+        std::future::pending::<()>().await;
+        drop(h);
+    }));
+    // Waiting on a blocking job that is still running when the executor goes.
+    let h = hold();
+    glommio::spawn_local(async move {
+        executor().spawn_blocking(|| std::thread::sleep(Duration::from_millis(30))).await;
+        drop(h);
+    })
+    .detach();
+    // Let every task run up to where it parks.
+    glommio::timer::sleep(Duration::from_millis(5)).await;
+    held
+}
+
+/// Patch 4 (the teardown, executor/mod.rs `Drop for LocalExecutor`) and patch 5
+/// (`JoinHandle::cancel`'s extra reference): an executor dropped with tasks parked on a
+/// timer, on nothing, on each other, on a handle, on a blocking job, or cancelled while
+/// parked, frees every task, what they hold, its eventfd and its blocking thread. glommio
+/// 0.9.0 freed none of them: the power-loss simulation grew by ~4.5 MB and 7 descriptors
+/// per seed.
+#[test]
+fn executors_dropped_with_tasks_parked_free_every_task_and_descriptor() {
+    let _serial = one_at_a_time();
+    let writes_after_free = ALLOCATOR.drain();
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let mut handed_out = 0;
+    let mut round = || {
+        let dropped = dropped.clone();
+        let held = Rc::new(std::cell::Cell::new(0));
+        let count = held.clone();
+        run_and_drop(|| async move { count.set(park_everything(dropped).await) });
+        handed_out += held.get();
+    };
+    for _ in 0..3 {
+        round();
+    }
+    // The blocking jobs of those rounds end and their threads go.
+    std::thread::sleep(Duration::from_millis(100));
+    let (fds_before, threads_before) = (open_descriptors(), threads());
+    const ROUNDS: usize = 40;
+    for _ in 0..ROUNDS {
+        round();
+    }
+    assert_eq!(
+        dropped.load(Ordering::SeqCst),
+        handed_out,
+        "everything the parked tasks held was dropped with their executors"
+    );
+    let fds_flat = eventually(|| open_descriptors() <= fds_before);
+    let threads_flat = eventually(|| threads() <= threads_before);
+    assert!(fds_flat, "descriptors {fds_before} -> {} over {ROUNDS} executors", open_descriptors());
+    assert!(threads_flat, "threads {threads_before} -> {} over {ROUNDS} executors", threads());
+    assert_eq!(ALLOCATOR.drain() - writes_after_free, 0, "blocks written after they were freed");
+}

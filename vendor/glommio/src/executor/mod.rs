@@ -38,7 +38,7 @@ use crate::{
     io::DmaBuffer,
     parking, reactor,
     sys::{self, blocking::BlockingThreadPool},
-    task::{self, waker_fn::dummy_waker},
+    task::{self, registry::TaskRegistry, task_impl, waker_fn::dummy_waker},
     GlommioError, IoRequirements, IoStats, Latency, Reactor, Shares,
 };
 use ahash::AHashMap;
@@ -165,12 +165,13 @@ impl TaskQueue {
         name: S,
         shares: Shares,
         ioreq: IoRequirements,
+        registry: Rc<TaskRegistry>,
     ) -> Rc<RefCell<Self>>
     where
         S: Into<String>,
     {
         Rc::new(RefCell::new(TaskQueue {
-            ex: Rc::new(multitask::LocalExecutor::new()),
+            ex: Rc::new(multitask::LocalExecutor::new(registry)),
             active: false,
             stats: TaskQueueStats::new(index, shares.reciprocal_shares()),
             shares,
@@ -1116,6 +1117,10 @@ pub struct LocalExecutor {
     id: usize,
     reactor: Rc<reactor::Reactor>,
     stall_detector: RefCell<Option<StallDetector>>,
+    /// shardlog patch: every task of this executor, for the teardown (`Drop`).
+    tasks: Rc<TaskRegistry>,
+    /// shardlog patch: told at the teardown that no executor will take its wakers.
+    notifier: Arc<sys::SleepNotifier>,
 }
 
 impl LocalExecutor {
@@ -1132,6 +1137,7 @@ impl LocalExecutor {
                 "default",
                 Shares::Static(1000),
                 io_requirements,
+                self.tasks.clone(),
             ),
         );
     }
@@ -1164,6 +1170,8 @@ impl LocalExecutor {
             queues: Rc::new(RefCell::new(queues)),
             parker: p,
             id,
+            tasks: Rc::default(),
+            notifier: notifier.clone(),
             reactor: Rc::new(reactor::Reactor::new(
                 notifier,
                 config.io_memory,
@@ -1226,7 +1234,13 @@ impl LocalExecutor {
         };
 
         let io_requirements = IoRequirements::new(latency, index);
-        let tq = TaskQueue::new(TaskQueueHandle { index }, name, shares, io_requirements);
+        let tq = TaskQueue::new(
+            TaskQueueHandle { index },
+            name,
+            shares,
+            io_requirements,
+            self.tasks.clone(),
+        );
 
         self.queues
             .borrow_mut()
@@ -1529,6 +1543,103 @@ impl LocalExecutor {
             LOCAL_EX = self as *const Self;
             run(self)
         }
+    }
+}
+
+/// shardlog patch: the teardown. Upstream glommio 0.9.0 freed none of the tasks still on
+/// an executor when it was dropped: a parked task is reachable only through its wakers,
+/// which were queued for good on the dead executor's notifier when dropped, or held by
+/// the task itself (a channel it owns) or by another parked task, or by nothing at all
+/// (`std::future::pending()`). Everything those tasks held leaked with them.
+///
+/// Now, on the executor's thread and with the executor set as the current one (so that
+/// destructors that reach for it still work), the teardown:
+/// 1. drops every `Task` waiting in a task queue: it is cancelled, its future dropped;
+/// 2. closes every parked task and schedules it one last time, as `JoinHandle::cancel`
+///    does, so that step 1 drops its future; repeats 1-2 until nothing changes (a dropped
+///    future can wake, cancel or spawn other tasks);
+/// 3. orphans what is left: tasks closed or completed that something still references
+///    (a waker held by another executor or a thread, the reactor's timers and sources,
+///    the notifier's queue, a `JoinHandle` kept outside any task). Their schedule
+///    functions are dropped here; the last reference, dropped anywhere, frees them;
+/// 4. tells the notifier, which drops its queued wakers and every one queued later.
+///
+/// Skipped (upstream behaviour: the tasks leak) while a panic unwinds, or when another
+/// executor is running on this thread.
+impl Drop for LocalExecutor {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        #[cfg(not(feature = "native-tls"))]
+        {
+            if LOCAL_EX.is_set() {
+                return;
+            }
+            LOCAL_EX.set(self, || self.cancel_every_task());
+        }
+
+        #[cfg(feature = "native-tls")]
+        unsafe {
+            if !LOCAL_EX.is_null() {
+                return;
+            }
+            defer!(LOCAL_EX = std::ptr::null());
+            LOCAL_EX = self as *const Self;
+            self.cancel_every_task();
+        }
+        self.notifier.executor_gone();
+    }
+}
+
+impl LocalExecutor {
+    /// Steps 1-3 of the teardown (see `Drop`).
+    fn cancel_every_task(&self) {
+        loop {
+            let mut changed = self.drop_queued_tasks();
+            for ptr in self.tasks.snapshot() {
+                // A task of the snapshot may have been freed by an earlier step.
+                if self.tasks.contains(ptr) && unsafe { task_impl::close_parked(ptr) } {
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        for ptr in self.tasks.snapshot() {
+            if self.tasks.contains(ptr) {
+                unsafe { task_impl::orphan(ptr) };
+            }
+        }
+        debug_assert_eq!(self.tasks.len(), 0);
+    }
+
+    /// Drops every `Task` waiting in a task queue; returns whether there was one.
+    fn drop_queued_tasks(&self) -> bool {
+        let queues: Vec<_> = self
+            .queues
+            .borrow()
+            .available_executors
+            .values()
+            .cloned()
+            .collect();
+        let mut dropped = false;
+        for queue in queues {
+            loop {
+                // No borrow is held while the task drops: its future's destructors may
+                // wake or spawn tasks into this queue.
+                let task = queue.borrow().ex.get_task();
+                match task {
+                    Some(task) => {
+                        drop(task);
+                        dropped = true;
+                    }
+                    None => break,
+                }
+            }
+        }
+        dropped
     }
 }
 

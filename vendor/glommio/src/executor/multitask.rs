@@ -10,7 +10,7 @@
 
 use crate::{
     executor::{maybe_activate, TaskQueue},
-    task::{task_impl, JoinHandle},
+    task::{registry::TaskRegistry, task_impl, JoinHandle},
     Latency,
 };
 use std::{
@@ -116,6 +116,9 @@ impl LocalQueue {
 pub(crate) struct LocalExecutor {
     local_queue: LocalQueue,
 
+    /// shardlog patch: the task list of the executor this queue belongs to.
+    registry: Rc<TaskRegistry>,
+
     /// Make sure the type is `!Send` and `!Sync`.
     _marker: PhantomData<Rc<()>>,
 }
@@ -126,9 +129,10 @@ impl RefUnwindSafe for LocalExecutor {}
 
 impl LocalExecutor {
     /// Creates a new single-threaded executor.
-    pub(crate) fn new() -> LocalExecutor {
+    pub(crate) fn new(registry: Rc<TaskRegistry>) -> LocalExecutor {
         LocalExecutor {
             local_queue: LocalQueue::new(),
+            registry,
             _marker: PhantomData,
         }
     }
@@ -161,7 +165,13 @@ impl LocalExecutor {
 
         // Create a task, push it into the queue by scheduling it, and return its `Task`
         // handle.
-        task_impl::spawn_local(executor_id, future, schedule, latency_matters)
+        task_impl::spawn_local(
+            executor_id,
+            future,
+            schedule,
+            latency_matters,
+            self.registry.clone(),
+        )
     }
 
     pub(crate) fn spawn_and_run<T>(

@@ -261,6 +261,9 @@ pub(crate) struct SleepNotifier {
     should_notify: AtomicBool,
     foreign_wakes: crossbeam::channel::Receiver<Waker>,
     waker_sender: crossbeam::channel::Sender<Waker>,
+    /// shardlog patch: set when the executor was dropped; wakers queued from then on are
+    /// dropped at once (see `LocalExecutor`'s teardown).
+    executor_gone: AtomicBool,
 }
 
 lazy_static! {
@@ -294,6 +297,7 @@ impl SleepNotifier {
             should_notify: AtomicBool::new(false),
             waker_sender,
             foreign_wakes,
+            executor_gone: AtomicBool::new(false),
         }))
     }
 
@@ -327,7 +331,33 @@ impl SleepNotifier {
             );
         }
 
+        // shardlog patch: no executor will ever take this waker. Each queued waker holds
+        // a reference to a task whose header holds this notifier, so a waker left here
+        // kept the task, this notifier and its eventfd alive for good. Dropping it frees
+        // the (orphaned) task. Checked after the send: `executor_gone` is set before the
+        // executor's last look at the queue, so one of the two sees the waker.
+        if self.executor_gone.load(Ordering::SeqCst) {
+            self.drop_queued_wakers();
+            return;
+        }
+
         self.notify(force_notify);
+    }
+
+    /// shardlog patch: called once by the executor's teardown, after every task of the
+    /// executor is orphaned: from now on queued wakers are dropped, not kept.
+    pub(crate) fn executor_gone(&self) {
+        self.executor_gone.store(true, Ordering::SeqCst);
+        self.drop_queued_wakers();
+    }
+
+    fn drop_queued_wakers(&self) {
+        // Dropping a waker can free its task, and with it the task's `Arc` of this
+        // notifier, maybe the last one: keep this notifier alive until the loop is done.
+        let _alive = get_sleep_notifier_for(self.id);
+        while let Ok(waker) = self.foreign_wakes.try_recv() {
+            drop(waker);
+        }
     }
 
     pub(crate) fn process_foreign_wakes(&self) -> usize {

@@ -6,14 +6,17 @@
 use core::{fmt, task::Waker};
 #[cfg(feature = "debugging")]
 use std::cell::Cell;
-use std::sync::{
-    atomic::{AtomicI16, Ordering},
-    Arc,
+use std::{
+    rc::Rc,
+    sync::{
+        atomic::{AtomicBool, AtomicI16, Ordering},
+        Arc,
+    },
 };
 
 use crate::{
     sys::SleepNotifier,
-    task::{raw::TaskVTable, state::*, utils::abort_on_panic},
+    task::{raw::TaskVTable, registry::TaskRegistry, state::*, utils::abort_on_panic},
 };
 
 /// The header of a task.
@@ -44,6 +47,18 @@ pub(crate) struct Header {
     /// to several other methods necessary for bookkeeping the
     /// heap-allocated task.
     pub(crate) vtable: &'static TaskVTable,
+
+    /// shardlog patch: the executor's task list, which this task is in until it is
+    /// destroyed or orphaned. Only the executor's thread touches it.
+    pub(crate) registry: Option<Rc<TaskRegistry>>,
+
+    /// shardlog patch: set (on the executor's thread, before the executor is gone) when
+    /// the executor was dropped while references to this task remained elsewhere (a
+    /// waker on another thread, in a queue, in a timer). Its future and schedule
+    /// function are dropped already, and it is in no task list; what remains is the
+    /// allocation and its header, which whoever drops the last reference frees, on
+    /// any thread.
+    pub(crate) orphaned: AtomicBool,
 
     #[cfg(feature = "debugging")]
     pub(crate) debugging: Cell<bool>,

@@ -67,11 +67,11 @@ impl<R> JoinHandle<R> {
                 (*header).state = new;
 
                 if state & (SCHEDULED | RUNNING) == 0 {
-                    // If we schedule it, need to bump the reference count, since after run() we
-                    // decrement it.
-                    let refs = (*header).references.fetch_add(1, Ordering::Relaxed);
-                    assert_ne!(refs, i16::max_value());
-
+                    // shardlog patch: the schedule function (`RawTask::schedule`) takes the
+                    // reference of the `Task` it makes, which run() or the `Task`'s drop
+                    // gives back. Upstream 0.9.0 took one more here that nothing gave
+                    // back, so a task cancelled while parked was never freed (nor its
+                    // header's `Arc<SleepNotifier>`, with the executor's eventfd).
                     ((*header).vtable.schedule)(ptr);
                 }
 
@@ -131,8 +131,7 @@ impl<R> Drop for JoinHandle<R> {
                     // schedule dropping its future or destroy it.
                     if refs == 0 {
                         if state & CLOSED == 0 {
-                            let refs = (*header).references.fetch_add(1, Ordering::Relaxed);
-                            assert_ne!(refs, i16::max_value());
+                            // shardlog patch: no extra reference (see `cancel`).
                             ((*header).vtable.schedule)(ptr);
                         } else {
                             ((*header).vtable.destroy)(ptr);

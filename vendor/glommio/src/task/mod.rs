@@ -53,6 +53,7 @@ pub mod debugging;
 pub(crate) mod header;
 pub(crate) mod join_handle;
 pub(crate) mod raw;
+pub(crate) mod registry;
 pub(crate) mod state;
 pub(crate) mod task_impl;
 mod tests;

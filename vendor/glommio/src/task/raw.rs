@@ -13,7 +13,10 @@ use core::{
 };
 #[cfg(feature = "debugging")]
 use std::cell::Cell;
-use std::sync::atomic::{AtomicI16, Ordering};
+use std::{
+    rc::Rc,
+    sync::atomic::{AtomicBool, AtomicI16, Ordering},
+};
 
 #[cfg(feature = "debugging")]
 use crate::task::debugging::TaskDebugger;
@@ -21,6 +24,7 @@ use crate::{
     dbg_context, sys,
     task::{
         header::Header,
+        registry::TaskRegistry,
         state::*,
         utils::{abort, abort_on_panic, extend},
         Task,
@@ -46,6 +50,10 @@ pub(crate) struct TaskVTable {
 
     /// Runs the task.
     pub(crate) run: unsafe fn(*const ()) -> bool,
+
+    /// shardlog patch: leaves a closed task, whose future is gone, to whoever holds its
+    /// last reference (see `Header::orphaned`). Called on the executor's thread.
+    pub(crate) orphan: unsafe fn(*const ()),
 }
 
 /// Memory layout of a task.
@@ -113,6 +121,7 @@ where
         schedule: S,
         executor_id: usize,
         latency_matters: bool,
+        registry: Rc<TaskRegistry>,
     ) -> NonNull<()> {
         // Compute the layout of the task for allocation. Abort if the computation
         // fails.
@@ -141,7 +150,10 @@ where
                     drop_task: Self::drop_task,
                     destroy: Self::destroy,
                     run: Self::run,
+                    orphan: Self::orphan,
                 },
+                registry: Some(registry.clone()),
+                orphaned: AtomicBool::new(false),
                 #[cfg(feature = "debugging")]
                 debugging: Cell::new(false),
             });
@@ -151,6 +163,8 @@ where
 
             // Write the future as the fourth field of the task.
             raw.future.write(future);
+
+            registry.insert(raw_task.as_ptr());
 
             #[cfg(feature = "debugging")]
             if TaskDebugger::register(raw_task.as_ptr()) {
@@ -222,6 +236,11 @@ where
     /// Wakes a waker.
     unsafe fn do_wake(ptr: *const ()) {
         let raw = Self::from_ptr(ptr);
+        // shardlog patch: an orphaned task is closed and its executor gone: nothing to do
+        // (upstream queued the waker on the dead executor's notifier, for good).
+        if (*raw.header).orphaned.load(Ordering::Acquire) {
+            return;
+        }
         if Self::thread_id() != Some(raw.my_id()) {
             dbg_context!(ptr, "foreign", {
                 let notifier = raw.notifier();
@@ -297,6 +316,17 @@ where
     unsafe fn drop_waker(ptr: *const ()) {
         dbg_context!(ptr, "drop_waker", {
             let raw = Self::from_ptr(ptr);
+
+            // shardlog patch: the last reference to an orphaned task frees it, on
+            // whichever thread it is dropped (see `Header::orphaned`).
+            if (*raw.header).orphaned.load(Ordering::Acquire) {
+                let refs = (*raw.header).references.fetch_sub(1, Ordering::AcqRel);
+                assert_ne!(refs, 0, "Waker invariant broken: {:?}", &*raw.header);
+                if refs == 1 && (*raw.header).state & HANDLE == 0 {
+                    Self::destroy(ptr);
+                }
+                return;
+            }
 
             if Self::thread_id() != Some(raw.my_id()) {
                 dbg_context!(ptr, "foreign", {
@@ -421,11 +451,19 @@ where
 
             let raw = Self::from_ptr(ptr);
             let task_layout = Self::task_layout();
+            let orphaned = (*raw.header).orphaned.load(Ordering::Acquire);
 
             // We need a safeguard against panics because destructors can panic.
             abort_on_panic(|| {
-                // Drop the schedule function.
-                (raw.schedule as *mut S).drop_in_place();
+                // An orphaned task's schedule function is dropped already, on its
+                // executor's thread, and the task is in no registry any more.
+                if !orphaned {
+                    // Drop the schedule function.
+                    (raw.schedule as *mut S).drop_in_place();
+                    if let Some(registry) = &(*raw.header).registry {
+                        registry.remove(ptr);
+                    }
+                }
                 // shardlog patch (as upstream PR #40): drop the header too. It holds an
                 // `Arc<SleepNotifier>`; upstream 0.9.0 never released it, so every
                 // executor's notifier (and its eventfd) outlived it.
@@ -435,6 +473,29 @@ where
             // Finally, deallocate the memory reserved by the task.
             alloc::alloc::dealloc(ptr as *mut u8, task_layout.layout);
         });
+    }
+
+    /// shardlog patch: called by the executor's teardown, on its thread, for a task
+    /// that is closed (its future dropped) or completed and still referenced elsewhere.
+    /// Drops what must be dropped on this thread (the schedule function: it holds a
+    /// `Weak` of the task queue; the registry), then marks the task orphaned, from
+    /// when the last reference, on any thread, frees it.
+    unsafe fn orphan(ptr: *const ()) {
+        let raw = Self::from_ptr(ptr);
+        let header = raw.header as *mut Header;
+        let state = (*header).state;
+        assert!(
+            state & (COMPLETED | CLOSED) != 0 && state & (SCHEDULED | RUNNING) == 0,
+            "orphaned, a task must be closed or completed, not scheduled or running: {:?}",
+            &*header
+        );
+        abort_on_panic(|| {
+            (raw.schedule as *mut S).drop_in_place();
+            if let Some(registry) = (*header).registry.take() {
+                registry.remove(ptr);
+            }
+        });
+        (*header).orphaned.store(true, Ordering::Release);
     }
 
     /// Runs a task.

@@ -9,8 +9,9 @@ use core::{fmt, future::Future, marker::PhantomData, mem, ptr::NonNull};
 use crate::task::debugging::TaskDebugger;
 use crate::{
     dbg_context,
-    task::{header::Header, raw::RawTask, state::*, JoinHandle},
+    task::{header::Header, raw::RawTask, registry::TaskRegistry, state::*, JoinHandle},
 };
+use std::rc::Rc;
 
 use std::sync::atomic::Ordering;
 
@@ -29,6 +30,7 @@ pub(crate) fn spawn_local<F, R, S>(
     future: F,
     schedule: S,
     latency_matters: bool,
+    registry: Rc<TaskRegistry>,
 ) -> (Task, JoinHandle<R>)
 where
     F: Future<Output = R>,
@@ -37,9 +39,9 @@ where
     // Allocate large futures on the heap.
     let raw_task = if mem::size_of::<F>() >= 2048 {
         let future = alloc::boxed::Box::pin(future);
-        RawTask::<_, R, S>::allocate(future, schedule, executor_id, latency_matters)
+        RawTask::<_, R, S>::allocate(future, schedule, executor_id, latency_matters, registry)
     } else {
-        RawTask::<_, R, S>::allocate(future, schedule, executor_id, latency_matters)
+        RawTask::<_, R, S>::allocate(future, schedule, executor_id, latency_matters, registry)
     };
 
     let task = Task { raw_task };
@@ -137,6 +139,35 @@ impl Task {
             ((*header).vtable.run)(ptr)
         }
     }
+}
+
+/// shardlog patch, for the executor's teardown: closes a parked task (not scheduled, not
+/// running, neither completed nor closed) and schedules it one last time, as
+/// `JoinHandle::cancel` does, so that dropping its `Task` from the queue (or the schedule
+/// function, when the queue is gone) drops its future. Returns whether it did.
+///
+/// # Safety
+/// `ptr` is a live task of the executor whose thread this is.
+pub(crate) unsafe fn close_parked(ptr: *const ()) -> bool {
+    let header = ptr as *mut Header;
+    let state = (*header).state;
+    if state & (SCHEDULED | RUNNING | COMPLETED | CLOSED) != 0 {
+        return false;
+    }
+    (*header).state = state | SCHEDULED | CLOSED;
+    // The schedule function takes the reference the new `Task` holds.
+    ((*header).vtable.schedule)(ptr);
+    true
+}
+
+/// shardlog patch, for the executor's teardown: see `RawTask::orphan`.
+///
+/// # Safety
+/// `ptr` is a live task of the executor whose thread this is, closed or completed, and
+/// neither scheduled nor running.
+pub(crate) unsafe fn orphan(ptr: *const ()) {
+    let header = ptr as *const Header;
+    ((*header).vtable.orphan)(ptr)
 }
 
 impl Drop for Task {
