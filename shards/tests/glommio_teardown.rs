@@ -361,3 +361,59 @@ fn executors_dropped_with_tasks_parked_free_every_task_and_descriptor() {
     assert!(threads_flat, "threads {threads_before} -> {} over {ROUNDS} executors", threads());
     assert_eq!(ALLOCATOR.drain() - writes_after_free, 0, "blocks written after they were freed");
 }
+
+/// What the teardown changes for shardlog: a shard's executor that ends now frees its
+/// mesh receivers, so a peer's request to it fails at once instead of sitting in a
+/// channel nobody reads. `Mesh::send` then waits (as before) rather than panicking, so a
+/// shard still running at a simulated power loss or at shutdown does not abort.
+#[test]
+fn a_request_to_a_shard_whose_executor_ended_waits_instead_of_panicking() {
+    use shardlog_shards::message::ShardRequest;
+    use shardlog_shards::runtime::run_shards;
+    use shardlog_shards::Mesh;
+    use std::sync::atomic::AtomicBool;
+
+    let _serial = one_at_a_time();
+    let gone = Arc::new(AtomicBool::new(false));
+    let still_waiting = Arc::new(AtomicBool::new(false));
+    let (gone2, waiting2) = (gone.clone(), still_waiting.clone());
+    let ran = run_shards(2, move |builder| async move {
+        let (mesh, _receivers) = Mesh::join(builder).await;
+        if mesh.shard_id() == 1 {
+            // Dropped by the teardown of this executor, after this returns.
+            struct SetOnDrop(Arc<AtomicBool>);
+            impl Drop for SetOnDrop {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::SeqCst);
+                }
+            }
+            let flag = SetOnDrop(gone2);
+            glommio::spawn_local(async move {
+                let _flag = flag;
+                std::future::pending::<()>().await
+            })
+            .detach();
+            return;
+        }
+        for _ in 0..10_000 {
+            if gone2.load(Ordering::SeqCst) {
+                break;
+            }
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+        assert!(gone2.load(Ordering::SeqCst), "shard 1's executor was torn down");
+        let request = ShardRequest::DeleteTopics { names: Vec::new() };
+        let sent = async {
+            let _reply = mesh.send(1, request).await;
+            false
+        };
+        let waited = async {
+            glommio::timer::sleep(Duration::from_millis(50)).await;
+            true
+        };
+        waiting2.store(futures_lite::future::or(sent, waited).await, Ordering::SeqCst);
+    });
+    assert_eq!(ran, Ok(()), "no shard executor failed");
+    assert!(gone.load(Ordering::SeqCst));
+    assert!(still_waiting.load(Ordering::SeqCst), "the request to the gone shard was pending");
+}
