@@ -16,15 +16,6 @@ use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
 use shardlog_shards::group::coordinator_shard;
 
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 /// POSTs a form to `/actions/ACTION` with `origin` as its Origin header (none if `None`).
 fn post_from(
     broker: &Broker,
@@ -32,7 +23,8 @@ fn post_from(
     fields: &[(&str, &str)],
     origin: Option<&str>,
 ) -> (u16, String) {
-    let body: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={}", encode(v))).collect();
+    let body: Vec<String> =
+        fields.iter().map(|(k, v)| format!("{k}={}", common::form_encode(v))).collect();
     let body = body.join("&");
     let origin = origin.map_or_else(String::new, |o| format!("Origin: {o}\r\n"));
     let request = format!(

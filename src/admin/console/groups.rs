@@ -12,7 +12,7 @@ use shardlog_shards::group::GroupDescription;
 use shardlog_shards::metrics::{consumer_lags, ShardMetrics};
 
 use super::actions::{self, Action};
-use super::csrf::Csrf;
+use super::csrf::Forms;
 use super::html::{escape, page, table};
 use super::records::{percent_decode, percent_encode};
 use crate::cli::group::decode_assignment;
@@ -40,14 +40,20 @@ pub fn no_such_group(name: &str) -> String {
     page("No such group", &body)
 }
 
-/// `/groups`: one row per group any coordinator knows or holds offsets for.
-pub fn list(snapshots: &[ShardMetrics]) -> String {
+/// `/groups`: one row per group any coordinator knows or holds offsets for and `group`
+/// lets the viewer see, its partitions and lag counted over the topics `topic` lets it see.
+pub fn list(
+    snapshots: &[ShardMetrics],
+    group: &dyn Fn(&str) -> bool,
+    topic: &dyn Fn(&str) -> bool,
+) -> String {
     // group -> (state, members, partitions committed, total lag)
     let mut groups: BTreeMap<&str, (&str, usize, usize, i64)> = BTreeMap::new();
-    for brief in snapshots.iter().flat_map(|s| &s.groups) {
+    for brief in snapshots.iter().flat_map(|s| &s.groups).filter(|b| group(&b.group)) {
         groups.insert(&brief.group, (brief.state, brief.members, 0, 0));
     }
-    for lag in consumer_lags(snapshots) {
+    let lags = consumer_lags(snapshots).into_iter();
+    for lag in lags.filter(|l| group(&l.committed.group) && topic(&l.committed.topic)) {
         // Offsets of a group the coordinator has no membership for (after a restart): Kafka
         // lists such a group as Empty.
         let entry = groups.entry(&lag.committed.group).or_insert(("Empty", 0, 0, 0));
@@ -99,11 +105,13 @@ pub struct GroupView<'a> {
 }
 
 impl<'a> GroupView<'a> {
-    /// `None` when the coordinator has neither members nor offsets of `name`.
+    /// `None` when the coordinator has neither members nor offsets of `name`. Partitions
+    /// are shown only of the topics `visible` lets the viewer see.
     pub fn new(
         name: &'a str,
         description: &'a GroupDescription,
         snapshots: &[ShardMetrics],
+        visible: &dyn Fn(&str) -> bool,
     ) -> Option<GroupView<'a>> {
         if description.summary.is_none() && description.committed.is_empty() {
             return None;
@@ -126,7 +134,7 @@ impl<'a> GroupView<'a> {
             each.map(move |(t, p)| ((t.clone(), p), Some(member.clone())))
         });
         let committed = description.committed.iter().map(|(key, _)| (key.clone(), None));
-        for (key, member) in committed.chain(assigned) {
+        for (key, member) in committed.chain(assigned).filter(|((t, _), _)| visible(t)) {
             let row = partitions.entry(key).or_insert(PartitionRow {
                 committed: None,
                 high_watermark: None,
@@ -175,7 +183,7 @@ impl<'a> GroupView<'a> {
         .to_string()
     }
 
-    pub fn page(&self, forms: Option<&Csrf>) -> String {
+    pub fn page(&self, forms: Option<Forms>) -> String {
         let (protocol_type, protocol) = self
             .description
             .summary
@@ -224,8 +232,8 @@ impl<'a> GroupView<'a> {
              <p id=\"lag-text\">waiting for data</p></div>\n",
             api = format_args!("/api/groups/{}", escape(&percent_encode(self.name))),
         ));
-        if let Some(csrf) = forms {
-            body.push_str(&self.reset_form(csrf));
+        if let Some(forms) = forms {
+            body.push_str(&self.reset_form(forms));
         }
         body.push_str("<script src=\"/console.js\"></script>\n");
         page(&format!("Group {}", self.name), &body)
@@ -233,7 +241,7 @@ impl<'a> GroupView<'a> {
 
     /// The reset form: to earliest, latest or a time, for every committed partition or
     /// every partition of one topic.
-    fn reset_form(&self, csrf: &Csrf) -> String {
+    fn reset_form(&self, forms: Forms) -> String {
         let topics: BTreeSet<&str> = self.partitions.keys().map(|(t, _)| t.as_str()).collect();
         let options: String =
             topics.iter().map(|t| format!("<option>{}</option>", escape(t))).collect();
@@ -249,7 +257,7 @@ impl<'a> GroupView<'a> {
         format!(
             "<h2>Reset offsets</h2>\n<p>Only while the group has no members (Kafka's \
              NON_EMPTY_GROUP otherwise). A confirmation shows the new offsets first.</p>\n{}",
-            actions::form(csrf, Action::ResetOffsets, &fields, "Reset offsets…")
+            actions::form(forms, Action::ResetOffsets, &fields, "Reset offsets…")
         )
     }
 }

@@ -29,7 +29,8 @@ pub fn page(title: &str, body: &str) -> String {
          <title>{title} · shardlog</title>\
          <link rel=\"stylesheet\" href=\"/console.css\"></head>\n<body>\
          <nav><b>shardlog</b> <a href=\"/\">overview</a> <a href=\"/topics\">topics</a> \
-         <a href=\"/groups\">groups</a> <a href=\"/metrics\">metrics</a></nav>\n\
+         <a href=\"/groups\">groups</a> <a href=\"/metrics\">metrics</a> \
+         <a href=\"/login\">login</a></nav>\n\
          <main><h1>{title}</h1>\n{body}</main></body></html>\n",
         title = escape(title),
     );
