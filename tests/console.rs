@@ -370,3 +370,32 @@ fn console_resets_an_empty_groups_offsets_and_refuses_a_group_with_members() {
     assert_eq!(committed(&broker, &group, "ticks", 0), Offset::Offset(3), "unchanged");
     assert_eq!(get(&broker, "/groups/nobody-here").0, 404);
 }
+
+#[test]
+fn a_groups_offsets_are_shown_a_hundred_partitions_a_page() {
+    let broker = Broker::start(1, &[]);
+    create_topic(&broker, "wide", 130);
+    let consumer = group_consumer(&broker, "wide-readers");
+    let mut offsets = TopicPartitionList::new();
+    for partition in 0..130 {
+        offsets.add_partition_offset("wide", partition, Offset::Offset(0)).unwrap();
+    }
+    consumer.commit(&offsets, CommitMode::Sync).expect("committed");
+    // Rows of the offsets table, its header row left out.
+    let rows = |html: &str| {
+        let table = html.split("<table id=\"offsets\">").nth(1).expect("the offsets table");
+        table.split("</table>").next().unwrap().matches("<tr>").count() - 1
+    };
+    let (status, first) = get(&broker, "/groups/wide-readers");
+    assert_eq!(status, 200, "{first}");
+    assert!(first.contains("130 partitions; page 1 of 2."), "{first}");
+    assert_eq!(rows(&first), 100);
+    assert!(first.contains("href=\"/groups/wide-readers?page=2\">next"), "{first}");
+    let (_, second) = get(&broker, "/groups/wide-readers?page=2");
+    assert!(second.contains("page 2 of 2"), "{second}");
+    assert_eq!(rows(&second), 30);
+    assert!(second.contains("href=\"/groups/wide-readers?page=1\">previous"), "{second}");
+    let (_, clamped) = get(&broker, "/groups/wide-readers?page=99");
+    assert!(clamped.contains("page 2 of 2"), "{clamped}");
+    assert_eq!(rows(&clamped), 30);
+}

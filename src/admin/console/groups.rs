@@ -7,15 +7,19 @@
 //! (`Shard::describe_group`, over the mesh); high watermarks from the shards' snapshots.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
 
 use shardlog_shards::group::GroupDescription;
 use shardlog_shards::metrics::{consumer_lags, ShardMetrics};
 
 use super::actions::{self, Action};
 use super::csrf::Forms;
-use super::html::{escape, page, table};
+use super::html::{escape, page, page_of, pager, table};
 use super::records::{percent_decode, percent_encode};
 use crate::cli::group::decode_assignment;
+
+/// Partitions per page of a group's offsets table.
+pub const OFFSETS_PER_PAGE: usize = 100;
 
 /// `/groups/NAME` (false) or `/api/groups/NAME` (true), NAME percent-decoded.
 pub fn from_path(path: &str) -> Option<(String, bool)> {
@@ -183,7 +187,9 @@ impl<'a> GroupView<'a> {
         .to_string()
     }
 
-    pub fn page(&self, forms: Option<Forms>) -> String {
+    /// The group's page; its offsets table shows page `page_number` (clamped) of
+    /// `OFFSETS_PER_PAGE` partitions.
+    pub fn page(&self, forms: Option<Forms>, page_number: usize) -> String {
         let (protocol_type, protocol) = self
             .description
             .summary
@@ -211,7 +217,10 @@ impl<'a> GroupView<'a> {
         body.push_str("<h2>Members</h2>\n");
         let header = ["member id", "client id", "host", "assignment (topic: partitions)"];
         body.push_str(&table("members", &header, members));
-        let rows = self.partitions.iter().map(|((topic, partition), row)| {
+        let total = self.partitions.len();
+        let (page_number, pages, before) = page_of(total, OFFSETS_PER_PAGE, page_number);
+        let shown = self.partitions.iter().skip(before).take(OFFSETS_PER_PAGE);
+        let rows = shown.map(|((topic, partition), row)| {
             vec![
                 format!("<a href=\"/topics/{0}\">{0}</a>", escape(topic)),
                 partition.to_string(),
@@ -221,9 +230,14 @@ impl<'a> GroupView<'a> {
                 row.member.as_deref().map_or_else(|| "-".to_string(), escape),
             ]
         });
-        body.push_str("<h2>Offsets</h2>\n");
+        let _ = writeln!(
+            body,
+            "<h2>Offsets</h2>\n<p>{total} partitions; page {page_number} of {pages}.</p>"
+        );
         let header = ["topic", "partition", "committed", "high watermark", "lag", "member"];
         body.push_str(&table("offsets", &header, rows));
+        let path = format!("/groups/{}", escape(&percent_encode(self.name)));
+        body.push_str(&pager(&path, page_number, pages));
         body.push_str(&format!(
             "<h2>Total lag, live</h2>\n<p>Polled every 5 s from <a href=\"{api}\">{api}</a> \
              while this page is open (the last 10 minutes).</p>\n\

@@ -153,7 +153,10 @@ async fn route(
         let group = groups::GroupView::new(&name, &description, &snapshots, &visible);
         return Some(match (json, group) {
             (true, Some(group)) => http::response(200, JSON, &group.json()),
-            (false, Some(group)) => http::response(200, HTML, &group.page(forms)),
+            (false, Some(group)) => {
+                let page_number = query_number(query, "page").unwrap_or(1);
+                http::response(200, HTML, &group.page(forms, page_number))
+            }
             (_, None) => http::response(404, HTML, &groups::no_such_group(&name)),
         });
     }

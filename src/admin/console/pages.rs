@@ -1,7 +1,6 @@
 //! The console's pages, each a function of the shards' snapshots (and the topic table).
 
 use std::collections::HashMap;
-use std::fmt::Write;
 
 use shardlog_shards::metadata::TopicMeta;
 use shardlog_shards::metrics::ShardMetrics;
@@ -9,7 +8,7 @@ use shardlog_storage::Histogram;
 
 use super::actions::{self, Action};
 use super::csrf::Forms;
-use super::html::{escape, page, table};
+use super::html::{escape, page, page_of, pager, table};
 
 /// Topics listed per page of `/topics`.
 pub const TOPICS_PER_PAGE: usize = 100;
@@ -98,9 +97,8 @@ pub fn topics(
         entry.2 += t.counters.fetch_bytes;
     }
     let total = visible.len();
-    let pages = total.div_ceil(TOPICS_PER_PAGE).max(1);
-    let page_number = page_number.min(pages);
-    let shown = visible.iter().skip((page_number - 1) * TOPICS_PER_PAGE);
+    let (page_number, pages, before) = page_of(total, TOPICS_PER_PAGE, page_number);
+    let shown = visible.iter().skip(before);
     let rows = shown.take(TOPICS_PER_PAGE).map(|topic| {
         let (size, produced, fetched) = sizes.get(topic.name.as_str()).copied().unwrap_or_default();
         vec![
@@ -114,12 +112,7 @@ pub fn topics(
     let header = ["topic", "partitions", "bytes on disk", "bytes produced", "bytes fetched"];
     let mut body = format!("<p>{total} topics; page {page_number} of {pages}.</p>\n");
     body.push_str(&table("topics", &header, rows));
-    if page_number > 1 {
-        let _ = write!(body, "<a href=\"/topics?page={}\">previous</a> ", page_number - 1);
-    }
-    if page_number < pages {
-        let _ = write!(body, "<a href=\"/topics?page={}\">next</a>", page_number + 1);
-    }
+    body.push_str(&pager("/topics", page_number, pages));
     if let Some(forms) = forms {
         let fields = "<label>name <input name=\"name\" required></label> \
                       <label>partitions <input name=\"partitions\" value=\"1\" size=\"5\"></label><br>\
