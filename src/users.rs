@@ -1,10 +1,12 @@
 //! SASL users on the binary's side: the credentials the store keeps, derived from a
 //! password (the bootstrap user) or from a salted password (AlterUserScramCredentials),
-//! and read back for a login (`KafkaHandler::scram_credential`).
+//! and read back for a login (`credential`: SASL on the Kafka listeners, the console's
+//! login page).
 
 use shardlog_net::sasl::scram::{random_bytes, MIN_ITERATIONS};
 use shardlog_net::sasl::{ScramCredential, ScramMechanism};
 use shardlog_shards::metadata_log::users::StoredScramCredential;
+use shardlog_shards::Shard;
 
 /// The store's form of a credential.
 pub fn stored(mechanism: ScramMechanism, credential: ScramCredential) -> StoredScramCredential {
@@ -25,6 +27,13 @@ pub fn scram(stored: &StoredScramCredential) -> ScramCredential {
         stored_key: stored.stored_key.clone(),
         server_key: stored.server_key.clone(),
     }
+}
+
+/// `user`'s credential for `mechanism` in this shard's copy of the user store.
+pub fn credential(shard: &Shard, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential> {
+    let table = shard.table();
+    let stored = table.users.scram(user, mechanism.kafka_type() as u8)?;
+    Some(scram(stored))
 }
 
 /// SCRAM-SHA-256 and SCRAM-SHA-512 credentials of `password`, each with its own random

@@ -16,15 +16,6 @@ use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
 use shardlog_shards::group::coordinator_shard;
 
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 /// POSTs a form to `/actions/ACTION` with `origin` as its Origin header (none if `None`).
 fn post_from(
     broker: &Broker,
@@ -32,7 +23,8 @@ fn post_from(
     fields: &[(&str, &str)],
     origin: Option<&str>,
 ) -> (u16, String) {
-    let body: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={}", encode(v))).collect();
+    let body: Vec<String> =
+        fields.iter().map(|(k, v)| format!("{k}={}", common::form_encode(v))).collect();
     let body = body.join("&");
     let origin = origin.map_or_else(String::new, |o| format!("Origin: {o}\r\n"));
     let request = format!(
@@ -377,4 +369,33 @@ fn console_resets_an_empty_groups_offsets_and_refuses_a_group_with_members() {
     assert!(html.contains("NON_EMPTY_GROUP"), "{html}");
     assert_eq!(committed(&broker, &group, "ticks", 0), Offset::Offset(3), "unchanged");
     assert_eq!(get(&broker, "/groups/nobody-here").0, 404);
+}
+
+#[test]
+fn a_groups_offsets_are_shown_a_hundred_partitions_a_page() {
+    let broker = Broker::start(1, &[]);
+    create_topic(&broker, "wide", 130);
+    let consumer = group_consumer(&broker, "wide-readers");
+    let mut offsets = TopicPartitionList::new();
+    for partition in 0..130 {
+        offsets.add_partition_offset("wide", partition, Offset::Offset(0)).unwrap();
+    }
+    consumer.commit(&offsets, CommitMode::Sync).expect("committed");
+    // Rows of the offsets table, its header row left out.
+    let rows = |html: &str| {
+        let table = html.split("<table id=\"offsets\">").nth(1).expect("the offsets table");
+        table.split("</table>").next().unwrap().matches("<tr>").count() - 1
+    };
+    let (status, first) = get(&broker, "/groups/wide-readers");
+    assert_eq!(status, 200, "{first}");
+    assert!(first.contains("130 partitions; page 1 of 2."), "{first}");
+    assert_eq!(rows(&first), 100);
+    assert!(first.contains("href=\"/groups/wide-readers?page=2\">next"), "{first}");
+    let (_, second) = get(&broker, "/groups/wide-readers?page=2");
+    assert!(second.contains("page 2 of 2"), "{second}");
+    assert_eq!(rows(&second), 30);
+    assert!(second.contains("href=\"/groups/wide-readers?page=1\">previous"), "{second}");
+    let (_, clamped) = get(&broker, "/groups/wide-readers?page=99");
+    assert!(clamped.contains("page 2 of 2"), "{clamped}");
+    assert_eq!(rows(&clamped), 30);
 }

@@ -125,6 +125,7 @@ pub fn response_with_headers(
 fn status_text(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        303 => "See Other",
         400 => "Bad Request",
         401 => "Unauthorized",
         404 => "Not Found",

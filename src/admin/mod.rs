@@ -62,6 +62,9 @@ pub struct Request {
     pub body: Vec<u8>,
     /// The address the client connected to (the admin endpoint as the client sees it).
     pub local_addr: Option<SocketAddr>,
+    /// The client's address (the host ACLs name; failed logins are slowed down per
+    /// address).
+    pub peer_addr: Option<SocketAddr>,
 }
 
 /// How the admin endpoint is protected: a bearer token, TLS, both or neither.
@@ -90,7 +93,7 @@ pub fn spawn(
         .map(|shared| Rc::new(TlsAcceptor::new(shared, MAX_CONNECTIONS, REQUEST_DEADLINE)));
     let endpoint = Rc::new(Endpoint {
         shard,
-        console: console::Console::new(settings),
+        console: console::Console::new(settings, tls.is_some()),
         token: security.token,
     });
     glommio::spawn_local(accept_loop(listener, endpoint, tls)).detach();
@@ -115,16 +118,14 @@ async fn accept_loop(listener: TcpListener, endpoint: Rc<Endpoint>, tls: Option<
         let (endpoint, open, tls) = (endpoint.clone(), open.clone(), tls.clone());
         glommio::spawn_local(async move {
             // The address the client reached, for the console's same-origin check.
-            let local_addr = stream.local_addr().ok();
+            let addrs = (stream.local_addr().ok(), stream.peer_addr().ok());
             match tls {
-                None => serve(stream, &endpoint, local_addr).await,
+                None => serve(stream, &endpoint, addrs).await,
                 Some(tls) => {
                     let limits =
                         ConnectionLimits { idle_timeout: REQUEST_DEADLINE, ..Default::default() };
                     match tls.handshake(stream, &limits).await {
-                        Ok(connection) => {
-                            serve(connection.into_stream(), &endpoint, local_addr).await
-                        }
+                        Ok(connection) => serve(connection.into_stream(), &endpoint, addrs).await,
                         // Plain HTTP on the HTTPS port ends here, as do scanners.
                         Err(e) => debug!("admin connection closed: {e}"),
                     }
@@ -136,8 +137,11 @@ async fn accept_loop(listener: TcpListener, endpoint: Rc<Endpoint>, tls: Option<
     }
 }
 
+/// The addresses of a connection: the endpoint's as the client reached it, the client's.
+type Addresses = (Option<SocketAddr>, Option<SocketAddr>);
+
 /// One request, one response, then close.
-async fn serve<S>(mut stream: S, endpoint: &Endpoint, local_addr: Option<SocketAddr>)
+async fn serve<S>(mut stream: S, endpoint: &Endpoint, (local_addr, peer_addr): Addresses)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -148,7 +152,7 @@ where
     };
     let response = match request {
         Ok((head, body)) => {
-            let request = Request { head, body, local_addr };
+            let request = Request { head, body, local_addr, peer_addr };
             route(endpoint, &request).await
         }
         Err(refused) => http::response(refused.status, TEXT, &format!("{}\n", refused.reason)),
@@ -227,7 +231,7 @@ async fn route(endpoint: &Endpoint, request: &Request) -> Vec<u8> {
     match line.path {
         "/metrics" => metrics(shard).await,
         "/health" => health(shard, true).await,
-        path => match console.route(shard, path, line.query).await {
+        path => match console.route(shard, path, line.query, request).await {
             Some(response) => response,
             None => http::response(404, TEXT, "not found: try /, /metrics or /health\n"),
         },

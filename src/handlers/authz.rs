@@ -38,6 +38,16 @@ impl Caller {
         }
     }
 
+    /// A caller outside the Kafka protocol (the console's logged-in user): `principal` is
+    /// `User:...`, `None` for ANONYMOUS.
+    pub fn with_principal(
+        shard: &Rc<Shard>,
+        principal: Option<Rc<str>>,
+        host: Option<IpAddr>,
+    ) -> Caller {
+        Caller { shard: shard.clone(), principal, host }
+    }
+
     pub fn shard(&self) -> &Rc<Shard> {
         &self.shard
     }

@@ -161,9 +161,7 @@ impl RequestHandler for KafkaHandler {
     }
 
     fn scram_credential(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential> {
-        let table = self.shard.table();
-        let stored = table.users.scram(user, mechanism.kafka_type() as u8)?;
-        Some(crate::users::scram(stored))
+        crate::users::credential(&self.shard, user, mechanism)
     }
 
     fn authentication_done(&self, succeeded: bool) {

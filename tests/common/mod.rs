@@ -364,6 +364,12 @@ pub fn path_exists(p: &Path) -> bool {
 /// Sends `request` as is to the broker's admin endpoint and returns the status code and
 /// body of the response (one request per connection: read to the close).
 pub fn admin_http(broker: &Broker, request: &[u8]) -> (u16, String) {
+    let (status, _, body) = admin_exchange(broker, request);
+    (status, body)
+}
+
+/// `admin_http` with the response head too (its header lines, for Set-Cookie, Location).
+pub fn admin_exchange(broker: &Broker, request: &[u8]) -> (u16, String, String) {
     let addr = SocketAddr::from(([127, 0, 0, 1], broker.admin_port));
     let mut stream = TcpStream::connect(addr).expect("connect to the admin port");
     stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -373,7 +379,17 @@ pub fn admin_http(broker: &Broker, request: &[u8]) -> (u16, String) {
     let response = String::from_utf8(response).expect("a UTF-8 response");
     let (head, body) = response.split_once("\r\n\r\n").expect("a complete response head");
     let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("a status code");
-    (status, body.to_string())
+    (status, head.to_string(), body.to_string())
+}
+
+/// `text` percent-encoded for an `application/x-www-form-urlencoded` body.
+pub fn form_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// `GET path` on the broker's admin endpoint: status code and body.

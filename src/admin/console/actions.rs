@@ -8,7 +8,11 @@
 //! is asked); only a POST with `confirm=yes` changes anything. Every action goes through
 //! the same shard calls as the Kafka admin APIs (the controller on shard 0 for topics,
 //! the group's coordinator for offsets), so validation and errors are Kafka's: a refusal
-//! shows Kafka's error name and message.
+//! shows Kafka's error name and message. With the authorizer on, each action first asks
+//! it what the Kafka API would (`access.rs`): CREATE on the cluster or the topic,
+//! ALTER_CONFIGS or DELETE on the topic, READ on the group and on each topic (OffsetCommit's
+//! rule) for a reset; a refusal is a 403 naming the missing permission, before anything
+//! is read or changed.
 //!
 //! Not a hot path: runs only on POSTs to the admin endpoint.
 
@@ -17,10 +21,12 @@ use std::fmt::Write;
 use std::rc::Rc;
 
 use kafka_protocol::ResponseError;
+use shardlog_shards::acl::AclOperation;
 use shardlog_shards::topic_config::{ConfigChange, ConfigOp, TopicConfigChange};
 use shardlog_shards::{GroupError, NewTopic, Shard, TopicError};
 
-use super::csrf::{self, Csrf};
+use super::access::{Denied, Viewer};
+use super::csrf::{self, Csrf, Forms};
 use super::html::{escape, page, table};
 use super::records::{percent_decode, query_value};
 use super::{http, Request, HTML};
@@ -60,13 +66,13 @@ impl Action {
 }
 
 /// A form for `action`: `fields` (HTML), the CSRF token, and a submit button.
-pub fn form(csrf: &Csrf, action: Action, fields: &str, submit: &str) -> String {
+pub fn form(forms: Forms, action: Action, fields: &str, submit: &str) -> String {
     format!(
         "<form method=\"post\" action=\"/actions/{name}\" id=\"{name}\">{fields}\
          <input type=\"hidden\" name=\"csrf\" value=\"{token}\"> \
          <button type=\"submit\">{submit}</button></form>\n",
         name = action.name(),
-        token = csrf.token(action.name()),
+        token = forms.token(action.name()),
         submit = escape(submit),
     )
 }
@@ -79,6 +85,7 @@ pub fn hidden(name: &str, value: &str) -> String {
 /// The answer to a POST on `path`.
 pub async fn post(
     shard: &Rc<Shard>,
+    viewer: &Viewer,
     write: bool,
     csrf: &Csrf,
     path: &str,
@@ -103,32 +110,34 @@ pub async fn post(
         return refusal(400, "Refused", "The form's body is not UTF-8.");
     };
     let form = Form(body);
-    if !csrf.is_valid(action.name(), &form.text("csrf")) {
-        let why = "The form's CSRF token is missing or wrong (the broker restarted, or the form \
-                   is not the console's): reload the page and try again.";
+    if !csrf.is_valid(viewer.session_id(), action.name(), &form.text("csrf")) {
+        let why = "The form's CSRF token is missing or wrong (the broker restarted, the form is \
+                   from another session, or not the console's): reload the page and try again.";
         return refusal(403, "Refused", why);
     }
     let confirmed = form.text("confirm") == "yes";
     let outcome = match action {
-        Action::CreateTopic => create_topic(shard, &form, confirmed).await,
-        Action::DeleteTopic => delete_topic(shard, &form, confirmed).await,
-        Action::AlterConfigs => alter_configs(shard, &form, confirmed).await,
-        Action::ResetOffsets => reset_offsets(shard, &form, confirmed).await,
+        Action::CreateTopic => create_topic(shard, viewer, &form, confirmed).await,
+        Action::DeleteTopic => delete_topic(shard, viewer, &form, confirmed).await,
+        Action::AlterConfigs => alter_configs(shard, viewer, &form, confirmed).await,
+        Action::ResetOffsets => reset_offsets(shard, viewer, &form, confirmed).await,
     };
+    let forms = Forms { csrf, session: viewer.session_id() };
     let (status, title, body) = match outcome {
         Outcome::Confirm { summary } => {
-            (200, "Confirm", confirm_form(csrf, action, &form, &summary))
+            (200, "Confirm", confirm_form(forms, action, &form, &summary))
         }
         Outcome::Done { title, summary } => (200, title, format!("<p id=\"done\">{summary}</p>")),
         Outcome::Refused { status, message } => {
             (status, "Refused", format!("<p class=\"bad\" id=\"error\">{}</p>", escape(&message)))
         }
+        Outcome::Denied(denied) => return denied.response(),
     };
     http::response(status, HTML, &page(title, &body))
 }
 
 /// A refusal before any action ran.
-fn refusal(status: u16, title: &str, why: &str) -> Vec<u8> {
+pub fn refusal(status: u16, title: &str, why: &str) -> Vec<u8> {
     let body = format!("<p class=\"bad\" id=\"error\">{}</p>", escape(why));
     http::response(status, HTML, &page(title, &body))
 }
@@ -148,6 +157,14 @@ enum Outcome {
         status: u16,
         message: String,
     },
+    /// The authorizer said no.
+    Denied(Denied),
+}
+
+impl From<Denied> for Outcome {
+    fn from(denied: Denied) -> Outcome {
+        Outcome::Denied(denied)
+    }
 }
 
 impl Outcome {
@@ -181,7 +198,7 @@ impl Outcome {
 
 /// The confirmation: the summary, then the same form again (every field it came with,
 /// hidden) with `confirm=yes`.
-fn confirm_form(csrf: &Csrf, action: Action, sent: &Form, summary: &str) -> String {
+fn confirm_form(forms: Forms, action: Action, sent: &Form, summary: &str) -> String {
     let fields: String = sent
         .fields()
         .into_iter()
@@ -192,7 +209,7 @@ fn confirm_form(csrf: &Csrf, action: Action, sent: &Form, summary: &str) -> Stri
     format!(
         "<div id=\"summary\">{summary}</div>\n{}<p>Nothing changes unless you press \
          Confirm; to cancel, leave this page.</p>",
-        form(csrf, action, &fields, "Confirm")
+        form(forms, action, &fields, "Confirm")
     )
 }
 
@@ -242,8 +259,16 @@ fn configs_list(configs: &[(String, String)]) -> String {
     items.join(", ")
 }
 
-async fn create_topic(shard: &Rc<Shard>, form: &Form<'_>, confirmed: bool) -> Outcome {
+async fn create_topic(
+    shard: &Rc<Shard>,
+    viewer: &Viewer,
+    form: &Form<'_>,
+    confirmed: bool,
+) -> Outcome {
     let name = form.text("name").trim().to_string();
+    if let Err(denied) = viewer.create_topic(&name) {
+        return denied.into();
+    }
     let Ok(num_partitions) = form.text("partitions").trim().parse::<i32>() else {
         return Outcome::bad_input("The number of partitions must be a whole number.".into());
     };
@@ -278,8 +303,16 @@ fn controller_outcome(
     }
 }
 
-async fn delete_topic(shard: &Rc<Shard>, form: &Form<'_>, confirmed: bool) -> Outcome {
+async fn delete_topic(
+    shard: &Rc<Shard>,
+    viewer: &Viewer,
+    form: &Form<'_>,
+    confirmed: bool,
+) -> Outcome {
     let name = form.text("topic");
+    if let Err(denied) = viewer.topic(AclOperation::Delete, &name) {
+        return denied.into();
+    }
     let Some(topic) = shard.topic(&name) else {
         let message = format!("There is no topic {name:?}.");
         return Outcome::kafka(kafka::UNKNOWN_TOPIC_OR_PARTITION, &message);
@@ -297,8 +330,16 @@ async fn delete_topic(shard: &Rc<Shard>, form: &Form<'_>, confirmed: bool) -> Ou
     controller_outcome(result, true, String::new(), ("Topic deleted", done))
 }
 
-async fn alter_configs(shard: &Rc<Shard>, form: &Form<'_>, confirmed: bool) -> Outcome {
+async fn alter_configs(
+    shard: &Rc<Shard>,
+    viewer: &Viewer,
+    form: &Form<'_>,
+    confirmed: bool,
+) -> Outcome {
     let name = form.text("topic");
+    if let Err(denied) = viewer.topic(AclOperation::AlterConfigs, &name) {
+        return denied.into();
+    }
     let set = match parse_configs(&form.text("set")) {
         Ok(set) => set,
         Err(why) => return Outcome::bad_input(format!("Configs to set: {why}.")),
@@ -343,10 +384,18 @@ fn reset_target(form: &Form<'_>) -> Result<(i64, String), String> {
     }
 }
 
-async fn reset_offsets(shard: &Rc<Shard>, form: &Form<'_>, confirmed: bool) -> Outcome {
+async fn reset_offsets(
+    shard: &Rc<Shard>,
+    viewer: &Viewer,
+    form: &Form<'_>,
+    confirmed: bool,
+) -> Outcome {
     let group = form.text("group");
     if group.is_empty() {
         return Outcome::kafka(kafka::INVALID_GROUP_ID, "The group id is empty.");
+    }
+    if let Err(denied) = viewer.group(AclOperation::Read, &group) {
+        return denied.into();
     }
     let (timestamp, target) = match reset_target(form) {
         Ok(target) => target,
@@ -364,6 +413,11 @@ async fn reset_offsets(shard: &Rc<Shard>, form: &Form<'_>, confirmed: bool) -> O
     }
     let committed: BTreeMap<(String, i32), i64> = description.committed.into_iter().collect();
     let topic = form.text("topic").trim().to_string();
+    // Before the topic is looked up: a refusal does not tell whether it exists.
+    let named = (!topic.is_empty()).then(|| viewer.topic(AclOperation::Read, &topic));
+    if let Some(Err(denied)) = named {
+        return denied.into();
+    }
     let partitions: Vec<(String, i32)> = if topic.is_empty() {
         committed.keys().cloned().collect()
     } else {
@@ -381,6 +435,12 @@ async fn reset_offsets(shard: &Rc<Shard>, form: &Form<'_>, confirmed: bool) -> O
         return Outcome::bad_input(
             "The group has no committed offsets: name the topic whose offsets to set.".into(),
         );
+    }
+    // OffsetCommit's rule, for every topic the reset would touch.
+    for (topic, _) in &partitions {
+        if let Err(denied) = viewer.topic(AclOperation::Read, topic) {
+            return denied.into();
+        }
     }
     let mut offsets = Vec::with_capacity(partitions.len());
     for (topic, partition) in partitions {

@@ -1,7 +1,9 @@
 //! CSRF protection for the console's forms: a per-process random key; each form carries
-//! the HMAC-SHA256 of its action's name under that key (hex), and a POST must bring back
-//! the token of the action it asks for, and come from a page of the admin endpoint itself
-//! (its Origin, or else its Referer, names the address the client connected to).
+//! the HMAC-SHA256 of its session and its action's name under that key (hex), and a POST
+//! must bring back the token of the action it asks for in the session it comes with (with
+//! a login, `session.rs`: so a token of one user's page is refused in another's), and
+//! come from a page of the admin endpoint itself (its Origin, or else its Referer, names
+//! the address the client connected to).
 //!
 //! A page of another site cannot read a token (the browser keeps it from reading the
 //! console's pages), so it cannot forge a form; a page served from another name that
@@ -20,27 +22,50 @@ pub struct Csrf {
     key: hmac::Key,
 }
 
+/// What a page's forms are signed for: the key and the session (empty without a login).
+#[derive(Clone, Copy)]
+pub struct Forms<'a> {
+    pub csrf: &'a Csrf,
+    pub session: &'a str,
+}
+
+impl Forms<'_> {
+    /// The token a form for `action` carries.
+    pub fn token(self, action: &str) -> String {
+        self.csrf.token(self.session, action)
+    }
+}
+
+/// A new random HMAC-SHA256 key (per process: the CSRF key, the session key).
+pub fn random_key() -> hmac::Key {
+    let mut secret = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret)
+        .expect("the OS random source works");
+    hmac::Key::new(hmac::HMAC_SHA256, &secret)
+}
+
 impl Csrf {
     pub fn new() -> Csrf {
-        let mut secret = [0u8; 32];
-        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret)
-            .expect("the OS random source works");
-        Csrf { key: hmac::Key::new(hmac::HMAC_SHA256, &secret) }
+        Csrf { key: random_key() }
     }
 
-    /// The token a form for `action` carries.
-    pub fn token(&self, action: &str) -> String {
-        let tag = hmac::sign(&self.key, action.as_bytes());
-        tag.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    /// The token a form for `action` carries in `session`.
+    pub fn token(&self, session: &str, action: &str) -> String {
+        hex(hmac::sign(&self.key, &message(session, action)).as_ref())
     }
 
-    /// Whether `token` is the token of `action` (compared in constant time).
-    pub fn is_valid(&self, action: &str, token: &str) -> bool {
+    /// Whether `token` is the token of `action` in `session` (compared in constant time).
+    pub fn is_valid(&self, session: &str, action: &str, token: &str) -> bool {
         match unhex(token) {
-            Some(tag) => hmac::verify(&self.key, action.as_bytes(), &tag).is_ok(),
+            Some(tag) => hmac::verify(&self.key, &message(session, action), &tag).is_ok(),
             None => false,
         }
     }
+}
+
+/// What a token signs: the session, a NUL (in neither), the action.
+fn message(session: &str, action: &str) -> Vec<u8> {
+    [session.as_bytes(), b"\0", action.as_bytes()].concat()
 }
 
 /// Refuses a request whose Origin (or, without one, Referer) is not the admin endpoint
@@ -67,7 +92,11 @@ pub fn check_origin(head: &[u8], local_addr: Option<SocketAddr>) -> Result<(), S
     }
 }
 
-fn unhex(text: &str) -> Option<Vec<u8>> {
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
     if text.len() % 2 != 0 || !text.is_ascii() {
         return None;
     }
@@ -81,15 +110,17 @@ mod tests {
     #[test]
     fn a_token_is_valid_for_its_action_only_and_per_process() {
         let csrf = Csrf::new();
-        let token = csrf.token("delete-topic");
+        let token = csrf.token("s1", "delete-topic");
         assert_eq!(token.len(), 64);
-        assert!(csrf.is_valid("delete-topic", &token));
-        assert!(!csrf.is_valid("create-topic", &token), "another action's token");
-        assert!(!csrf.is_valid("delete-topic", &token[..62]), "cut short");
-        assert!(!csrf.is_valid("delete-topic", ""), "missing");
-        assert!(!csrf.is_valid("delete-topic", "zz"), "not hex");
-        assert!(!csrf.is_valid("delete-topic", "é1"), "not ASCII, no panic");
-        assert!(!Csrf::new().is_valid("delete-topic", &token), "another process's key");
+        assert!(csrf.is_valid("s1", "delete-topic", &token));
+        assert!(!csrf.is_valid("s1", "create-topic", &token), "another action's token");
+        assert!(!csrf.is_valid("s2", "delete-topic", &token), "another session's token");
+        assert!(!csrf.is_valid("", "delete-topic", &token), "no session");
+        assert!(!csrf.is_valid("s1", "delete-topic", &token[..62]), "cut short");
+        assert!(!csrf.is_valid("s1", "delete-topic", ""), "missing");
+        assert!(!csrf.is_valid("s1", "delete-topic", "zz"), "not hex");
+        assert!(!csrf.is_valid("s1", "delete-topic", "é1"), "not ASCII, no panic");
+        assert!(!Csrf::new().is_valid("s1", "delete-topic", &token), "another process's key");
     }
 
     #[test]

@@ -7,15 +7,19 @@
 //! (`Shard::describe_group`, over the mesh); high watermarks from the shards' snapshots.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
 
 use shardlog_shards::group::GroupDescription;
 use shardlog_shards::metrics::{consumer_lags, ShardMetrics};
 
 use super::actions::{self, Action};
-use super::csrf::Csrf;
-use super::html::{escape, page, table};
+use super::csrf::Forms;
+use super::html::{escape, page, page_of, pager, table};
 use super::records::{percent_decode, percent_encode};
 use crate::cli::group::decode_assignment;
+
+/// Partitions per page of a group's offsets table.
+pub const OFFSETS_PER_PAGE: usize = 100;
 
 /// `/groups/NAME` (false) or `/api/groups/NAME` (true), NAME percent-decoded.
 pub fn from_path(path: &str) -> Option<(String, bool)> {
@@ -40,14 +44,20 @@ pub fn no_such_group(name: &str) -> String {
     page("No such group", &body)
 }
 
-/// `/groups`: one row per group any coordinator knows or holds offsets for.
-pub fn list(snapshots: &[ShardMetrics]) -> String {
+/// `/groups`: one row per group any coordinator knows or holds offsets for and `group`
+/// lets the viewer see, its partitions and lag counted over the topics `topic` lets it see.
+pub fn list(
+    snapshots: &[ShardMetrics],
+    group: &dyn Fn(&str) -> bool,
+    topic: &dyn Fn(&str) -> bool,
+) -> String {
     // group -> (state, members, partitions committed, total lag)
     let mut groups: BTreeMap<&str, (&str, usize, usize, i64)> = BTreeMap::new();
-    for brief in snapshots.iter().flat_map(|s| &s.groups) {
+    for brief in snapshots.iter().flat_map(|s| &s.groups).filter(|b| group(&b.group)) {
         groups.insert(&brief.group, (brief.state, brief.members, 0, 0));
     }
-    for lag in consumer_lags(snapshots) {
+    let lags = consumer_lags(snapshots).into_iter();
+    for lag in lags.filter(|l| group(&l.committed.group) && topic(&l.committed.topic)) {
         // Offsets of a group the coordinator has no membership for (after a restart): Kafka
         // lists such a group as Empty.
         let entry = groups.entry(&lag.committed.group).or_insert(("Empty", 0, 0, 0));
@@ -99,11 +109,13 @@ pub struct GroupView<'a> {
 }
 
 impl<'a> GroupView<'a> {
-    /// `None` when the coordinator has neither members nor offsets of `name`.
+    /// `None` when the coordinator has neither members nor offsets of `name`. Partitions
+    /// are shown only of the topics `visible` lets the viewer see.
     pub fn new(
         name: &'a str,
         description: &'a GroupDescription,
         snapshots: &[ShardMetrics],
+        visible: &dyn Fn(&str) -> bool,
     ) -> Option<GroupView<'a>> {
         if description.summary.is_none() && description.committed.is_empty() {
             return None;
@@ -126,7 +138,7 @@ impl<'a> GroupView<'a> {
             each.map(move |(t, p)| ((t.clone(), p), Some(member.clone())))
         });
         let committed = description.committed.iter().map(|(key, _)| (key.clone(), None));
-        for (key, member) in committed.chain(assigned) {
+        for (key, member) in committed.chain(assigned).filter(|((t, _), _)| visible(t)) {
             let row = partitions.entry(key).or_insert(PartitionRow {
                 committed: None,
                 high_watermark: None,
@@ -175,7 +187,9 @@ impl<'a> GroupView<'a> {
         .to_string()
     }
 
-    pub fn page(&self, forms: Option<&Csrf>) -> String {
+    /// The group's page; its offsets table shows page `page_number` (clamped) of
+    /// `OFFSETS_PER_PAGE` partitions.
+    pub fn page(&self, forms: Option<Forms>, page_number: usize) -> String {
         let (protocol_type, protocol) = self
             .description
             .summary
@@ -203,7 +217,10 @@ impl<'a> GroupView<'a> {
         body.push_str("<h2>Members</h2>\n");
         let header = ["member id", "client id", "host", "assignment (topic: partitions)"];
         body.push_str(&table("members", &header, members));
-        let rows = self.partitions.iter().map(|((topic, partition), row)| {
+        let total = self.partitions.len();
+        let (page_number, pages, before) = page_of(total, OFFSETS_PER_PAGE, page_number);
+        let shown = self.partitions.iter().skip(before).take(OFFSETS_PER_PAGE);
+        let rows = shown.map(|((topic, partition), row)| {
             vec![
                 format!("<a href=\"/topics/{0}\">{0}</a>", escape(topic)),
                 partition.to_string(),
@@ -213,9 +230,14 @@ impl<'a> GroupView<'a> {
                 row.member.as_deref().map_or_else(|| "-".to_string(), escape),
             ]
         });
-        body.push_str("<h2>Offsets</h2>\n");
+        let _ = writeln!(
+            body,
+            "<h2>Offsets</h2>\n<p>{total} partitions; page {page_number} of {pages}.</p>"
+        );
         let header = ["topic", "partition", "committed", "high watermark", "lag", "member"];
         body.push_str(&table("offsets", &header, rows));
+        let path = format!("/groups/{}", escape(&percent_encode(self.name)));
+        body.push_str(&pager(&path, page_number, pages));
         body.push_str(&format!(
             "<h2>Total lag, live</h2>\n<p>Polled every 5 s from <a href=\"{api}\">{api}</a> \
              while this page is open (the last 10 minutes).</p>\n\
@@ -224,8 +246,8 @@ impl<'a> GroupView<'a> {
              <p id=\"lag-text\">waiting for data</p></div>\n",
             api = format_args!("/api/groups/{}", escape(&percent_encode(self.name))),
         ));
-        if let Some(csrf) = forms {
-            body.push_str(&self.reset_form(csrf));
+        if let Some(forms) = forms {
+            body.push_str(&self.reset_form(forms));
         }
         body.push_str("<script src=\"/console.js\"></script>\n");
         page(&format!("Group {}", self.name), &body)
@@ -233,7 +255,7 @@ impl<'a> GroupView<'a> {
 
     /// The reset form: to earliest, latest or a time, for every committed partition or
     /// every partition of one topic.
-    fn reset_form(&self, csrf: &Csrf) -> String {
+    fn reset_form(&self, forms: Forms) -> String {
         let topics: BTreeSet<&str> = self.partitions.keys().map(|(t, _)| t.as_str()).collect();
         let options: String =
             topics.iter().map(|t| format!("<option>{}</option>", escape(t))).collect();
@@ -249,7 +271,7 @@ impl<'a> GroupView<'a> {
         format!(
             "<h2>Reset offsets</h2>\n<p>Only while the group has no members (Kafka's \
              NON_EMPTY_GROUP otherwise). A confirmation shows the new offsets first.</p>\n{}",
-            actions::form(csrf, Action::ResetOffsets, &fields, "Reset offsets…")
+            actions::form(forms, Action::ResetOffsets, &fields, "Reset offsets…")
         )
     }
 }

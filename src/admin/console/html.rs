@@ -29,10 +29,31 @@ pub fn page(title: &str, body: &str) -> String {
          <title>{title} · shardlog</title>\
          <link rel=\"stylesheet\" href=\"/console.css\"></head>\n<body>\
          <nav><b>shardlog</b> <a href=\"/\">overview</a> <a href=\"/topics\">topics</a> \
-         <a href=\"/groups\">groups</a> <a href=\"/metrics\">metrics</a></nav>\n\
+         <a href=\"/groups\">groups</a> <a href=\"/metrics\">metrics</a> \
+         <a href=\"/login\">login</a></nav>\n\
          <main><h1>{title}</h1>\n{body}</main></body></html>\n",
         title = escape(title),
     );
+    out
+}
+
+/// One page of a list: the page shown (the asked one, clamped to 1..=pages), how many
+/// pages, and how many items come before it.
+pub fn page_of(total: usize, per_page: usize, asked: usize) -> (usize, usize, usize) {
+    let pages = total.div_ceil(per_page).max(1);
+    let shown = asked.clamp(1, pages);
+    (shown, pages, (shown - 1) * per_page)
+}
+
+/// Links to the previous and next pages of the list at `path` (already escaped).
+pub fn pager(path: &str, shown: usize, pages: usize) -> String {
+    let mut out = String::new();
+    if shown > 1 {
+        let _ = write!(out, "<a href=\"{path}?page={}\">previous</a> ", shown - 1);
+    }
+    if shown < pages {
+        let _ = write!(out, "<a href=\"{path}?page={}\">next</a>", shown + 1);
+    }
     out
 }
 

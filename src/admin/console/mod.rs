@@ -9,18 +9,29 @@
 //! (the message browser, `records.rs`: it reads records as a consumer would), `/groups`
 //! (state, members, lag), `/groups/NAME` (`groups.rs`: members, assignments, offsets, lag
 //! over time).
+//!
+//! With `authorizer = true` it needs a login (`login.rs`, `session.rs`: a SASL user's
+//! password, a signed session cookie), and every page and action asks the authorizer what
+//! the logged-in user may see and do (`access.rs`), as the Kafka APIs for the same data do.
 
+mod access;
 mod actions;
 mod csrf;
 mod groups;
 mod html;
+mod login;
 mod pages;
 mod records;
+mod session;
 
 use std::rc::Rc;
 
+use shardlog_shards::acl::AclOperation;
 use shardlog_shards::metrics::ShardMetrics;
 use shardlog_shards::Shard;
+
+use access::Viewer;
+use csrf::Forms;
 
 use super::{http, Request};
 
@@ -40,57 +51,112 @@ pub struct ConsoleSettings {
 pub struct Console {
     write: bool,
     csrf: csrf::Csrf,
+    sessions: session::Sessions,
 }
 
 impl Console {
-    pub fn new(settings: ConsoleSettings) -> Console {
-        Console { write: settings.write, csrf: csrf::Csrf::new() }
+    /// `secure`: the endpoint speaks HTTPS (session cookies are then `Secure`).
+    pub fn new(settings: ConsoleSettings, secure: bool) -> Console {
+        Console {
+            write: settings.write,
+            csrf: csrf::Csrf::new(),
+            sessions: session::Sessions::new(secure),
+        }
     }
 
-    /// The key forms are signed with, when forms are shown (`--console-write`).
-    fn forms(&self) -> Option<&csrf::Csrf> {
-        self.write.then_some(&self.csrf)
+    /// What the viewer's forms are signed for, when forms are shown (`--console-write`).
+    fn forms<'a>(&'a self, viewer: &'a Viewer) -> Option<Forms<'a>> {
+        self.write.then_some(Forms { csrf: &self.csrf, session: viewer.session_id() })
+    }
+
+    /// Who sent `request`: with a login required, the user of its valid session (`Err`
+    /// without one); otherwise nobody in particular.
+    fn viewer(&self, shard: &Rc<Shard>, request: &Request) -> Result<Viewer, session::Refusal> {
+        let host = request.peer_addr.map(|a| a.ip());
+        if !login::required(shard) {
+            return Ok(Viewer::new(shard, None, host));
+        }
+        let session = self.sessions.of_request(&request.head, session::now_secs())?;
+        // A user deleted since the login has no session any more (session.rs, invariant 1).
+        if !shard.table().users.users.contains_key(&session.user) {
+            return Err(session::Refusal::UnknownUser);
+        }
+        Ok(Viewer::new(shard, Some(session), host))
     }
 
     /// The console's answer to `GET path?query`, or `None` when `path` is not its own.
-    pub async fn route(&self, shard: &Rc<Shard>, path: &str, query: &str) -> Option<Vec<u8>> {
-        route(shard, self.forms(), path, query).await
+    pub async fn route(
+        &self,
+        shard: &Rc<Shard>,
+        path: &str,
+        query: &str,
+        request: &Request,
+    ) -> Option<Vec<u8>> {
+        let asset = match path {
+            "/console.js" => Some((JAVASCRIPT, include_str!("assets/console.js"))),
+            "/console.css" => Some((CSS, include_str!("assets/console.css"))),
+            _ => None,
+        };
+        if let Some((content_type, body)) = asset {
+            return Some(http::response(200, content_type, body));
+        }
+        if path == "/login" {
+            return Some(login::get(shard, &self.sessions, &self.csrf, request, query));
+        }
+        match self.viewer(shard, request) {
+            Ok(viewer) => route(shard, &viewer, self.forms(&viewer), path, query).await,
+            Err(_) => Some(login::needed(path, query)),
+        }
     }
 
-    /// The console's answer to a POST (an action's form).
+    /// The console's answer to a POST (a login, a logout, an action's form).
     pub async fn post(&self, shard: &Rc<Shard>, path: &str, request: &Request) -> Vec<u8> {
-        actions::post(shard, self.write, &self.csrf, path, request).await
+        match path {
+            "/login" => return login::post(shard, &self.sessions, request).await,
+            "/logout" => return login::post_logout(&self.sessions, &self.csrf, request),
+            _ => {}
+        }
+        let Ok(viewer) = self.viewer(shard, request) else {
+            let why = "This console needs a login: log in at /login, then send the form again.";
+            return actions::refusal(401, "Log in first", why);
+        };
+        actions::post(shard, &viewer, self.write, &self.csrf, path, request).await
     }
 }
 
 async fn route(
     shard: &Rc<Shard>,
-    forms: Option<&csrf::Csrf>,
+    viewer: &Viewer,
+    forms: Option<Forms<'_>>,
     path: &str,
     query: &str,
 ) -> Option<Vec<u8>> {
-    let asset = match path {
-        "/console.js" => Some((JAVASCRIPT, include_str!("assets/console.js"))),
-        "/console.css" => Some((CSS, include_str!("assets/console.css"))),
-        _ => None,
-    };
-    if let Some((content_type, body)) = asset {
-        return Some(http::response(200, content_type, body));
-    }
     if let Some(browse) = records::Browse::from_path(path, query) {
+        // Fetch's rule.
+        if let Err(denied) = viewer.topic(AclOperation::Read, &browse.topic) {
+            return Some(denied.response());
+        }
         let (status, html) = browse.render(shard).await;
         return Some(http::response(status, HTML, &html));
     }
     if let Some((name, json)) = groups::from_path(path) {
+        // DescribeGroups' rule; offsets only of the topics OffsetFetch would show.
+        if let Err(denied) = viewer.group(AclOperation::Describe, &name) {
+            return Some(denied.response());
+        }
         let description = shard.describe_group(&name).await;
         let snapshots = match gather(shard).await {
             Ok(snapshots) => snapshots,
             Err(unavailable) => return Some(unavailable),
         };
-        let group = groups::GroupView::new(&name, &description, &snapshots);
+        let visible = |topic: &str| viewer.may_topic(AclOperation::Describe, topic);
+        let group = groups::GroupView::new(&name, &description, &snapshots, &visible);
         return Some(match (json, group) {
             (true, Some(group)) => http::response(200, JSON, &group.json()),
-            (false, Some(group)) => http::response(200, HTML, &group.page(forms)),
+            (false, Some(group)) => {
+                let page_number = query_number(query, "page").unwrap_or(1);
+                http::response(200, HTML, &group.page(forms, page_number))
+            }
             (_, None) => http::response(404, HTML, &groups::no_such_group(&name)),
         });
     }
@@ -99,7 +165,7 @@ async fn route(
         Ok(snapshots) => snapshots,
         Err(unavailable) => return Some(unavailable),
     };
-    Some(page.render(shard, forms, &snapshots))
+    Some(page.render(shard, viewer, forms, &snapshots))
 }
 
 /// Every shard's snapshot, or the 503 naming those that did not answer.
@@ -131,24 +197,47 @@ impl Page {
         })
     }
 
+    /// Each page as the Kafka API for its data checks it: topics listed as Metadata lists
+    /// them (DESCRIBE on each), a topic page needs DESCRIBE (its configs DESCRIBE_CONFIGS),
+    /// groups listed as ListGroups lists them, their lag only from topics the viewer may
+    /// DESCRIBE. The overview holds no topic or group names.
     fn render(
         &self,
         shard: &Shard,
-        forms: Option<&csrf::Csrf>,
+        viewer: &Viewer,
+        forms: Option<Forms>,
         snapshots: &[ShardMetrics],
     ) -> Vec<u8> {
+        let describe_topic = |topic: &str| viewer.may_topic(AclOperation::Describe, topic);
         match self {
             Page::Overview => http::response(200, HTML, &pages::overview(snapshots)),
             Page::OverviewJson => http::response(200, JSON, &pages::overview_json(snapshots)),
             Page::Topics { page } => {
-                let html = pages::topics(&shard.table(), snapshots, *page, forms);
+                let table = shard.table();
+                let visible: Vec<_> =
+                    table.topics.values().filter(|t| describe_topic(&t.name)).collect();
+                let html = pages::topics(&visible, snapshots, *page, forms);
                 http::response(200, HTML, &html)
             }
-            Page::Groups => http::response(200, HTML, &groups::list(snapshots)),
-            Page::Topic { name } => match shard.table().topics.get(name) {
-                Some(topic) => http::response(200, HTML, &pages::topic(topic, snapshots, forms)),
-                None => http::response(404, HTML, &pages::no_such_topic(name)),
-            },
+            Page::Groups => {
+                let html = groups::list(snapshots, &|g| viewer.may_list_group(g), &describe_topic);
+                http::response(200, HTML, &html)
+            }
+            Page::Topic { name } => {
+                // Checked before the name is looked up: a refusal does not tell whether
+                // the topic exists (as Metadata answers TOPIC_AUTHORIZATION_FAILED).
+                if let Err(denied) = viewer.topic(AclOperation::Describe, name) {
+                    return denied.response();
+                }
+                let configs = viewer.may_topic(AclOperation::DescribeConfigs, name);
+                match shard.table().topics.get(name) {
+                    Some(topic) => {
+                        let html = pages::topic(topic, snapshots, configs, forms);
+                        http::response(200, HTML, &html)
+                    }
+                    None => http::response(404, HTML, &pages::no_such_topic(name)),
+                }
+            }
         }
     }
 }

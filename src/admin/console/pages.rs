@@ -1,15 +1,14 @@
 //! The console's pages, each a function of the shards' snapshots (and the topic table).
 
 use std::collections::HashMap;
-use std::fmt::Write;
 
-use shardlog_shards::metadata::{TopicMeta, TopicTable};
+use shardlog_shards::metadata::TopicMeta;
 use shardlog_shards::metrics::ShardMetrics;
 use shardlog_storage::Histogram;
 
 use super::actions::{self, Action};
-use super::csrf::Csrf;
-use super::html::{escape, page, table};
+use super::csrf::Forms;
+use super::html::{escape, page, page_of, pager, table};
 
 /// Topics listed per page of `/topics`.
 pub const TOPICS_PER_PAGE: usize = 100;
@@ -83,11 +82,12 @@ pub fn overview_json(snapshots: &[ShardMetrics]) -> String {
     )
 }
 
+/// `/topics`: the topics the viewer may see (`visible`, in name order), a page of them.
 pub fn topics(
-    topic_table: &TopicTable,
+    visible: &[&TopicMeta],
     snapshots: &[ShardMetrics],
     page_number: usize,
-    forms: Option<&Csrf>,
+    forms: Option<Forms>,
 ) -> String {
     let mut sizes: HashMap<&str, (u64, u64, u64)> = HashMap::new();
     for t in snapshots.iter().flat_map(|s| &s.topics) {
@@ -96,10 +96,9 @@ pub fn topics(
         entry.1 += t.counters.produce_bytes;
         entry.2 += t.counters.fetch_bytes;
     }
-    let total = topic_table.topics.len();
-    let pages = total.div_ceil(TOPICS_PER_PAGE).max(1);
-    let page_number = page_number.min(pages);
-    let shown = topic_table.topics.values().skip((page_number - 1) * TOPICS_PER_PAGE);
+    let total = visible.len();
+    let (page_number, pages, before) = page_of(total, TOPICS_PER_PAGE, page_number);
+    let shown = visible.iter().skip(before);
     let rows = shown.take(TOPICS_PER_PAGE).map(|topic| {
         let (size, produced, fetched) = sizes.get(topic.name.as_str()).copied().unwrap_or_default();
         vec![
@@ -113,24 +112,25 @@ pub fn topics(
     let header = ["topic", "partitions", "bytes on disk", "bytes produced", "bytes fetched"];
     let mut body = format!("<p>{total} topics; page {page_number} of {pages}.</p>\n");
     body.push_str(&table("topics", &header, rows));
-    if page_number > 1 {
-        let _ = write!(body, "<a href=\"/topics?page={}\">previous</a> ", page_number - 1);
-    }
-    if page_number < pages {
-        let _ = write!(body, "<a href=\"/topics?page={}\">next</a>", page_number + 1);
-    }
-    if let Some(csrf) = forms {
+    body.push_str(&pager("/topics", page_number, pages));
+    if let Some(forms) = forms {
         let fields = "<label>name <input name=\"name\" required></label> \
                       <label>partitions <input name=\"partitions\" value=\"1\" size=\"5\"></label><br>\
                       <label>configs (key=value, one a line)<br>\
                       <textarea name=\"configs\" rows=\"3\" cols=\"50\"></textarea></label><br>";
         body.push_str("<h2>Create a topic</h2>\n");
-        body.push_str(&actions::form(csrf, Action::CreateTopic, fields, "Create…"));
+        body.push_str(&actions::form(forms, Action::CreateTopic, fields, "Create…"));
     }
     page("Topics", &body)
 }
 
-pub fn topic(topic: &TopicMeta, snapshots: &[ShardMetrics], forms: Option<&Csrf>) -> String {
+/// `/topics/NAME`; its configs only when `configs` (the viewer may DESCRIBE_CONFIGS).
+pub fn topic(
+    topic: &TopicMeta,
+    snapshots: &[ShardMetrics],
+    configs: bool,
+    forms: Option<Forms>,
+) -> String {
     let watermarks: HashMap<i32, i64> = snapshots
         .iter()
         .flat_map(|s| &s.partitions)
@@ -147,17 +147,25 @@ pub fn topic(topic: &TopicMeta, snapshots: &[ShardMetrics], forms: Option<&Csrf>
     });
     let mut body = table("partitions", &["partition", "owner shard", "high watermark"], rows);
     body.push_str("<h2>Configs set on the topic</h2>\n");
-    let configs = topic.configs.iter().map(|(k, v)| vec![escape(k), escape(v)]);
-    body.push_str(&table("configs", &["key", "value"], configs));
-    body.push_str("<p>Keys not listed take the broker's defaults (docs/topic-configs.md).</p>\n");
-    if let Some(csrf) = forms {
-        body.push_str(&topic_forms(csrf, &topic.name));
+    if configs {
+        let configs = topic.configs.iter().map(|(k, v)| vec![escape(k), escape(v)]);
+        body.push_str(&table("configs", &["key", "value"], configs));
+        body.push_str(
+            "<p>Keys not listed take the broker's defaults (docs/topic-configs.md).</p>\n",
+        );
+    } else {
+        body.push_str(
+            "<p id=\"configs-denied\">Not shown: DESCRIBE_CONFIGS on the topic is needed.</p>\n",
+        );
+    }
+    if let Some(forms) = forms {
+        body.push_str(&topic_forms(forms, &topic.name));
     }
     page(&format!("Topic {}", topic.name), &body)
 }
 
 /// With `--console-write`: alter the topic's configs, delete it.
-fn topic_forms(csrf: &Csrf, name: &str) -> String {
+fn topic_forms(forms: Forms, name: &str) -> String {
     let target = actions::hidden("topic", name);
     let alter = format!(
         "{target}<label>set (key=value, one a line)<br>\
@@ -166,8 +174,8 @@ fn topic_forms(csrf: &Csrf, name: &str) -> String {
     );
     format!(
         "<h2>Alter configs</h2>\n{}<h2>Delete the topic</h2>\n{}",
-        actions::form(csrf, Action::AlterConfigs, &alter, "Alter…"),
-        actions::form(csrf, Action::DeleteTopic, &target, "Delete…"),
+        actions::form(forms, Action::AlterConfigs, &alter, "Alter…"),
+        actions::form(forms, Action::DeleteTopic, &target, "Delete…"),
     )
 }
 
