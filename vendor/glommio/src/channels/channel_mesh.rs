@@ -7,7 +7,6 @@ use std::{
     cell::Cell,
     fmt::{self, Debug, Formatter},
     io::{Error, ErrorKind},
-    rc::Rc,
 };
 
 use std::sync::{Arc, RwLock};
@@ -252,7 +251,10 @@ pub type PartialMesh<T> = MeshBuilder<T, Partial>;
 pub struct MeshBuilder<T: Send, A: MeshAdapter> {
     nr_peers: usize,
     channel_size: usize,
-    peers: Rc<RwLock<Vec<Peer>>>,
+    // shardlog patch: an `Arc`, not an `Rc`: the builder is `Send`, and its clones are
+    // made and dropped on every executor's thread at once (upstream's `Rc` count raced,
+    // freed the list early and wrote into freed memory; PATCHED.md, change 6).
+    peers: Arc<RwLock<Vec<Peer>>>,
     channels: Arc<SharedChannels<T>>,
     adapter: A,
 }
@@ -309,7 +311,7 @@ impl<T: 'static + Send, A: MeshAdapter> MeshBuilder<T, A> {
         MeshBuilder {
             nr_peers,
             channel_size,
-            peers: Rc::new(RwLock::new(Vec::new())),
+            peers: Arc::new(RwLock::new(Vec::new())),
             channels: Arc::new(Self::placeholder(nr_peers)),
             adapter,
         }
