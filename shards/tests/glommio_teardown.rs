@@ -480,3 +480,47 @@ fn mesh_builder_clones_made_and_dropped_on_two_threads_at_once_keep_an_exact_cou
     assert_eq!(done.load(Ordering::SeqCst), 2, "both executors heard from the other");
     assert_eq!(ALLOCATOR.drain() - before, 0, "blocks written after they were freed");
 }
+
+/// Patch 7 (task/raw.rs `run`): a detached task that, after it was woken and ran again,
+/// parks with no waker left anywhere (on `std::future::pending()`, or on a future that
+/// dropped its waker: a `SimDisk` operation after a simulated crash) can never run again.
+/// glommio 0.9.0 then freed the task without dropping its future, so everything the
+/// future held (in the power-loss simulation: a shard, its mesh channels and through them
+/// the executors' eventfds) leaked for good, even after the executor was dropped, as the
+/// task was gone from its list. (A task that parks that way on its first poll is not
+/// leaked: `spawn_local` polls it before `detach` drops the handle, and that drop cancels
+/// it.) What the future held must be dropped when it parks for good.
+#[test]
+fn a_detached_task_that_parks_with_no_waker_left_drops_its_future() {
+    let _serial = one_at_a_time();
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let dropped_while_running = Arc::new(AtomicUsize::new(0));
+    let (counter, seen) = (dropped.clone(), dropped_while_running.clone());
+    run_and_drop(|| async move {
+        for _ in 0..10 {
+            let held = Held::new(&counter);
+            glommio::spawn_local(async move {
+                let _held = held;
+                glommio::timer::sleep(Duration::from_millis(1)).await;
+                std::future::pending::<()>().await
+            })
+            .detach();
+            // A waker taken and dropped before parking for good: no reference is left.
+            let held = Held::new(&counter);
+            glommio::spawn_local(async move {
+                let _held = held;
+                glommio::timer::sleep(Duration::from_millis(1)).await;
+                poll_fn(|cx| {
+                    drop(cx.waker().clone());
+                    Poll::<()>::Pending
+                })
+                .await
+            })
+            .detach();
+        }
+        glommio::timer::sleep(Duration::from_millis(20)).await;
+        seen.store(counter.load(Ordering::SeqCst), Ordering::SeqCst);
+    });
+    assert_eq!(dropped_while_running.load(Ordering::SeqCst), 20, "dropped while the executor ran");
+    assert_eq!(dropped.load(Ordering::SeqCst), 20, "everything the parked tasks held");
+}

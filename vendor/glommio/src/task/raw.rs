@@ -602,6 +602,17 @@ where
                     // it was running so now it's our responsibility to do so.
                     Self::schedule(ptr);
                     ret = true;
+                } else if state & HANDLE == 0
+                    && (*raw.header).references.load(Ordering::Acquire) == 1
+                {
+                    // shardlog patch: the task parked, and the reference this run holds
+                    // is its last: no waker of it exists anywhere and no `JoinHandle`,
+                    // so nothing can ever wake it or wait for it. Upstream dropped the
+                    // reference below and `destroy` freed the task without dropping its
+                    // future, leaking everything the future held (PATCHED.md, change 7).
+                    // Drop the future now, as `JoinHandle::cancel` would.
+                    Self::drop_future(ptr);
+                    (*(raw.header as *mut Header)).state = new | CLOSED;
                 }
             }
         }
