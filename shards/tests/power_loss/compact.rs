@@ -112,17 +112,22 @@ pub fn cleaner_config(seed: u64, number: u64) -> CleanerConfig {
     }
 }
 
-/// Whether `seed` runs this workload: every `SHARDLOG_POWER_LOSS_COMPACT_EVERY`-th seed,
-/// and by default none. It was made opt-in when glommio's blocking thread panicked
-/// ("failed to send response") at power losses, which vendor/glommio now fixes
-/// (PATCHED.md, change 1). It stays opt-in because runs with it hang a child process in
-/// the open glommio reactor stall more often (3 of 20 children in a 1,000-seed run at
-/// every 4th seed on 2026-12-02, one of them twice, which fails the run;
-/// docs/reliability.md). Long runs opt in with `SHARDLOG_POWER_LOSS_COMPACT_EVERY=4`.
+/// Whether `seed` runs this workload: every `SHARDLOG_POWER_LOSS_COMPACT_EVERY`-th seed
+/// (0 turns it off), by default every 4th. It was opt-in for a while: runs with it hung
+/// child processes in the glommio reactor stall more often (3 of 20 children in a
+/// 1,000-seed run on 2026-12-02). Since vendor/glommio changes 6 and 7 (the mesh
+/// builder's data race and the leaked parked tasks) no child has hung: 4,000 seeds with
+/// it at every 4th seed, 80 children, none hung (docs/reliability.md).
 pub fn enabled_every() -> Option<u64> {
-    let every = std::env::var("SHARDLOG_POWER_LOSS_COMPACT_EVERY").ok()?;
-    every.parse::<u64>().ok().filter(|&n| n > 0)
+    let every = match std::env::var("SHARDLOG_POWER_LOSS_COMPACT_EVERY") {
+        Ok(every) => every.parse::<u64>().ok()?,
+        Err(_) => DEFAULT_EVERY,
+    };
+    Some(every).filter(|&n| n > 0)
 }
+
+/// The share of seeds that run the compacted workload when nothing says otherwise.
+const DEFAULT_EVERY: u64 = 4;
 
 fn runs_in(seed: u64) -> bool {
     enabled_every().is_some_and(|every| seed.is_multiple_of(every))
