@@ -7,7 +7,9 @@
 # (p99.9, max) shows a pass holding the executor; compare variants within one run.
 #
 # Usage: benches/scripts/background_passes.sh [ROUNDS] [VARIANTS]   (defaults: 2, "ret1s ckpt1s off")
-#   Env: TOPICS (default 50000), SHARDLOG_BIN, LOAD_BIN, BENCH_TMP.
+#   Env: TOPICS (default 50000), SHARDLOG_BIN, LOAD_BIN, BENCH_TMP; KEEP_LOGS=DIR keeps each
+#   broker's output as DIR/ROUND-VARIANT.log (with SHARDLOG_LOG=info,shardlog_storage::log=debug,
+#   shardlog_shards::producer_log=debug it holds the checkpoint timings).
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 ROUNDS=${1:-2}
@@ -37,6 +39,8 @@ run() { # round variant
     --topics "$TOPICS" --partitions 4 --touch-each --shapes none --size 16 --requests 2000 2>&1 \
     | grep '^RESULT mode=topics_requests' \
     | sed "s/^/round=$1 v=$2 load=$(cut -d' ' -f1 /proc/loadavg) /"
-  kill $pid; wait $pid; rm -rf "$dir" "$dir.log"
+  kill $pid; wait $pid
+  if [ -n "${KEEP_LOGS:-}" ]; then mkdir -p "$KEEP_LOGS" && cp "$dir.log" "$KEEP_LOGS/$1-$2.log"; fi
+  rm -rf "$dir" "$dir.log"
 }
 for r in $(seq "$ROUNDS"); do for v in $VARIANTS; do run "$r" "$v"; done; done

@@ -224,6 +224,17 @@ impl Shard {
         out
     }
 
+    /// The snapshot's `covered` list: each partition's log end offset, from one pass over
+    /// the log's own partition map (it used to walk the topic table and look each local
+    /// partition up: docs/storage.md, "Checkpoints hold the executor"). The log's map holds
+    /// this shard's partitions of the table (made known with `ensure_partition` when a
+    /// topic or partition is created, forgotten with `drop_partition` when it is deleted).
+    /// A partition the log knows and the table does not would only add an entry that
+    /// `rebuild_producer_state` never looks up: topic numbers are not reused.
+    pub fn producer_state_covered(&self) -> Vec<(u64, i64)> {
+        self.log.log_end_offsets().into_iter().map(|(p, offset)| (p.0, offset)).collect()
+    }
+
     /// Writes a snapshot of all producer state (with the checkpoint), and expires idle
     /// producers first.
     pub fn snapshot_producer_state(&self) {
@@ -233,19 +244,14 @@ impl Shard {
             info!(shard = self.id, expired, "idle producers expired (producer.id.expiration.ms)");
         }
         let started = std::time::Instant::now();
-        let covered: Vec<_> = self
-            .local_partitions()
-            .into_iter()
-            .filter_map(|p| self.log.partition_info(p).map(|i| (p.0, i.log_end_offset)))
-            .collect();
         let entry = ProducerLogEntry::Snapshot {
             reserved_until: self.pid_reserved.get(),
-            covered,
+            covered: self.producer_state_covered(),
             entries: self.producers.borrow().snapshot(),
         };
         let encoded = entry.encode();
-        // It holds the executor, linear in the local partitions (docs/storage.md,
-        // "Checkpoints hold the executor"): timed for that reason.
+        // It holds the executor, linear in the local partitions and the producers
+        // (docs/storage.md, "Checkpoints hold the executor"): timed for that reason.
         tracing::debug!(
             shard = self.id,
             bytes = encoded.len(),

@@ -2,7 +2,8 @@
 //! with the number of topics, every answered change survives a crash (only what was
 //! fdatasync'd is kept), the other shard's copy (built from change records) equals the
 //! controller's table, and a data dir of whole-table snapshots (the format before change
-//! records) recovers and takes change records after them.
+//! records) recovers and takes change records after them. Each run also checks, on each
+//! shard, the producer-state snapshot's `covered` list against the topic table.
 
 use std::future::Future;
 use std::rc::Rc;
@@ -85,6 +86,7 @@ where
         while !done.load(SeqCst) {
             glommio::timer::sleep(Duration::from_millis(1)).await;
         }
+        assert_covered_is_the_table_walk(&shard);
         tables.lock().unwrap()[id] = Some((*shard.table()).clone());
         images.lock().unwrap()[id] = Some(disk.crash().image());
     })
@@ -93,6 +95,21 @@ where
     let tables = keep_tables.lock().unwrap().iter_mut().map(|t| t.take().unwrap()).collect();
     let recovered_metadata = keep_recovered.lock().unwrap().clone();
     Outcome { images, tables, recovered_metadata }
+}
+
+/// The producer-state snapshot's `covered` list, taken from the log's partition map, is
+/// what walking the table for this shard's partitions and looking each up in the log gave
+/// (the list before issue 19), after creates, deletes, new partitions and restarts.
+fn assert_covered_is_the_table_walk(shard: &Shard) {
+    let mut covered = shard.producer_state_covered();
+    covered.sort_unstable();
+    let mut walked: Vec<(u64, i64)> = shard
+        .local_partitions()
+        .into_iter()
+        .filter_map(|p| shard.log.partition_info(p).map(|info| (p.0, info.log_end_offset)))
+        .collect();
+    walked.sort_unstable();
+    assert_eq!(covered, walked, "shard {}", shard.id);
 }
 
 fn fresh_images(seed: u64) -> Vec<SimImage> {

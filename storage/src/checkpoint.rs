@@ -48,8 +48,11 @@ pub struct CheckpointV1 {
     pub clean: bool,
 }
 
-pub fn encode(checkpoint: &CheckpointV1) -> Vec<u8> {
-    let payload = rkyv::to_bytes::<rkyv::rancor::Error>(checkpoint).expect("rkyv encode");
+/// The file's bytes, partitions in id order (`State::snapshot` leaves them in map order so
+/// that the sort runs here, off the shard's executor, with the encoding).
+pub fn encode(mut checkpoint: CheckpointV1) -> Vec<u8> {
+    checkpoint.partitions.sort_unstable_by_key(|p| p.id);
+    let payload = rkyv::to_bytes::<rkyv::rancor::Error>(&checkpoint).expect("rkyv encode");
     let mut out = Vec::with_capacity(PREFIX_BYTES + payload.len());
     out.extend_from_slice(MAGIC);
     out.push(VERSION);
@@ -113,12 +116,33 @@ mod tests {
 
     #[test]
     fn a_checkpoint_round_trips() {
-        assert_eq!(decode(&encode(&sample())).unwrap(), sample());
+        assert_eq!(decode(&encode(sample())).unwrap(), sample());
+    }
+
+    /// `State::snapshot` leaves partitions in map order: the file holds them by id, the
+    /// same bytes whatever order they came in (what was written before the sort moved).
+    #[test]
+    fn partitions_are_encoded_in_id_order_whatever_order_they_come_in() {
+        let mut sorted = sample();
+        sorted.partitions = (0..20)
+            .map(|id| PartitionV1 {
+                id,
+                log_start_offset: 0,
+                next_offset: id as i64,
+                batches: vec![],
+            })
+            .collect();
+        let mut shuffled = sorted.clone();
+        shuffled.partitions.reverse();
+        shuffled.partitions.swap(3, 11);
+        let bytes = encode(shuffled);
+        assert_eq!(decode(&bytes).unwrap(), sorted);
+        assert_eq!(bytes, encode(sorted));
     }
 
     #[test]
     fn a_damaged_checkpoint_is_refused() {
-        let good = encode(&sample());
+        let good = encode(sample());
         for at in [0, 6, 10, 17, good.len() - 1] {
             let mut bad = good.clone();
             bad[at] ^= 0x10;

@@ -395,6 +395,14 @@ impl<D: Disk> ShardLog<D> {
         })
     }
 
+    /// Every partition's log end offset, in one pass over the log's partition map (the
+    /// producer-state snapshot's `covered` list; docs/storage.md, "Checkpoints hold the
+    /// executor").
+    pub fn log_end_offsets(&self) -> Vec<(PartitionId, Offset)> {
+        let state = self.inner.state.borrow();
+        state.core.partitions.iter().map(|(&id, log)| (id, log.next_offset)).collect()
+    }
+
     /// The largest record timestamp a consumer can read in `partition` (ListOffsets -3).
     pub fn max_timestamp(&self, partition: PartitionId) -> Option<i64> {
         self.inner.state.borrow().core.partitions.get(&partition)?.max_timestamp()
@@ -657,29 +665,43 @@ impl<D: Disk> ShardLog<D> {
         if let Some(fatal) = inner.signal.fatal() {
             return Err(StorageError::Fatal(fatal));
         }
-        let (position, bytes) = {
+        let (position, snapshot) = {
             let state = inner.state.borrow();
             let position = inner.signal.durable.get();
             if position <= state.checkpoint_position && !clean {
                 return Ok(());
             }
-            // Both steps hold the executor, linear in the partitions (docs/storage.md,
+            // The copy holds the executor, linear in the partitions (docs/storage.md,
             // "Checkpoints hold the executor"): timed for that reason.
             let started = std::time::Instant::now();
             let mut snapshot = state.snapshot(position);
             snapshot.clean = clean && state.closing && state.batcher.position() == position;
-            let copied = started.elapsed();
-            let bytes = checkpoint::encode(&snapshot);
             tracing::debug!(
                 position,
                 partitions = snapshot.partitions.len(),
-                bytes = bytes.len(),
-                snapshot_us = copied.as_micros() as u64,
-                encode_us = (started.elapsed() - copied).as_micros() as u64,
-                "checkpoint encoded"
+                snapshot_us = started.elapsed().as_micros() as u64,
+                "checkpoint state copied"
             );
-            (position, bytes)
+            (position, snapshot)
         };
+        // The snapshot is owned data: sorting, encoding and the CRC run on a blocking
+        // thread while the shard serves requests. What it describes is fixed at
+        // `position`; appends meanwhile land after it and are replayed by a recovery.
+        let bytes = glommio::executor()
+            .spawn_blocking(move || {
+                let started = std::time::Instant::now();
+                let partitions = snapshot.partitions.len();
+                let bytes = checkpoint::encode(snapshot);
+                tracing::debug!(
+                    position,
+                    partitions,
+                    bytes = bytes.len(),
+                    encode_us = started.elapsed().as_micros() as u64,
+                    "checkpoint encoded (blocking thread)"
+                );
+                bytes
+            })
+            .await;
         inner.disk.write_checkpoint(position, bytes).await?;
         let mut older = inner.disk.list_checkpoints().await?;
         older.sort_unstable();

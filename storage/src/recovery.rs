@@ -145,7 +145,7 @@ pub(crate) async fn recover<D: Disk>(
         // (durably) before the log takes appends.
         let mut unclean = checkpoint.clone().expect("clean implies a checkpoint");
         unclean.clean = false;
-        disk.write_checkpoint(unclean.position, checkpoint::encode(&unclean)).await?;
+        disk.write_checkpoint(unclean.position, checkpoint::encode(unclean)).await?;
         Vec::new()
     } else {
         truncate_after(disk, end_segment, position, &stop, &mut report).await?

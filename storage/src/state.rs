@@ -492,9 +492,10 @@ impl<B: crate::disk::IoBuffer> State<B> {
         !deletable.is_empty()
     }
 
-    /// The state as of durable position `position` (entries at or after it left out).
+    /// The state as of durable position `position` (entries at or after it left out),
+    /// partitions in map order (`checkpoint::encode` sorts them, off the executor).
     pub fn snapshot(&self, position: u64) -> CheckpointV1 {
-        let mut partitions: Vec<PartitionV1> = self
+        let partitions: Vec<PartitionV1> = self
             .core
             .partitions
             .iter()
@@ -524,7 +525,6 @@ impl<B: crate::disk::IoBuffer> State<B> {
                 }
             })
             .collect();
-        partitions.sort_unstable_by_key(|p| p.id);
         // Per stream, what a recovery from `position` must start from: the entries since
         // its latest snapshot before `position`. A later snapshot is not durable yet.
         let latest = latest_snapshots(&self.core.internal, position);

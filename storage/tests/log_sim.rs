@@ -884,3 +884,102 @@ fn a_flush_between_making_and_awaiting_flushed_still_wakes_the_waiter() {
         assert!(woken.await, "flushed() made before a flush missed it");
     });
 }
+
+/// The checkpoint is encoded on a blocking thread while the shard goes on (docs/storage.md,
+/// "Checkpoints hold the executor"): it must still describe the log at its position, and
+/// what happens while it is encoded (appends, a new partition, a dropped one, a moved log
+/// start) must come back from the replay after it. Partitions are created in an order
+/// unlike their ids (the file holds them sorted).
+#[test]
+fn a_checkpoint_encoded_off_the_executor_recovers_the_log_exactly() {
+    run(|| async {
+        let disk = SimDisk::new(19);
+        let config = small_config();
+        let (log, _, _) = ShardLog::open(disk.clone(), config.clone()).await.unwrap();
+        let ids: Vec<PartitionId> = (0..200u64).map(|i| PartitionId((i * 7919) % 1000)).collect();
+        let mut last = None;
+        for (i, &p) in ids.iter().enumerate() {
+            log.ensure_partition(p);
+            let batch = batch_of(1 + i % 3, 20, i as u64, i as i64);
+            last = Some(log.append_batches(p, &validated(&batch)).unwrap().durable);
+        }
+        last.unwrap().wait().await.unwrap();
+
+        let mut checkpoint = Box::pin(log.checkpoint());
+        assert!(
+            futures_lite::future::poll_once(&mut checkpoint).await.is_none(),
+            "the encoding is on its blocking thread"
+        );
+        let covered = log.durable_position();
+        let (new, dropped) = (PartitionId(5000), ids[3]);
+        log.ensure_partition(new);
+        log.append_batches(new, &validated(&batch_of(2, 20, 1, 1))).unwrap();
+        for (i, &p) in ids.iter().enumerate().step_by(7) {
+            log.append_batches(p, &validated(&batch_of(1, 20, i as u64, 9))).unwrap();
+        }
+        log.drop_partition(dropped);
+        // ids[14]: a batch of 3 records, and one more appended just above.
+        log.advance_log_start(ids[14], 3).unwrap();
+        checkpoint.await.unwrap();
+        let last = log.append_internal(InternalStream::GroupOffsets, false, b"after").unwrap();
+        last.wait().await.unwrap();
+
+        let mut expected = Vec::new();
+        for &p in ids.iter().chain([&new]) {
+            let data = match log.partition_info(p) {
+                Some(_) => Some(read_all(&log, p).await),
+                None => None,
+            };
+            expected.push((p, log.partition_info(p), data));
+        }
+        let mut end_offsets = log.log_end_offsets();
+        end_offsets.sort_unstable();
+        drop(log);
+        let disk = disk.crash();
+
+        let (log, _, report) = ShardLog::open(disk.clone(), config).await.unwrap();
+        assert_eq!(report.checkpoint_position, Some(covered), "recovery starts at it");
+        assert!(report.replayed_entries > 0, "what came after it is replayed");
+        for (p, info, data) in expected {
+            assert_eq!(log.partition_info(p), info, "{p:?}");
+            let got = match info {
+                Some(_) => Some(read_all(&log, p).await),
+                None => None,
+            };
+            assert_eq!(got, data, "{p:?}");
+        }
+        assert_eq!(log.partition_info(dropped), None, "the drop was replayed");
+        assert_eq!(log.partition_info(ids[14]).unwrap().log_start_offset, 3);
+        let mut recovered = log.log_end_offsets();
+        recovered.sort_unstable();
+        assert_eq!(recovered, end_offsets);
+    });
+}
+
+/// `log_end_offsets` is `partition_info`'s log end offset for exactly the partitions the
+/// log knows: created, appended to, dropped.
+#[test]
+fn log_end_offsets_lists_every_known_partition_once() {
+    run(|| async {
+        let disk = SimDisk::new(20);
+        let (log, _, _) = ShardLog::open(disk.clone(), small_config()).await.unwrap();
+        for p in 0..50u64 {
+            log.ensure_partition(PartitionId(p));
+            for i in 0..p % 4 {
+                log.append_batches(PartitionId(p), &validated(&batch_of(2, 10, i, 0))).unwrap();
+            }
+        }
+        for p in (0..50u64).step_by(5) {
+            log.drop_partition(PartitionId(p));
+        }
+        let mut listed = log.log_end_offsets();
+        listed.sort_unstable();
+        let expected: Vec<(PartitionId, Offset)> = (0..50u64)
+            .map(PartitionId)
+            .filter_map(|p| log.partition_info(p).map(|i| (p, i.log_end_offset)))
+            .collect();
+        assert_eq!(listed.len(), 40);
+        assert_eq!(listed, expected);
+        assert_eq!(listed[1], (PartitionId(2), 4));
+    });
+}
