@@ -31,6 +31,7 @@ impl Shard {
         let table = self.table();
         let now_ms = wall_ms();
         let mut turns = Turns::new(PER_TURN);
+        let mut moved = false;
         for meta in table.topics.values() {
             turns.step().await;
             // cleanup.policy=compact alone: kept whatever its age or size, as in Kafka.
@@ -48,10 +49,14 @@ impl Shard {
             for (index, shard) in meta.partition_shards.iter().enumerate() {
                 if *shard as usize == self.id {
                     let partition = PartitionId::new(meta.topic_number, index as u32);
-                    self.log.apply_retention(partition, policy, now_ms);
+                    moved |= self.log.trim_by_retention(partition, policy, now_ms);
                     turns.step().await;
                 }
             }
+        }
+        // Once per pass: finding what no partition needs looks at every partition.
+        if moved {
+            self.log.release_segments();
         }
     }
 

@@ -540,8 +540,24 @@ impl<D: Disk> ShardLog<D> {
     }
 
     /// Moves log_start_offset forward by whole durable batches (time and size policy) and
-    /// schedules the deletion of segments nobody needs any more.
+    /// schedules the deletion of segments nobody needs any more. For one partition; a pass
+    /// over many uses [`ShardLog::trim_by_retention`] per partition and
+    /// [`ShardLog::release_segments`] once.
     pub fn apply_retention(&self, partition: PartitionId, policy: RetentionPolicy, now_ms: i64) {
+        if self.trim_by_retention(partition, policy, now_ms) {
+            self.release_segments();
+        }
+    }
+
+    /// [`ShardLog::apply_retention`] without the segment release: whether the log start
+    /// moved. Finding the segments nobody needs looks at every partition, so a pass that
+    /// released after each moved partition was quadratic in the shard's partitions.
+    pub fn trim_by_retention(
+        &self,
+        partition: PartitionId,
+        policy: RetentionPolicy,
+        now_ms: i64,
+    ) -> bool {
         let inner = &*self.inner;
         let mut state = inner.state.borrow_mut();
         let state = &mut *state;
@@ -549,18 +565,25 @@ impl<D: Disk> ShardLog<D> {
             policy.retention_ms.is_some_and(|ms| batch.max_timestamp < now_ms.saturating_sub(ms))
                 || policy.retention_bytes.is_some_and(|max| size_bytes > max)
         });
-        if let Some(log_start_offset) = moved {
-            if inner.check_writable(state).is_ok() {
-                let payload = log_start_offset.to_le_bytes();
-                let header = control_header(EntryKind::LogStart, partition);
-                // Best effort: the checkpoint records log_start_offset as well.
-                if inner.place_entries(state, &[(header, &payload)]).is_ok() {
-                    inner.wake_flusher(state);
-                }
+        let Some(log_start_offset) = moved else { return false };
+        if inner.check_writable(state).is_ok() {
+            let payload = log_start_offset.to_le_bytes();
+            let header = control_header(EntryKind::LogStart, partition);
+            // Best effort: the checkpoint records log_start_offset as well.
+            if inner.place_entries(state, &[(header, &payload)]).is_ok() {
+                inner.wake_flusher(state);
             }
-            if state.schedule_deletions() {
-                inner.wake_maintenance(state);
-            }
+        }
+        true
+    }
+
+    /// Schedules the deletion of the segments no partition needs any more (linear in the
+    /// partitions and segments): once after a retention pass.
+    pub fn release_segments(&self) {
+        let inner = &*self.inner;
+        let mut state = inner.state.borrow_mut();
+        if state.schedule_deletions() {
+            inner.wake_maintenance(&mut state);
         }
     }
 

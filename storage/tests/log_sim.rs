@@ -753,6 +753,92 @@ fn advancing_the_log_start_frees_the_segments_nobody_needs_any_more() {
     });
 }
 
+/// A retention pass over many partitions trims each with `trim_by_retention` and frees
+/// segments once at its end (`release_segments`): trimming alone frees nothing, the one
+/// release frees what a release after every partition would have.
+#[test]
+fn a_retention_pass_trims_every_partition_and_frees_segments_once_at_its_end() {
+    run(|| async {
+        let disk = SimDisk::new(23);
+        let (log, _, _) = open(&disk, small_config()).await;
+        let partitions: Vec<_> = (0..40).map(|p| PartitionId::new(7, p)).collect();
+        let mut last = None;
+        for round in 0..6u64 {
+            for (i, &p) in partitions.iter().enumerate() {
+                log.ensure_partition(p);
+                let batch = batch_of(2, 500, round * 100 + i as u64, round as i64 * 1000);
+                last = Some(log.append_batches(p, &validated(&batch)).unwrap().durable);
+            }
+        }
+        last.unwrap().wait().await.unwrap();
+        log.checkpoint().await.unwrap();
+        let before = log.segments();
+        assert!(before.len() >= 4, "{before:?}");
+        let policy = RetentionPolicy { retention_ms: Some(1_500), retention_bytes: None };
+        let moved: Vec<bool> =
+            partitions.iter().map(|&p| log.trim_by_retention(p, policy, 5_000)).collect();
+        assert!(moved.iter().all(|m| *m), "every partition's old batches expired");
+        for &p in &partitions {
+            assert_eq!(log.partition_info(p).unwrap().log_start_offset, 8, "rounds 0-3 gone");
+        }
+        // P0 and P1 are empty and pin nothing. (A checkpoint releases segments too.)
+        for _ in 0..50 {
+            futures_lite::future::yield_now().await;
+        }
+        assert_eq!(log.segments(), before, "trimming alone frees no segment");
+        log.release_segments();
+        for _ in 0..50 {
+            futures_lite::future::yield_now().await;
+        }
+        let after = log.segments();
+        assert!(after.len() < before.len(), "segments freed: {before:?} -> {after:?}");
+        let oldest_pin = log.pinned_segments().iter().map(|(_, base)| *base).min().unwrap();
+        assert_eq!(after[0], oldest_pin, "the oldest segment left is the oldest one pinned");
+        for &p in &partitions {
+            assert_eq!(batches_in(&log.read(p, 8, 1).await.unwrap())[0].0, 8, "{p:?} readable");
+        }
+    });
+}
+
+/// What a retention pass over many partitions costs when segments are released after
+/// each partition (`apply_retention`, as the shard's pass did) and once at its end. Run by
+/// hand; it prints, asserts no time: `cargo test --release -p shardlog-storage --test
+/// log_sim retention_pass_cost -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn retention_pass_cost_per_partition_release_against_one_release() {
+    for partitions in [5_000u32, 20_000, 50_000] {
+        for once in [false, true] {
+            run(move || async move {
+                let disk = SimDisk::new(24);
+                let (log, _, _) = open(&disk, small_config()).await;
+                let ids: Vec<_> = (0..partitions).map(|p| PartitionId::new(9, p)).collect();
+                let mut last = None;
+                for &p in &ids {
+                    log.ensure_partition(p);
+                    let batch = batch_of(1, 10, p.0, 0);
+                    last = Some(log.append_batches(p, &validated(&batch)).unwrap().durable);
+                }
+                last.unwrap().wait().await.unwrap();
+                let policy = RetentionPolicy { retention_ms: Some(0), retention_bytes: None };
+                let started = std::time::Instant::now();
+                for &p in &ids {
+                    if once {
+                        log.trim_by_retention(p, policy, 1_000);
+                    } else {
+                        log.apply_retention(p, policy, 1_000);
+                    }
+                }
+                if once {
+                    log.release_segments();
+                }
+                let how = if once { "one release" } else { "release per partition" };
+                println!("{partitions} partitions, {how}: {:?}", started.elapsed());
+            });
+        }
+    }
+}
+
 /// Waits (bounded) until the simulated disk holds a segment file at `base`.
 async fn wait_for_segment_file(disk: &SimDisk, base: u64) {
     for _ in 0..1000 {
