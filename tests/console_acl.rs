@@ -138,6 +138,7 @@ fn the_console_needs_a_login_and_shows_and_does_only_what_the_acls_allow() {
     assert_eq!(topics.header("Location"), Some("/login?next=%2Ftopics"));
     assert!(!topics.body.contains("t1"), "{}", topics.body);
     assert_eq!(get(&broker, "/api/overview", None).status, 401);
+    assert_eq!(get(&broker, "/api/topics", None).status, 401);
     assert!(is_login_redirect(&get(&broker, "/topics/t1/0", None)));
     let delete = [("topic", "t2"), ("confirm", "yes")];
     assert_eq!(send(&broker, "POST", "/actions/delete-topic", None, &delete).status, 401);
@@ -159,6 +160,10 @@ fn the_console_needs_a_login_and_shows_and_does_only_what_the_acls_allow() {
     assert!(listed.body.contains("href=\"/topics/t1\""), "{}", listed.body);
     assert!(!listed.body.contains("t2"), "alice sees t2: {}", listed.body);
     assert!(listed.body.contains("1 topics"), "{}", listed.body);
+    let rates = get(&broker, "/api/topics", Some(&alice));
+    assert_eq!(rates.status, 200);
+    assert!(rates.body.contains("\"topic\":\"t1\""), "{}", rates.body);
+    assert!(!rates.body.contains("t2"), "alice sees t2's rates: {}", rates.body);
     assert_eq!(get(&broker, "/topics/t1", Some(&alice)).status, 200);
     let t2 = get(&broker, "/topics/t2", Some(&alice));
     assert_eq!(t2.status, 403);

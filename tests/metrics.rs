@@ -410,12 +410,28 @@ fn the_console_shows_topics_partitions_group_lag_and_escapes_names() {
     assert!(topics.contains("1 topics; page 1 of 1."), "{topics}");
     assert!(get(&broker, "/topics?page=7").1.contains("page 1 of 1."), "pages clamp");
 
+    // Partition 0 holds the 10 records, the first 3 deleted (DeleteRecords); 1 and 2 are
+    // empty. Columns: partition, owner shard, log start, high watermark, log end, bytes.
+    let mut before = rdkafka::TopicPartitionList::new();
+    before.add_partition_offset("console-seen", 0, Offset::Offset(3)).unwrap();
+    let options = rdkafka::admin::AdminOptions::new();
+    let admin = common::admin_client(&broker);
+    let deleted = common::runtime().block_on(admin.delete_records(&before, &options)).unwrap();
+    assert!(deleted.find_partition("console-seen", 0).unwrap().error().is_ok(), "{deleted:?}");
     let (status, topic) = get(&broker, "/topics/console-seen");
     assert_eq!(status, 200, "{topic}");
-    // Partition 0 holds the 10 records; 1 and 2 are empty. Owners are the table's.
-    assert!(topic.contains("<tr><td><a href=\"/topics/console-seen/0\">0</a></td><td>"), "{topic}");
-    assert!(topic.contains("</td><td>10</td></tr>"), "{topic}");
-    assert_eq!(topic.matches("</td><td>0</td></tr>").count(), 2, "{topic}");
+    let rows: Vec<&str> = topic.split("<tr><td><a href=\"/topics/console-seen/").skip(1).collect();
+    assert_eq!(rows.len(), 3, "{topic}");
+    let cells = |row: &str| -> Vec<String> {
+        let row = row.split("</tr>").next().unwrap();
+        row.split("<td>").skip(1).map(|c| c.split('<').next().unwrap().to_string()).collect()
+    };
+    let p0 = cells(rows[0]);
+    assert_eq!(p0[1..4], ["3", "10", "10"], "log start 3, high watermark 10, log end 10: {topic}");
+    assert!(p0[4].parse::<u64>().unwrap() > 1000, "10 records of 100 B: {topic}");
+    for empty in &rows[1..] {
+        assert_eq!(cells(empty)[1..], ["0", "0", "0", "0"], "{topic}");
+    }
     assert_eq!(get(&broker, "/topics/nothing-here").0, 404);
 
     let (status, groups) = get(&broker, "/groups");
@@ -436,6 +452,8 @@ fn the_console_shows_topics_partitions_group_lag_and_escapes_names() {
     assert_eq!(status, 200, "{overview}");
     let shards = overview.split("<table id=\"budget\">").next().unwrap();
     assert_eq!(shards.matches("<tr><td>").count(), 2, "one row per shard: {overview}");
+    assert!(shards.contains(" MiB ("), "disk use, segment files × their size: {overview}");
+    assert!(overview.contains("id=\"fsync-chart\""), "{overview}");
     // The latency budget: 10 produce requests in each produce stage.
     let budget = overview.split("<table id=\"budget\">").nth(1).expect("a budget table");
     for stage in ["decoded → queued", "queued → durable", "durable → response written"] {
@@ -459,6 +477,21 @@ fn the_console_shows_topics_partitions_group_lag_and_escapes_names() {
     assert!(json["produce_us"]["count"].as_u64().unwrap() >= 10, "{json}");
     let buckets = json["fsync_us"]["cumulative"].as_array().expect("fsync buckets");
     assert!(!buckets.is_empty(), "{json}");
+    assert!(json["fetch_bytes"].as_u64().unwrap() >= 400, "4 records consumed: {json}");
+
+    // The topics page's rates come from /api/topics: that page's topics and their totals.
+    assert!(topics.contains("data-topic=\"console-seen\" data-kind=\"produce\""), "{topics}");
+    let (status, json) = get(&broker, "/api/topics?page=1");
+    assert_eq!(status, 200, "{json}");
+    let json: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    let listed = json["topics"].as_array().expect("topics");
+    assert_eq!(listed.len(), 1, "{json}");
+    assert_eq!(listed[0]["topic"], "console-seen");
+    assert_eq!(listed[0]["partitions"], 3);
+    assert!(listed[0]["produce_bytes"].as_u64().unwrap() >= 1000, "{json}");
+    assert!(listed[0]["fetch_bytes"].as_u64().unwrap() >= 400, "{json}");
+    assert!(listed[0]["size_bytes"].as_u64().unwrap() > 0, "{json}");
+    assert_eq!((json["page"].as_u64(), json["pages"].as_u64()), (Some(1), Some(1)));
 }
 
 /// The message browser (`/topics/NAME/P`): records of a partition owned by either shard,

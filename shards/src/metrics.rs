@@ -130,6 +130,8 @@ pub struct ShardMetrics {
     pub fetch_wake_us: Histogram,
     pub log: LogProbes,
     pub log_segments: u64,
+    /// Each segment file's size (`segment_size_bytes`): segments × this is the log's disk use.
+    pub log_segment_size_bytes: u64,
     /// Why the log stopped (a failed write or fdatasync), if it did.
     pub log_stopped: Option<String>,
     pub topics: Vec<TopicMetrics>,
@@ -162,7 +164,12 @@ pub struct TopicMetrics {
 pub struct PartitionMetrics {
     pub topic: String,
     pub partition: i32,
+    pub log_start_offset: Offset,
     pub high_watermark: Offset,
+    /// Next offset to assign (at or past the high watermark while a flush is pending).
+    pub log_end_offset: Offset,
+    /// Bytes of the partition's batches in the shard log.
+    pub size_bytes: u64,
 }
 
 /// A committed offset held by this shard as a group coordinator.
@@ -283,6 +290,7 @@ impl Shard {
             fetch_wake_us: *probes.fetch_wake_us.borrow(),
             log: self.log.probes(),
             log_segments: self.log.segments().len() as u64,
+            log_segment_size_bytes: self.log.segment_size_bytes(),
             log_stopped: self.log.stopped_reason(),
             topics,
             partitions,
@@ -322,7 +330,10 @@ impl Shard {
                 partitions.push(PartitionMetrics {
                     topic: meta.name.clone(),
                     partition: index,
+                    log_start_offset: info.log_start_offset,
                     high_watermark: info.high_watermark,
+                    log_end_offset: info.log_end_offset,
+                    size_bytes: info.size_bytes,
                 });
             }
             if topic.partitions > 0 {

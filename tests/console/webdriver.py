@@ -9,7 +9,8 @@ topic through the form (click, confirm) and see it listed and in the CLI's topic
 bad config value shows Kafka's error; alter a config; a form with a bad or missing CSRF
 token is refused; a group's lag shows, rises after a reset to earliest through the form,
 and falls to 0 after the group consumes; delete a topic; the read-only console shows no
-forms and refuses a POST with 403, nothing changed. Prints PASS/FAIL per case; a failed
+forms and refuses a POST with 403, nothing changed; the overview's produce→ack and
+fdatasync charts draw a point a second in real time while a load runs (--load). Prints PASS/FAIL per case; a failed
 case keeps a screenshot (path printed). CONSOLE_SCREENSHOTS=DIR saves screenshots of the
 new pages in DIR. Without chromedriver (or confluent-kafka for the group consumer) it
 says SKIPPED and why."""
@@ -273,6 +274,28 @@ def group_lag_rises_after_a_reset_and_falls_after_consuming(run):
     assert total_lag() == 0, f"lag {total_lag()} after consuming again"
 
 
+def overview_charts_draw_in_real_time_under_load(run):
+    b = run.browser
+    load = subprocess.Popen([run.args.load, "e2e", "--bootstrap", run.args.bootstrap,
+                             "--rate", "200", "--secs", "30", "--size", "256", "--acks", "all",
+                             "--partitions", "3"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        b.go(run.url("/"))
+        points = lambda chart: int(b.script(
+            f"return document.getElementById('{chart}').getAttribute('data-points')"))
+        # One point a second for each interval with produces in it (the load starts within
+        # a second or two): 10 points take 10 s or a little more.
+        b.wait_for("10 points on both charts",
+                   lambda: points("chart") >= 10 and points("fsync-chart") >= 10, limit=40)
+        text = b.text("#live-text")
+        assert "fdatasync p50 ≤ " in text and "fetched " in text, text
+        run.shot("console-overview.png")
+    finally:
+        load.kill()
+        load.wait()
+
+
 def delete_topic(run):
     b = run.browser
     b.go(run.url("/topics/webdriver-made"))
@@ -303,7 +326,8 @@ def read_only_console_refuses_posts(run):
 
 def main():
     parser = argparse.ArgumentParser()
-    for flag in ["--admin", "--bootstrap", "--readonly-admin", "--readonly-bootstrap", "--cli"]:
+    for flag in ["--admin", "--bootstrap", "--readonly-admin", "--readonly-bootstrap", "--cli",
+                 "--load"]:
         parser.add_argument(flag, required=True)
     args = parser.parse_args()
     chromedriver = shutil.which("chromedriver") or (
@@ -335,6 +359,8 @@ def main():
         else:
             print("SKIPPED the group lag case: no confluent-kafka for the group consumer "
                   "(pip install confluent-kafka)")
+        run.case("the overview's charts draw a point a second in real time while a load runs",
+                 lambda: overview_charts_draw_in_real_time_under_load(run))
         run.case("a topic deleted through the form is gone from the list and the CLI",
                  lambda: delete_topic(run))
         run.case("the read-only console shows no forms and refuses a POST with 403",

@@ -4,8 +4,10 @@
 //! charts. Read-only unless `--console-write`: then its forms POST to `/actions/...`
 //! (`actions.rs`), each behind a confirmation and a CSRF check (`csrf.rs`).
 //!
-//! Pages: `/` (shards, the latency budget and the live chart), `/topics` (paginated),
-//! `/topics/NAME` (partitions, owner shards, high watermarks, configs), `/topics/NAME/P`
+//! Pages: `/` (shards and their disk use, the latency budget, live produce→ack and
+//! fdatasync charts), `/topics` (paginated, with live rates from `/api/topics`),
+//! `/topics/NAME` (partitions, owner shards, log start, high watermark, log end, size,
+//! configs), `/topics/NAME/P`
 //! (the message browser, `records.rs`: it reads records as a consumer would), `/groups`
 //! (state, members, lag), `/groups/NAME` (`groups.rs`: members, assignments, offsets, lag
 //! over time).
@@ -182,6 +184,7 @@ enum Page {
     Overview,
     OverviewJson,
     Topics { page: usize },
+    TopicsJson { page: usize },
     Topic { name: String },
     Groups,
 }
@@ -192,6 +195,9 @@ impl Page {
             "/" => Page::Overview,
             "/api/overview" => Page::OverviewJson,
             "/topics" => Page::Topics { page: query_number(query, "page").unwrap_or(1).max(1) },
+            "/api/topics" => {
+                Page::TopicsJson { page: query_number(query, "page").unwrap_or(1).max(1) }
+            }
             "/groups" => Page::Groups,
             _ => Page::Topic { name: path.strip_prefix("/topics/")?.to_string() },
         })
@@ -212,12 +218,18 @@ impl Page {
         match self {
             Page::Overview => http::response(200, HTML, &pages::overview(snapshots)),
             Page::OverviewJson => http::response(200, JSON, &pages::overview_json(snapshots)),
-            Page::Topics { page } => {
+            Page::Topics { page } | Page::TopicsJson { page } => {
                 let table = shard.table();
                 let visible: Vec<_> =
                     table.topics.values().filter(|t| describe_topic(&t.name)).collect();
-                let html = pages::topics(&visible, snapshots, *page, forms);
-                http::response(200, HTML, &html)
+                if matches!(self, Page::TopicsJson { .. }) {
+                    return http::response(
+                        200,
+                        JSON,
+                        &pages::topics_json(&visible, snapshots, *page),
+                    );
+                }
+                http::response(200, HTML, &pages::topics(&visible, snapshots, *page, forms))
             }
             Page::Groups => {
                 let html = groups::list(snapshots, &|g| viewer.may_list_group(g), &describe_topic);
@@ -258,6 +270,7 @@ mod tests {
         assert_eq!(Page::parse("/topics", "page=0"), Some(Page::Topics { page: 1 }));
         assert_eq!(Page::parse("/topics", "page=x&y=2"), Some(Page::Topics { page: 1 }));
         assert_eq!(Page::parse("/topics/a.b-c", ""), Some(Page::Topic { name: "a.b-c".into() }));
+        assert_eq!(Page::parse("/api/topics", "page=2"), Some(Page::TopicsJson { page: 2 }));
         assert_eq!(Page::parse("/groups", ""), Some(Page::Groups));
         assert_eq!(Page::parse("/metrics", ""), None);
         assert_eq!(Page::parse("/health", ""), None);

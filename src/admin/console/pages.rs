@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use shardlog_shards::metadata::TopicMeta;
-use shardlog_shards::metrics::ShardMetrics;
+use shardlog_shards::metrics::{PartitionMetrics, ShardMetrics};
 use shardlog_storage::Histogram;
 
 use super::actions::{self, Action};
@@ -19,11 +19,18 @@ pub fn overview(snapshots: &[ShardMetrics]) -> String {
     let rows = snapshots.iter().map(|s| {
         let produce = produce_durations(std::slice::from_ref(s));
         let appends = &s.log.appends_per_fsync;
+        let data: u64 = s.partitions.iter().map(|p| p.size_bytes).sum();
         vec![
             s.shard.to_string(),
             s.partitions.len().to_string(),
             s.connections.to_string(),
-            s.log_segments.to_string(),
+            format!(
+                "{} ({} × {})",
+                mib(s.log_segments * s.log_segment_size_bytes),
+                s.log_segments,
+                mib(s.log_segment_size_bytes)
+            ),
+            data.to_string(),
             s.log.flushes.to_string(),
             mean(appends.sum(), appends.count()),
             quantiles(&s.log.fsync_duration_us),
@@ -38,25 +45,36 @@ pub fn overview(snapshots: &[ShardMetrics]) -> String {
         "shard",
         "partitions",
         "connections",
-        "segments",
+        "disk (segment files)",
+        "partition data (bytes)",
         "flushes",
         "appends per fdatasync",
         "fdatasync p50 / p99 (µs, bucket bounds)",
         "produce→ack p50 / p99 (µs, bucket bounds)",
         "log",
     ];
+    let chart = |id: &str, title: &str| {
+        format!(
+            "<figure><figcaption>{title}</figcaption><svg id=\"{id}\" class=\"chart\" \
+             data-points=\"0\" viewBox=\"0 0 600 200\" preserveAspectRatio=\"none\"></svg>\
+             </figure>\n"
+        )
+    };
     let body = format!(
         "<h2>Live</h2>\n<p>Polled every second from <a href=\"/api/overview\">/api/overview</a>; \
          latencies are per interval, from the histograms' bucket bounds (an upper bound of the \
-         true figure).</p>\n\
-         <div id=\"live\"><svg id=\"chart\" data-points=\"0\" viewBox=\"0 0 600 200\" \
-         preserveAspectRatio=\"none\"></svg><p id=\"live-text\">waiting for data</p></div>\n\
-         <h2>Shards</h2>\n<p>Since start-up.</p>\n{}\
+         true figure); p50 blue, p99 red; the last two minutes.</p>\n\
+         <div id=\"live\">{}{}<p id=\"live-text\">waiting for data</p></div>\n\
+         <h2>Shards</h2>\n<p>Since start-up. Segment files are allocated whole, so the disk \
+         they take is their count times their size; partition data is the bytes of the \
+         partitions' batches in them.</p>\n{}\
          <h2>Latency budget of a durable produce</h2>\n<p>Each stage's histogram over every \
          shard since start-up (the <code>shardlog_request_stage_seconds</code>, \
          <code>shardlog_flush_stage_seconds</code> and <code>shardlog_fetch_wake_seconds</code> \
          of <a href=\"/metrics\">/metrics</a>), as bucket bounds in µs.</p>\n{}\
          <script src=\"/console.js\"></script>\n",
+        chart("chart", "produce→ack (µs)"),
+        chart("fsync-chart", "fdatasync (µs)"),
         table("shards", &header, rows),
         latency_budget(snapshots),
     );
@@ -71,48 +89,88 @@ pub fn overview_json(snapshots: &[ShardMetrics]) -> String {
         (produced + t.counters.produce_bytes, fetched + t.counters.fetch_bytes)
     });
     let fsync = merged(snapshots.iter().map(|s| &s.log.fsync_duration_us));
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
     format!(
-        "{{\"time_ms\":{now_ms},\"produce_bytes\":{produce_bytes},\"fetch_bytes\":{fetch_bytes},\
+        "{{\"time_ms\":{},\"produce_bytes\":{produce_bytes},\"fetch_bytes\":{fetch_bytes},\
          \"produce_us\":{},\"fsync_us\":{}}}",
+        now_ms(),
         histogram_json(produce_durations(snapshots).as_ref()),
         histogram_json(fsync.as_ref()),
     )
 }
 
-/// `/topics`: the topics the viewer may see (`visible`, in name order), a page of them.
+/// A topic's figures over every shard, since start-up.
+#[derive(Clone, Copy, Default)]
+struct TopicTotals {
+    size_bytes: u64,
+    produce_bytes: u64,
+    fetch_bytes: u64,
+}
+
+/// Page `page_number` (clamped) of the topics the viewer may see (`visible`, in name
+/// order) with their totals; also the page shown and how many pages there are.
+fn topics_page<'a>(
+    visible: &[&'a TopicMeta],
+    snapshots: &[ShardMetrics],
+    page_number: usize,
+) -> (usize, usize, Vec<(&'a TopicMeta, TopicTotals)>) {
+    let (page_number, pages, before) = page_of(visible.len(), TOPICS_PER_PAGE, page_number);
+    let shown = &visible[before..visible.len().min(before + TOPICS_PER_PAGE)];
+    let mut totals: HashMap<&str, TopicTotals> =
+        shown.iter().map(|t| (t.name.as_str(), TopicTotals::default())).collect();
+    for t in snapshots.iter().flat_map(|s| &s.topics) {
+        if let Some(entry) = totals.get_mut(t.topic.as_str()) {
+            entry.size_bytes += t.size_bytes;
+            entry.produce_bytes += t.counters.produce_bytes;
+            entry.fetch_bytes += t.counters.fetch_bytes;
+        }
+    }
+    let rows = shown.iter().map(|t| (*t, totals[t.name.as_str()])).collect();
+    (page_number, pages, rows)
+}
+
+/// `/topics`: a page of the topics the viewer may see (`visible`, in name order). The
+/// script fills the rate cells from `/api/topics` (`topics_json`), matched by name.
 pub fn topics(
     visible: &[&TopicMeta],
     snapshots: &[ShardMetrics],
     page_number: usize,
     forms: Option<Forms>,
 ) -> String {
-    let mut sizes: HashMap<&str, (u64, u64, u64)> = HashMap::new();
-    for t in snapshots.iter().flat_map(|s| &s.topics) {
-        let entry = sizes.entry(t.topic.as_str()).or_default();
-        entry.0 += t.size_bytes;
-        entry.1 += t.counters.produce_bytes;
-        entry.2 += t.counters.fetch_bytes;
-    }
-    let total = visible.len();
-    let (page_number, pages, before) = page_of(total, TOPICS_PER_PAGE, page_number);
-    let shown = visible.iter().skip(before);
-    let rows = shown.take(TOPICS_PER_PAGE).map(|topic| {
-        let (size, produced, fetched) = sizes.get(topic.name.as_str()).copied().unwrap_or_default();
+    let (page_number, pages, shown) = topics_page(visible, snapshots, page_number);
+    let rows = shown.iter().map(|(topic, totals)| {
+        let name = escape(&topic.name);
+        let rate = |kind| {
+            format!("<span class=\"rate\" data-topic=\"{name}\" data-kind=\"{kind}\">-</span>")
+        };
         vec![
-            format!("<a href=\"/topics/{0}\">{0}</a>", escape(&topic.name)),
+            format!("<a href=\"/topics/{name}\">{name}</a>"),
             topic.partition_shards.len().to_string(),
-            size.to_string(),
-            produced.to_string(),
-            fetched.to_string(),
+            totals.size_bytes.to_string(),
+            totals.produce_bytes.to_string(),
+            totals.fetch_bytes.to_string(),
+            rate("produce"),
+            rate("fetch"),
         ]
     });
-    let header = ["topic", "partitions", "bytes on disk", "bytes produced", "bytes fetched"];
-    let mut body = format!("<p>{total} topics; page {page_number} of {pages}.</p>\n");
+    let header = [
+        "topic",
+        "partitions",
+        "bytes on disk",
+        "bytes produced",
+        "bytes fetched",
+        "produce (B/s)",
+        "fetch (B/s)",
+    ];
+    let mut body = format!(
+        "<p id=\"topics-summary\">{} topics; page {page_number} of {pages}. Bytes since \
+         start-up; the rates are over the last 5 s, polled from \
+         <a id=\"topics-api\" href=\"/api/topics?page={page_number}\">/api/topics</a> while \
+         the page is open.</p>\n",
+        visible.len()
+    );
     body.push_str(&table("topics", &header, rows));
     body.push_str(&pager("/topics", page_number, pages));
+    body.push_str("<script src=\"/console.js\"></script>\n");
     if let Some(forms) = forms {
         let fields = "<label>name <input name=\"name\" required></label> \
                       <label>partitions <input name=\"partitions\" value=\"1\" size=\"5\"></label><br>\
@@ -124,6 +182,29 @@ pub fn topics(
     page("Topics", &body)
 }
 
+/// `/api/topics?page=N`: the time and, for the topics of that page of `/topics`, the
+/// bytes produced and fetched since start-up (the script differences two polls).
+pub fn topics_json(
+    visible: &[&TopicMeta],
+    snapshots: &[ShardMetrics],
+    page_number: usize,
+) -> String {
+    let (page_number, pages, shown) = topics_page(visible, snapshots, page_number);
+    let topics: Vec<serde_json::Value> = (shown.iter())
+        .map(|(topic, totals)| {
+            serde_json::json!({
+                "topic": topic.name, "partitions": topic.partition_shards.len(),
+                "size_bytes": totals.size_bytes, "produce_bytes": totals.produce_bytes,
+                "fetch_bytes": totals.fetch_bytes,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "time_ms": now_ms(), "page": page_number, "pages": pages, "topics": topics,
+    })
+    .to_string()
+}
+
 /// `/topics/NAME`; its configs only when `configs` (the viewer may DESCRIBE_CONFIGS).
 pub fn topic(
     topic: &TopicMeta,
@@ -131,21 +212,33 @@ pub fn topic(
     configs: bool,
     forms: Option<Forms>,
 ) -> String {
-    let watermarks: HashMap<i32, i64> = snapshots
+    let owned: HashMap<i32, &PartitionMetrics> = snapshots
         .iter()
         .flat_map(|s| &s.partitions)
         .filter(|p| p.topic == topic.name)
-        .map(|p| (p.partition, p.high_watermark))
+        .map(|p| (p.partition, p))
         .collect();
     let rows = topic.partition_shards.iter().enumerate().map(|(partition, shard)| {
-        let hw = watermarks.get(&(partition as i32));
+        let p = owned.get(&(partition as i32));
+        let figure =
+            |f: fn(&PartitionMetrics) -> String| p.map_or_else(|| "-".to_string(), |p| f(p));
         vec![
             format!("<a href=\"/topics/{}/{partition}\">{partition}</a>", escape(&topic.name)),
             shard.to_string(),
-            hw.map_or_else(|| "-".to_string(), |hw| hw.to_string()),
+            figure(|p| p.log_start_offset.to_string()),
+            figure(|p| p.high_watermark.to_string()),
+            figure(|p| p.log_end_offset.to_string()),
+            figure(|p| p.size_bytes.to_string()),
         ]
     });
-    let mut body = table("partitions", &["partition", "owner shard", "high watermark"], rows);
+    let header =
+        ["partition", "owner shard", "log start", "high watermark", "log end", "bytes on disk"];
+    let mut body = table("partitions", &header, rows);
+    body.push_str(
+        "<p>Consumers read from the log start up to the high watermark (the last durable \
+         offset + 1); the log end is the next offset to assign, past the high watermark only \
+         while a flush is in flight.</p>\n",
+    );
     body.push_str("<h2>Configs set on the topic</h2>\n");
     if configs {
         let configs = topic.configs.iter().map(|(k, v)| vec![escape(k), escape(v)]);
@@ -249,6 +342,17 @@ fn histogram_json(h: Option<&Histogram>) -> String {
     let Some(h) = h else { return "null".to_string() };
     let pairs: Vec<String> = h.cumulative().map(|(b, n)| format!("[{b},{n}]")).collect();
     format!("{{\"count\":{},\"cumulative\":[{}]}}", h.count(), pairs.join(","))
+}
+
+/// Milliseconds since the Unix epoch (the live charts' clock).
+fn now_ms() -> u128 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    now.map_or(0, |d| d.as_millis())
+}
+
+/// Bytes in MiB, for figures that are whole segment files.
+fn mib(bytes: u64) -> String {
+    format!("{} MiB", bytes >> 20)
 }
 
 fn quantiles(h: &Histogram) -> String {
