@@ -492,6 +492,20 @@ fn the_console_shows_topics_partitions_group_lag_and_escapes_names() {
     assert!(listed[0]["fetch_bytes"].as_u64().unwrap() >= 400, "{json}");
     assert!(listed[0]["size_bytes"].as_u64().unwrap() > 0, "{json}");
     assert_eq!((json["page"].as_u64(), json["pages"].as_u64()), (Some(1), Some(1)));
+
+    // A topic's partitions, 100 a page.
+    create_topic(&broker, "wide", 130);
+    let rows = |page: &str| page.matches("<tr><td><a href=\"/topics/wide/").count();
+    let (_, first) = get(&broker, "/topics/wide");
+    assert_eq!(rows(&first), 100, "{first}");
+    assert!(first.contains("130 partitions; page 1 of 2."), "{first}");
+    assert!(first.contains("<a href=\"/topics/wide?page=2\">next</a>"), "{first}");
+    assert!(first.contains("<a href=\"/topics/wide/99\">99</a>"), "{first}");
+    let (_, second) = get(&broker, "/topics/wide?page=2");
+    assert_eq!(rows(&second), 30, "{second}");
+    assert!(second.contains("<a href=\"/topics/wide/129\">129</a>"), "{second}");
+    assert!(second.contains("<a href=\"/topics/wide?page=1\">previous</a>"), "{second}");
+    assert!(get(&broker, "/topics/wide?page=9").1.contains("page 2 of 2."), "pages clamp");
 }
 
 /// The message browser (`/topics/NAME/P`): records of a partition owned by either shard,

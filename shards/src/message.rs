@@ -15,7 +15,7 @@ use crate::error::{GroupError, PartitionError, TopicError};
 use crate::group::admin::{GroupDescription, ResetResults};
 use crate::metadata::{NewPartitions, NewTopic, TopicTable};
 use crate::metadata_log::ChangeRecord;
-use crate::metrics::ShardMetrics;
+use crate::metrics::{MetricsScope, ShardMetrics};
 use crate::topic_config::TopicConfigChange;
 
 /// A request from one shard to another.
@@ -39,8 +39,9 @@ pub enum ShardRequest {
     ApplyTopicChanges(Arc<ChangeRecord>),
     /// Ask the controller (shard 0) to change topics' configs.
     AlterTopicConfigs { changes: Vec<TopicConfigChange>, validate_only: bool },
-    /// A snapshot of the receiver's counters (shard 0 asks, per metrics scrape).
-    Metrics,
+    /// A snapshot of the receiver's counters, of the parts `MetricsScope` names (the admin
+    /// endpoint's shard asks, per metrics scrape or console page).
+    Metrics(MetricsScope),
     /// Whether the receiver is well: it answers, with why its log stopped if it did.
     Health,
     /// Ask the controller (shard 0) to add partitions to existing topics.

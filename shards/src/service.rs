@@ -57,8 +57,8 @@ impl MeshService for Shard {
                 let results = self.controller_alter_scram_credentials(alterations).await;
                 ShardReply::AlterScramCredentials(results)
             }),
-            ShardRequest::Metrics => {
-                let snapshot = Box::new(self.metrics_snapshot());
+            ShardRequest::Metrics(scope) => {
+                let snapshot = Box::new(self.metrics_snapshot(&scope));
                 Box::pin(async { ShardReply::Metrics(snapshot) })
             }
             ShardRequest::Health => {

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use shardlog_benches::load::record_batch::RecordBatchWriter;
 use shardlog_shards::metadata_log::SnapshotPolicy;
+use shardlog_shards::metrics::{MetricsScope, PartitionMetrics};
 use shardlog_shards::runtime::run_shards;
 use shardlog_shards::topic_config::{ConfigChange, TopicConfigChange};
 use shardlog_shards::{Mesh, NewPartitions, NewTopic, Shard, ShardConfig, TopicTable};
@@ -87,6 +88,7 @@ where
             glommio::timer::sleep(Duration::from_millis(1)).await;
         }
         assert_covered_is_the_table_walk(&shard);
+        assert_scoped_snapshots_are_parts_of_the_whole(&shard);
         tables.lock().unwrap()[id] = Some((*shard.table()).clone());
         images.lock().unwrap()[id] = Some(disk.crash().image());
     })
@@ -110,6 +112,36 @@ fn assert_covered_is_the_table_walk(shard: &Shard) {
         .collect();
     walked.sort_unstable();
     assert_eq!(covered, walked, "shard {}", shard.id);
+}
+
+/// A metrics snapshot of a few topics (a console page) holds exactly their topic and
+/// partition figures of the whole one, and one of the shard only none, with the same
+/// partition count: after creates, deletes, new partitions and restarts.
+fn assert_scoped_snapshots_are_parts_of_the_whole(shard: &Shard) {
+    let whole = shard.metrics_snapshot(&MetricsScope::all());
+    assert_eq!(whole.partition_count as usize, whole.partitions.len(), "shard {}", shard.id);
+    let only_shard = shard.metrics_snapshot(&MetricsScope::shards());
+    assert_eq!(only_shard.partition_count, whole.partition_count);
+    assert!(only_shard.topics.is_empty() && only_shard.partitions.is_empty());
+    assert!(only_shard.committed.is_empty() && only_shard.groups.is_empty());
+    let table = shard.table();
+    // Every third topic of the table, and one that does not exist.
+    let mut asked: Vec<String> = table.topics.keys().step_by(3).cloned().collect();
+    asked.push("no-such-topic".to_string());
+    let some = shard.metrics_snapshot(&MetricsScope::topics(asked.clone()));
+    let is_asked = |topic: &String| asked.contains(topic);
+    let whole_topics: Vec<&String> =
+        whole.topics.iter().map(|t| &t.topic).filter(|t| is_asked(t)).collect();
+    let mut some_topics: Vec<&String> = some.topics.iter().map(|t| &t.topic).collect();
+    some_topics.sort();
+    assert_eq!(some_topics, whole_topics, "shard {}", shard.id);
+    let key = |p: &PartitionMetrics| (p.topic.clone(), p.partition, p.high_watermark, p.size_bytes);
+    let mut expected: Vec<_> =
+        whole.partitions.iter().filter(|p| is_asked(&p.topic)).map(key).collect();
+    let mut got: Vec<_> = some.partitions.iter().map(key).collect();
+    expected.sort();
+    got.sort();
+    assert_eq!(got, expected, "shard {}", shard.id);
 }
 
 fn fresh_images(seed: u64) -> Vec<SimImage> {

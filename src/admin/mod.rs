@@ -34,7 +34,7 @@ use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::net::TcpListener;
 use shardlog_net::tls::{SharedTlsConfig, TlsAcceptor};
 use shardlog_net::ConnectionLimits;
-use shardlog_shards::metrics::{within, Unhealthy};
+use shardlog_shards::metrics::{within, MetricsScope, Unhealthy};
 use shardlog_shards::Shard;
 use tracing::{debug, warn};
 
@@ -239,7 +239,7 @@ async fn route(endpoint: &Endpoint, request: &Request) -> Vec<u8> {
 }
 
 async fn metrics(shard: &Rc<Shard>) -> Vec<u8> {
-    match shard.gather_metrics(SHARD_ANSWER_TIMEOUT).await {
+    match shard.gather_metrics(MetricsScope::all(), SHARD_ANSWER_TIMEOUT).await {
         Ok(snapshots) => http::response(200, PROMETHEUS_TEXT, &prometheus::render(&snapshots)),
         Err(missing) => http::response(503, TEXT, &describe(&missing)),
     }

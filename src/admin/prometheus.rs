@@ -271,7 +271,7 @@ fn render_consumer_lag(text: &mut Text, shards: &[ShardMetrics]) {
     let name = "shardlog_consumer_group_lag";
     let help = "Records between a group's committed offset and the partition's high watermark.";
     text.family(name, "gauge", help);
-    for joined in consumer_lags(shards) {
+    for joined in consumer_lags(shards, shards) {
         let Some(lag) = joined.lag() else { continue };
         let c = joined.committed;
         let labels: [(&str, &dyn Display); 3] =

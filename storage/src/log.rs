@@ -395,6 +395,11 @@ impl<D: Disk> ShardLog<D> {
         })
     }
 
+    /// How many partitions the log holds.
+    pub fn partition_count(&self) -> usize {
+        self.inner.state.borrow().core.partitions.len()
+    }
+
     /// Every partition's log end offset, in one pass over the log's partition map (the
     /// producer-state snapshot's `covered` list; docs/storage.md, "Checkpoints hold the
     /// executor").

@@ -45,18 +45,20 @@ pub fn no_such_group(name: &str) -> String {
 }
 
 /// `/groups`: one row per group any coordinator knows or holds offsets for and `group`
-/// lets the viewer see, its partitions and lag counted over the topics `topic` lets it see.
+/// lets the viewer see, its partitions and lag counted over the topics `topic` lets it see;
+/// groups and offsets from the coordinators' snapshots, high watermarks from the owners'.
 pub fn list(
-    snapshots: &[ShardMetrics],
+    coordinators: &[ShardMetrics],
+    owners: &[ShardMetrics],
     group: &dyn Fn(&str) -> bool,
     topic: &dyn Fn(&str) -> bool,
 ) -> String {
     // group -> (state, members, partitions committed, total lag)
     let mut groups: BTreeMap<&str, (&str, usize, usize, i64)> = BTreeMap::new();
-    for brief in snapshots.iter().flat_map(|s| &s.groups).filter(|b| group(&b.group)) {
+    for brief in coordinators.iter().flat_map(|s| &s.groups).filter(|b| group(&b.group)) {
         groups.insert(&brief.group, (brief.state, brief.members, 0, 0));
     }
-    let lags = consumer_lags(snapshots).into_iter();
+    let lags = consumer_lags(coordinators, owners).into_iter();
     for lag in lags.filter(|l| group(&l.committed.group) && topic(&l.committed.topic)) {
         // Offsets of a group the coordinator has no membership for (after a restart): Kafka
         // lists such a group as Empty.
@@ -110,11 +112,11 @@ pub struct GroupView<'a> {
 
 impl<'a> GroupView<'a> {
     /// `None` when the coordinator has neither members nor offsets of `name`. Partitions
-    /// are shown only of the topics `visible` lets the viewer see.
+    /// are shown only of the topics `visible` lets the viewer see; their high watermarks
+    /// come with `set_high_watermarks`.
     pub fn new(
         name: &'a str,
         description: &'a GroupDescription,
-        snapshots: &[ShardMetrics],
         visible: &dyn Fn(&str) -> bool,
     ) -> Option<GroupView<'a>> {
         if description.summary.is_none() && description.committed.is_empty() {
@@ -127,10 +129,6 @@ impl<'a> GroupView<'a> {
                     if consumer { decode_assignment(assignment) } else { BTreeMap::new() };
                 (member_id.clone(), client_id.clone(), host.clone(), assignment)
             })
-            .collect();
-        let high_watermarks: BTreeMap<(&str, i32), i64> = (snapshots.iter())
-            .flat_map(|s| &s.partitions)
-            .map(|p| ((p.topic.as_str(), p.partition), p.high_watermark))
             .collect();
         let mut partitions = BTreeMap::new();
         let assigned = members.iter().flat_map(|(member, _, _, assignment)| {
@@ -151,10 +149,24 @@ impl<'a> GroupView<'a> {
                 row.committed = Some(*offset);
             }
         }
-        for ((topic, partition), row) in partitions.iter_mut() {
+        Some(GroupView { name, description, members, partitions })
+    }
+
+    /// The topics of the partitions shown: those whose high watermarks the page needs.
+    pub fn topics(&self) -> Vec<String> {
+        let topics: BTreeSet<&String> = self.partitions.keys().map(|(topic, _)| topic).collect();
+        topics.into_iter().cloned().collect()
+    }
+
+    /// Each shown partition's high watermark, from the owners' snapshots.
+    pub fn set_high_watermarks(&mut self, snapshots: &[ShardMetrics]) {
+        let high_watermarks: BTreeMap<(&str, i32), i64> = (snapshots.iter())
+            .flat_map(|s| &s.partitions)
+            .map(|p| ((p.topic.as_str(), p.partition), p.high_watermark))
+            .collect();
+        for ((topic, partition), row) in self.partitions.iter_mut() {
             row.high_watermark = high_watermarks.get(&(topic.as_str(), *partition)).copied();
         }
-        Some(GroupView { name, description, members, partitions })
     }
 
     fn state(&self) -> &'static str {

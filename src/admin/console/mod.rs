@@ -1,13 +1,14 @@
 //! The web console on the admin endpoint: server-rendered pages over the same per-shard
-//! snapshots `/metrics` gathers (every shard asked over the mesh, once per page), and one
+//! snapshots `/metrics` gathers (every shard asked over the mesh, once per page, for the
+//! parts the page shows: `MetricsScope`), and one
 //! small embedded script that polls `/api/overview` and `/api/groups/NAME` for the live
 //! charts. Read-only unless `--console-write`: then its forms POST to `/actions/...`
 //! (`actions.rs`), each behind a confirmation and a CSRF check (`csrf.rs`).
 //!
 //! Pages: `/` (shards and their disk use, the latency budget, live produce→ack and
 //! fdatasync charts), `/topics` (paginated, with live rates from `/api/topics`),
-//! `/topics/NAME` (partitions, owner shards, log start, high watermark, log end, size,
-//! configs), `/topics/NAME/P`
+//! `/topics/NAME` (partitions, paginated: owner shards, log start, high watermark, log
+//! end, size; configs), `/topics/NAME/P`
 //! (the message browser, `records.rs`: it reads records as a consumer would), `/groups`
 //! (state, members, lag), `/groups/NAME` (`groups.rs`: members, assignments, offsets, lag
 //! over time).
@@ -29,7 +30,9 @@ mod session;
 use std::rc::Rc;
 
 use shardlog_shards::acl::AclOperation;
-use shardlog_shards::metrics::ShardMetrics;
+use std::collections::BTreeSet;
+
+use shardlog_shards::metrics::{MetricsScope, ShardMetrics};
 use shardlog_shards::Shard;
 
 use access::Viewer;
@@ -147,12 +150,14 @@ async fn route(
             return Some(denied.response());
         }
         let description = shard.describe_group(&name).await;
-        let snapshots = match gather(shard).await {
-            Ok(snapshots) => snapshots,
-            Err(unavailable) => return Some(unavailable),
-        };
         let visible = |topic: &str| viewer.may_topic(AclOperation::Describe, topic);
-        let group = groups::GroupView::new(&name, &description, &snapshots, &visible);
+        let mut group = groups::GroupView::new(&name, &description, &visible);
+        if let Some(group) = group.as_mut() {
+            match gather(shard, MetricsScope::topics(group.topics())).await {
+                Ok(snapshots) => group.set_high_watermarks(&snapshots),
+                Err(unavailable) => return Some(unavailable),
+            }
+        }
         return Some(match (json, group) {
             (true, Some(group)) => http::response(200, JSON, &group.json()),
             (false, Some(group)) => {
@@ -163,17 +168,13 @@ async fn route(
         });
     }
     let page = Page::parse(path, query)?;
-    let snapshots = match gather(shard).await {
-        Ok(snapshots) => snapshots,
-        Err(unavailable) => return Some(unavailable),
-    };
-    Some(page.render(shard, viewer, forms, &snapshots))
+    Some(page.render(shard, viewer, forms).await.unwrap_or_else(|unavailable| unavailable))
 }
 
-/// Every shard's snapshot, or the 503 naming those that did not answer.
-async fn gather(shard: &Rc<Shard>) -> Result<Vec<ShardMetrics>, Vec<u8>> {
+/// Every shard's snapshot of `scope`, or the 503 naming those that did not answer.
+async fn gather(shard: &Rc<Shard>, scope: MetricsScope) -> Result<Vec<ShardMetrics>, Vec<u8>> {
     shard
-        .gather_metrics(super::SHARD_ANSWER_TIMEOUT)
+        .gather_metrics(scope, super::SHARD_ANSWER_TIMEOUT)
         .await
         .map_err(|missing| http::response(503, super::TEXT, &super::describe(&missing)))
 }
@@ -185,7 +186,7 @@ enum Page {
     OverviewJson,
     Topics { page: usize },
     TopicsJson { page: usize },
-    Topic { name: String },
+    Topic { name: String, page: usize },
     Groups,
 }
 
@@ -199,58 +200,78 @@ impl Page {
                 Page::TopicsJson { page: query_number(query, "page").unwrap_or(1).max(1) }
             }
             "/groups" => Page::Groups,
-            _ => Page::Topic { name: path.strip_prefix("/topics/")?.to_string() },
+            _ => Page::Topic {
+                name: path.strip_prefix("/topics/")?.to_string(),
+                page: query_number(query, "page").unwrap_or(1).max(1),
+            },
         })
     }
 
     /// Each page as the Kafka API for its data checks it: topics listed as Metadata lists
     /// them (DESCRIBE on each), a topic page needs DESCRIBE (its configs DESCRIBE_CONFIGS),
     /// groups listed as ListGroups lists them, their lag only from topics the viewer may
-    /// DESCRIBE. The overview holds no topic or group names.
-    fn render(
+    /// DESCRIBE. The overview holds no topic or group names. Each page asks the shards for
+    /// the figures it shows only (`MetricsScope`): a snapshot of every partition holds each
+    /// shard for a time linear in its partitions. `Err`: the 503 of shards that did not
+    /// answer.
+    async fn render(
         &self,
-        shard: &Shard,
+        shard: &Rc<Shard>,
         viewer: &Viewer,
-        forms: Option<Forms>,
-        snapshots: &[ShardMetrics],
-    ) -> Vec<u8> {
+        forms: Option<Forms<'_>>,
+    ) -> Result<Vec<u8>, Vec<u8>> {
         let describe_topic = |topic: &str| viewer.may_topic(AclOperation::Describe, topic);
-        match self {
-            Page::Overview => http::response(200, HTML, &pages::overview(snapshots)),
-            Page::OverviewJson => http::response(200, JSON, &pages::overview_json(snapshots)),
+        Ok(match self {
+            Page::Overview | Page::OverviewJson => {
+                let snapshots = gather(shard, MetricsScope::shards()).await?;
+                match self {
+                    Page::Overview => http::response(200, HTML, &pages::overview(&snapshots)),
+                    _ => http::response(200, JSON, &pages::overview_json(&snapshots)),
+                }
+            }
             Page::Topics { page } | Page::TopicsJson { page } => {
                 let table = shard.table();
                 let visible: Vec<_> =
                     table.topics.values().filter(|t| describe_topic(&t.name)).collect();
-                if matches!(self, Page::TopicsJson { .. }) {
-                    return http::response(
-                        200,
-                        JSON,
-                        &pages::topics_json(&visible, snapshots, *page),
-                    );
+                let shown = pages::topic_names_on_page(&visible, *page);
+                let snapshots = gather(shard, MetricsScope::topics(shown)).await?;
+                match self {
+                    Page::Topics { .. } => {
+                        let html = pages::topics(&visible, &snapshots, *page, forms);
+                        http::response(200, HTML, &html)
+                    }
+                    _ => {
+                        http::response(200, JSON, &pages::topics_json(&visible, &snapshots, *page))
+                    }
                 }
-                http::response(200, HTML, &pages::topics(&visible, snapshots, *page, forms))
             }
             Page::Groups => {
-                let html = groups::list(snapshots, &|g| viewer.may_list_group(g), &describe_topic);
+                let groups = MetricsScope { topics: Some(Vec::new()), groups: true };
+                let coordinators = gather(shard, groups).await?;
+                let committed = coordinators.iter().flat_map(|s| &s.committed);
+                let topics: BTreeSet<&str> = committed.map(|c| c.topic.as_str()).collect();
+                let visible = topics.into_iter().filter(|t| describe_topic(t));
+                let scope = MetricsScope::topics(visible.map(str::to_string).collect());
+                let owners = gather(shard, scope).await?;
+                let may_list = |g: &str| viewer.may_list_group(g);
+                let html = groups::list(&coordinators, &owners, &may_list, &describe_topic);
                 http::response(200, HTML, &html)
             }
-            Page::Topic { name } => {
+            Page::Topic { name, page } => {
                 // Checked before the name is looked up: a refusal does not tell whether
                 // the topic exists (as Metadata answers TOPIC_AUTHORIZATION_FAILED).
                 if let Err(denied) = viewer.topic(AclOperation::Describe, name) {
-                    return denied.response();
+                    return Ok(denied.response());
                 }
                 let configs = viewer.may_topic(AclOperation::DescribeConfigs, name);
-                match shard.table().topics.get(name) {
-                    Some(topic) => {
-                        let html = pages::topic(topic, snapshots, configs, forms);
-                        http::response(200, HTML, &html)
-                    }
-                    None => http::response(404, HTML, &pages::no_such_topic(name)),
-                }
+                let Some(topic) = shard.table().topics.get(name).cloned() else {
+                    return Ok(http::response(404, HTML, &pages::no_such_topic(name)));
+                };
+                let snapshots = gather(shard, MetricsScope::topics(vec![name.clone()])).await?;
+                let html = pages::topic(&topic, &snapshots, *page, configs, forms);
+                http::response(200, HTML, &html)
             }
-        }
+        })
     }
 }
 
@@ -269,7 +290,9 @@ mod tests {
         assert_eq!(Page::parse("/topics", "page=3"), Some(Page::Topics { page: 3 }));
         assert_eq!(Page::parse("/topics", "page=0"), Some(Page::Topics { page: 1 }));
         assert_eq!(Page::parse("/topics", "page=x&y=2"), Some(Page::Topics { page: 1 }));
-        assert_eq!(Page::parse("/topics/a.b-c", ""), Some(Page::Topic { name: "a.b-c".into() }));
+        let topic = |page| Some(Page::Topic { name: "a.b-c".into(), page });
+        assert_eq!(Page::parse("/topics/a.b-c", ""), topic(1));
+        assert_eq!(Page::parse("/topics/a.b-c", "page=4"), topic(4));
         assert_eq!(Page::parse("/api/topics", "page=2"), Some(Page::TopicsJson { page: 2 }));
         assert_eq!(Page::parse("/groups", ""), Some(Page::Groups));
         assert_eq!(Page::parse("/metrics", ""), None);

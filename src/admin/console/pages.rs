@@ -12,6 +12,8 @@ use super::html::{escape, page, page_of, pager, table};
 
 /// Topics listed per page of `/topics`.
 pub const TOPICS_PER_PAGE: usize = 100;
+/// Partitions listed per page of `/topics/NAME`.
+pub const PARTITIONS_PER_PAGE: usize = 100;
 /// Kafka's API key of Produce, whose request durations are the produce→ack latency.
 const PRODUCE_API_KEY: i16 = 0;
 
@@ -19,10 +21,9 @@ pub fn overview(snapshots: &[ShardMetrics]) -> String {
     let rows = snapshots.iter().map(|s| {
         let produce = produce_durations(std::slice::from_ref(s));
         let appends = &s.log.appends_per_fsync;
-        let data: u64 = s.partitions.iter().map(|p| p.size_bytes).sum();
         vec![
             s.shard.to_string(),
-            s.partitions.len().to_string(),
+            s.partition_count.to_string(),
             s.connections.to_string(),
             format!(
                 "{} ({} × {})",
@@ -30,7 +31,6 @@ pub fn overview(snapshots: &[ShardMetrics]) -> String {
                 s.log_segments,
                 mib(s.log_segment_size_bytes)
             ),
-            data.to_string(),
             s.log.flushes.to_string(),
             mean(appends.sum(), appends.count()),
             quantiles(&s.log.fsync_duration_us),
@@ -46,7 +46,6 @@ pub fn overview(snapshots: &[ShardMetrics]) -> String {
         "partitions",
         "connections",
         "disk (segment files)",
-        "partition data (bytes)",
         "flushes",
         "appends per fdatasync",
         "fdatasync p50 / p99 (µs, bucket bounds)",
@@ -66,8 +65,7 @@ pub fn overview(snapshots: &[ShardMetrics]) -> String {
          true figure); p50 blue, p99 red; the last two minutes.</p>\n\
          <div id=\"live\">{}{}<p id=\"live-text\">waiting for data</p></div>\n\
          <h2>Shards</h2>\n<p>Since start-up. Segment files are allocated whole, so the disk \
-         they take is their count times their size; partition data is the bytes of the \
-         partitions' batches in them.</p>\n{}\
+         they take is their count times their size.</p>\n{}\
          <h2>Latency budget of a durable produce</h2>\n<p>Each stage's histogram over every \
          shard since start-up (the <code>shardlog_request_stage_seconds</code>, \
          <code>shardlog_flush_stage_seconds</code> and <code>shardlog_fetch_wake_seconds</code> \
@@ -84,10 +82,8 @@ pub fn overview(snapshots: &[ShardMetrics]) -> String {
 /// The cumulative figures the live chart differences: totals over every shard, and the
 /// produce→ack and fdatasync histograms as `[bound, values at or below]` pairs.
 pub fn overview_json(snapshots: &[ShardMetrics]) -> String {
-    let topics = snapshots.iter().flat_map(|s| &s.topics);
-    let (produce_bytes, fetch_bytes) = topics.fold((0u64, 0u64), |(produced, fetched), t| {
-        (produced + t.counters.produce_bytes, fetched + t.counters.fetch_bytes)
-    });
+    let produce_bytes: u64 = snapshots.iter().map(|s| s.produce_bytes).sum();
+    let fetch_bytes: u64 = snapshots.iter().map(|s| s.fetch_bytes).sum();
     let fsync = merged(snapshots.iter().map(|s| &s.log.fsync_duration_us));
     format!(
         "{{\"time_ms\":{},\"produce_bytes\":{produce_bytes},\"fetch_bytes\":{fetch_bytes},\
@@ -104,6 +100,14 @@ struct TopicTotals {
     size_bytes: u64,
     produce_bytes: u64,
     fetch_bytes: u64,
+}
+
+/// The names of the topics on page `page_number` (clamped) of `visible`: the topics whose
+/// figures that page needs from the shards.
+pub fn topic_names_on_page(visible: &[&TopicMeta], page_number: usize) -> Vec<String> {
+    let (_, _, before) = page_of(visible.len(), TOPICS_PER_PAGE, page_number);
+    let shown = visible.iter().skip(before).take(TOPICS_PER_PAGE);
+    shown.map(|t| t.name.clone()).collect()
 }
 
 /// Page `page_number` (clamped) of the topics the viewer may see (`visible`, in name
@@ -205,20 +209,26 @@ pub fn topics_json(
     .to_string()
 }
 
-/// `/topics/NAME`; its configs only when `configs` (the viewer may DESCRIBE_CONFIGS).
+/// `/topics/NAME`: page `page_number` (clamped) of its partitions; its configs only when
+/// `configs` (the viewer may DESCRIBE_CONFIGS).
 pub fn topic(
     topic: &TopicMeta,
     snapshots: &[ShardMetrics],
+    page_number: usize,
     configs: bool,
     forms: Option<Forms>,
 ) -> String {
+    let total = topic.partition_shards.len();
+    let (page_number, pages, before) = page_of(total, PARTITIONS_PER_PAGE, page_number);
+    let shown = before as i32..(before + PARTITIONS_PER_PAGE).min(total) as i32;
     let owned: HashMap<i32, &PartitionMetrics> = snapshots
         .iter()
         .flat_map(|s| &s.partitions)
-        .filter(|p| p.topic == topic.name)
+        .filter(|p| p.topic == topic.name && shown.contains(&p.partition))
         .map(|p| (p.partition, p))
         .collect();
-    let rows = topic.partition_shards.iter().enumerate().map(|(partition, shard)| {
+    let owners = topic.partition_shards.iter().enumerate().skip(before);
+    let rows = owners.take(PARTITIONS_PER_PAGE).map(|(partition, shard)| {
         let p = owned.get(&(partition as i32));
         let figure =
             |f: fn(&PartitionMetrics) -> String| p.map_or_else(|| "-".to_string(), |p| f(p));
@@ -233,7 +243,9 @@ pub fn topic(
     });
     let header =
         ["partition", "owner shard", "log start", "high watermark", "log end", "bytes on disk"];
-    let mut body = table("partitions", &header, rows);
+    let mut body = format!("<p>{total} partitions; page {page_number} of {pages}.</p>\n");
+    body.push_str(&table("partitions", &header, rows));
+    body.push_str(&pager(&format!("/topics/{}", escape(&topic.name)), page_number, pages));
     body.push_str(
         "<p>Consumers read from the log start up to the high watermark (the last durable \
          offset + 1); the log end is the next offset to assign, past the high watermark only \
