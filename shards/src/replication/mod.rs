@@ -18,9 +18,12 @@
 //! 3. No proposal reported `Committed` is ever lost.
 //! 4. A leader cut off in a minority never reports a proposal made there `Committed`.
 
+pub mod frame;
 mod group;
 mod log;
+pub mod transport;
 
 pub use group::{GroupConfig, Outcome, Proposal, ProposeError, RaftGroup};
 pub use log::{LogImage, WriteRequest};
 pub use raft::eraftpb::{ConfState, Entry, HardState, Message, MessageType, Snapshot};
+pub use transport::{Inbound, Transport, TransportConfig, TransportStats, UnknownPeer};
