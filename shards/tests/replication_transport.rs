@@ -448,3 +448,28 @@ fn a_peer_with_another_shard_count_or_node_id_is_refused_at_the_hand_shake() {
         assert_eq!(c.stats().connects, 0);
     });
 }
+
+#[test]
+fn a_dropped_transport_closes_its_listener_and_its_peers_notice() {
+    let addrs = free_addrs(2);
+    run_local(async move {
+        let (a, _) = Transport::start(config(1, addrs[0], vec![(2, addrs[1])])).unwrap();
+        let (b, inbound) = Transport::start(config(2, addrs[1], vec![(1, addrs[0])])).unwrap();
+        a.send(2, GROUP, heartbeat(2, 1)).unwrap();
+        b.send(1, GROUP, heartbeat(1, 1)).unwrap();
+        receive(&inbound, 1).await;
+        wait_until("both to connect", || a.stats().connects == 1 && b.stats().connects == 1).await;
+        drop(a);
+        wait_until("node 1's listener to close", || {
+            std::net::TcpStream::connect(addrs[0]).is_err()
+        })
+        .await;
+        // Node 2's connection to node 1 is gone too: its writes fail, then it cannot
+        // connect again.
+        wait_until("node 2 to fail to reach node 1", || {
+            b.send(1, GROUP, heartbeat(1, 2)).unwrap();
+            b.stats().connect_failures > 0
+        })
+        .await;
+    });
+}

@@ -27,13 +27,20 @@
 //! - Hand-shake: both sides send a `Hello` (node id, shard, shard count) and check the
 //!   other's: the same shard count and shard, a node id in the peer list (the one
 //!   expected at that address, for an outbound connection). A mismatch is logged as an
-//!   error naming both values and the connection closed (`refused_hellos`).
+//!   error naming both values and the connection closed (`refused_hellos`); the writer
+//!   retries with its backoff, so a misconfigured peer logs once per `backoff_max`.
+//! - A peer that vanishes without closing (power loss, a cut network) is noticed by the
+//!   writer when a write makes no progress for `write_timeout`. Its inbound reader waits
+//!   until the OS gives up on the connection (no TCP keepalive yet): one parked task and
+//!   socket per such connection.
 //!
 //! Invariants:
 //! 1. Memory is bounded: every outbox by `outbox_max_bytes` (plus one message), the
 //!    inbound channel by `inbound_messages`, a frame by `MAX_BODY_BYTES`.
-//! 2. Messages from one peer are delivered in the order that peer queued them, except for
-//!    those lost (a dropped connection, a full outbox): raft needs no more.
+//! 2. Messages from one peer over one connection are delivered in the order that peer
+//!    queued them, except for those lost (a failed write, a full outbox). Across a
+//!    reconnect, what the old connection still holds may interleave with the new one's:
+//!    raft tolerates reordering as it tolerates loss.
 //! 3. No message is delivered from a connection whose hand-shake did not pass.
 //! 4. Dropping the `Transport` stops its tasks and closes its sockets.
 
@@ -75,11 +82,13 @@ pub struct TransportConfig {
     pub backoff_max: Duration,
     /// How long a connection attempt, and the peer's hello, may take.
     pub connect_timeout: Duration,
+    /// How long a write may make no progress before the connection is given up.
+    pub write_timeout: Duration,
 }
 
 impl TransportConfig {
     /// The defaults: 8 MiB outboxes, 4,096 inbound messages, backoff 50 ms to 2 s, 1 s to
-    /// connect and hand-shake.
+    /// connect and hand-shake, 5 s for a stuck write.
     pub fn new(
         node_id: u64,
         shard: u32,
@@ -98,6 +107,7 @@ impl TransportConfig {
             backoff_min: Duration::from_millis(50),
             backoff_max: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(1),
+            write_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -128,7 +138,8 @@ pub struct TransportStats {
     pub connects: u64,
     /// Outbound connection attempts that failed (refused, timed out, hand-shake failed).
     pub connect_failures: u64,
-    /// Hand-shakes refused, either way (another shard count, shard or node id).
+    /// Hand-shakes refused, either way (a hello that does not decode, another shard
+    /// count, shard or node id).
     pub refused_hellos: u64,
     /// Inbound connections closed for a frame that did not decode or named another sender.
     pub bad_frames: u64,
@@ -375,12 +386,17 @@ async fn hand_shake(
     expected: Option<u64>,
 ) -> Result<u64, LinkError> {
     stream.set_nodelay(true)?;
+    stream.set_write_timeout(Some(shared.config.write_timeout))?;
     stream.set_read_timeout(Some(shared.config.connect_timeout))?;
     stream.write_all(&shared.hello().encode()).await?;
     let mut bytes = [0u8; HELLO_BYTES];
     stream.read_exact(&mut bytes).await?;
     stream.set_read_timeout(None)?;
-    let hello = Hello::decode(&bytes).map_err(LinkError::Frame)?;
+    let hello = Hello::decode(&bytes).map_err(|e| {
+        shared.count(|s| s.refused_hellos += 1);
+        tracing::warn!("replication: a peer's hello does not decode: {e}");
+        LinkError::Frame(e)
+    })?;
     shared.check_hello(hello, expected).map_err(|why| {
         shared.count(|s| s.refused_hellos += 1);
         tracing::error!(
