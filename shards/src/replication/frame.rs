@@ -38,8 +38,8 @@
 //!
 //! Invariants:
 //! 1. Decoding is total: any bytes give a value or a `FrameError`, never a panic, and never
-//!    an allocation larger than the input or `MAX_BODY_BYTES` (tests below and the `replication_frame`
-//!    fuzz target).
+//!    an allocation larger than the input or `MAX_BODY_BYTES` (tests below and the
+//!    `replication_frame` fuzz target).
 //! 2. A decoded frame's entries cover its body exactly, and their number is the stated
 //!    count.
 //! 3. `FrameEncoder` never makes a body over `MAX_BODY_BYTES`: a message that does not fit
