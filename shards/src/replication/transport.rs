@@ -417,7 +417,9 @@ async fn peer_writer(shared: Rc<Shared>, node_id: u64, woken: LocalReceiver<()>)
     // would fill the log otherwise.
     let mut reported_down = false;
     loop {
-        if shared.peers[&node_id].outbox.borrow().is_empty() && woken.recv().await.is_none() {
+        // A separate statement: no borrow of the outbox may live across the await.
+        let idle = shared.peers[&node_id].outbox.borrow().is_empty();
+        if idle && woken.recv().await.is_none() {
             return;
         }
         let mut stream = match connect(&shared, node_id).await {
