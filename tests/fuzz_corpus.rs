@@ -82,6 +82,77 @@ fn write_legacy_seed_corpus() {
 }
 
 #[test]
+fn every_replication_frame_in_the_fuzz_corpus_decodes_or_fails_without_panicking() {
+    let replayed = replay("replication_frame", shardlog_shards::replication::frame::fuzz_decode);
+    assert!(replayed >= 6, "only {replayed} inputs: is fuzz/corpus/replication_frame committed?");
+}
+
+/// Writes the seeds of the `replication_frame` target: a hello, frames of the raft
+/// messages a group sends (appends with entries, votes, heartbeats, a snapshot), several
+/// groups, an empty frame and two frames back to back. Run once by hand:
+/// `cargo test --release -p shardlog --test fuzz_corpus -- --ignored`.
+#[test]
+#[ignore]
+fn write_replication_frame_seed_corpus() {
+    use shardlog_shards::replication::frame::{FrameEncoder, Hello};
+    use shardlog_shards::replication::{Entry, Message, MessageType, Snapshot};
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/replication_frame");
+    std::fs::create_dir_all(&dir).unwrap();
+    let message = |msg_type: MessageType, entries: usize| {
+        let mut message = Message::default();
+        message.set_msg_type(msg_type);
+        (message.from, message.to, message.term, message.index) = (1, 2, 3, 40);
+        (message.log_term, message.commit) = (2, 39);
+        message.entries = (0..entries as u64)
+            .map(|k| Entry {
+                index: 41 + k,
+                term: 3,
+                data: format!("batch {k}").into_bytes().into(),
+                ..Default::default()
+            })
+            .collect::<Vec<_>>()
+            .into();
+        message
+    };
+    let frame = |messages: &[(u64, Message)]| {
+        let mut encoder = FrameEncoder::new(1, 0);
+        for (group, message) in messages {
+            assert!(encoder.push(*group, message));
+        }
+        encoder.finish()
+    };
+    let mut snapshot = Snapshot::default();
+    snapshot.mut_metadata().index = 40;
+    snapshot.mut_metadata().term = 2;
+    snapshot.mut_metadata().mut_conf_state().voters = vec![1, 2, 3];
+    let mut with_snapshot = message(MessageType::MsgSnapshot, 0);
+    with_snapshot.set_snapshot(snapshot);
+    let appends = frame(&[(1, message(MessageType::MsgAppend, 3))]);
+    let votes = frame(&[
+        (1, message(MessageType::MsgRequestPreVote, 0)),
+        (2, message(MessageType::MsgRequestVote, 0)),
+        (3, message(MessageType::MsgRequestVoteResponse, 0)),
+    ]);
+    let heartbeats = frame(&[
+        (1, message(MessageType::MsgHeartbeat, 0)),
+        (1, message(MessageType::MsgHeartbeatResponse, 0)),
+        (u64::MAX, message(MessageType::MsgAppendResponse, 0)),
+    ]);
+    let seeds = [
+        ("seed-hello", Hello { node_id: 1, shard: 0, shard_count: 8 }.encode().to_vec()),
+        ("seed-append-with-entries", appends.clone()),
+        ("seed-votes-of-three-groups", votes),
+        ("seed-heartbeats", heartbeats.clone()),
+        ("seed-snapshot", frame(&[(1, with_snapshot)])),
+        ("seed-empty-frame", frame(&[])),
+        ("seed-two-frames", [appends, heartbeats].concat()),
+    ];
+    for (name, bytes) in seeds {
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+}
+
+#[test]
 fn every_batch_in_the_fuzz_corpus_validates_or_fails_without_panicking() {
     let replayed = replay("batch", storage::batches);
     assert!(replayed >= 5, "only {replayed} batch inputs: is fuzz/corpus/batch committed?");

@@ -1,11 +1,14 @@
-//! Replication: raft groups driven by the shard that owns them (issue 16, first slice).
+//! Replication: raft groups driven by the shard that owns them (issue 16, first slices).
 //!
-//! Nothing here does IO. A `RaftGroup` wraps one raft-rs `RawNode` and turns its `Ready`s
-//! into three queues a host drains: messages for peers (an abstract outbox: the shard
-//! mesh or a TCP transport carries them later), write requests for durable storage (the
-//! shard's log later, one group-commit fdatasync for many groups), and committed entries
-//! with the outcome of each proposal (acks=all). A `LogImage` is both the log raft-rs
-//! reads and what a host recovers after a crash.
+//! The driver does no IO. A `RaftGroup` wraps one raft-rs `RawNode` and turns its `Ready`s
+//! into three queues a host drains: messages for peers, write requests for durable
+//! storage (the shard's log later, one group-commit fdatasync for many groups), and
+//! committed entries with the outcome of each proposal (acks=all). A `LogImage` is both
+//! the log raft-rs reads and what a host recovers after a crash.
+//!
+//! The transport (`transport.rs`, wire format in `frame.rs`) carries the messages: one
+//! per shard, over TCP to the same shard of every peer node, on the shard's glommio
+//! executor.
 //!
 //! Runs on: the shard that owns the group (shard s of every node replicates with shard s
 //! of the others). Not wired into the broker yet; the design, the measurements behind
@@ -18,9 +21,12 @@
 //! 3. No proposal reported `Committed` is ever lost.
 //! 4. A leader cut off in a minority never reports a proposal made there `Committed`.
 
+pub mod frame;
 mod group;
 mod log;
+pub mod transport;
 
 pub use group::{GroupConfig, Outcome, Proposal, ProposeError, RaftGroup};
 pub use log::{LogImage, WriteRequest};
 pub use raft::eraftpb::{ConfState, Entry, HardState, Message, MessageType, Snapshot};
+pub use transport::{Inbound, Transport, TransportConfig, TransportStats, UnknownPeer};

@@ -1,0 +1,560 @@
+//! The replication transport of one shard: raft messages between shard s of this node and
+//! shard s of every peer node, over TCP (issue 16, step 2; docs/replication.md,
+//! "Transport").
+//!
+//! Runs on the shard that owns it, on its glommio executor: one transport per shard, no
+//! state shared across cores (everything is `Rc`/`RefCell`/`Cell`; no borrow is held
+//! across an `.await`). Not wired into the broker yet (no `--node-id` / `--peers`): the
+//! host gives it its listening address and its peers' addresses.
+//!
+//! - Outbound: one connection per peer, opened by a writer task when there is something
+//!   to send, re-opened after a failure with a backoff that doubles from `backoff_min` up
+//!   to `backoff_max` and starts again after a successful hand-shake.
+//! - Batching: `send` only queues the message in the peer's outbox and wakes its writer;
+//!   the writer runs once the caller's task yields, and puts everything queued by then
+//!   (up to `MAX_BODY_BYTES`) into one frame. While a frame is being written, the next
+//!   messages queue up for the next one.
+//! - Bound: an outbox holds at most `outbox_max_bytes` of messages; a message that would
+//!   pass it pushes out the oldest ones, counted in `dropped_overflow`. Raft tolerates
+//!   lost messages (it resends appends and votes), and the newest messages carry the
+//!   newest state, so the oldest go. Messages of a frame whose write failed are lost too
+//!   (`dropped_unsent`), as is a message too large for any frame (`dropped_too_large`).
+//! - Inbound: a listener; each accepted connection gets a reader task that checks the
+//!   hand-shake, then decodes frames and delivers each (sender node, group, message) to
+//!   one bounded channel the host receives from. A full channel stops the readers (TCP
+//!   pushes back on the peers) until the host catches up. A frame that does not decode,
+//!   or names another sender than the hand-shake, closes that connection.
+//! - Hand-shake: both sides send a `Hello` (node id, shard, shard count) and check the
+//!   other's: the same shard count and shard, a node id in the peer list (the one
+//!   expected at that address, for an outbound connection). A mismatch is logged as an
+//!   error naming both values and the connection closed (`refused_hellos`); the writer
+//!   retries with its backoff, so a misconfigured peer logs once per `backoff_max`.
+//! - A peer that vanishes without closing (power loss, a cut network) is noticed by the
+//!   writer when a write makes no progress for `write_timeout`. Its inbound reader waits
+//!   until the OS gives up on the connection (no TCP keepalive yet): one parked task and
+//!   socket per such connection.
+//!
+//! Invariants:
+//! 1. Memory is bounded: every outbox by `outbox_max_bytes` (plus one message), the
+//!    inbound channel by `inbound_messages`, a frame by `MAX_BODY_BYTES`.
+//! 2. Messages from one peer over one connection are delivered in the order that peer
+//!    queued them, except for those lost (a failed write, a full outbox). Across a
+//!    reconnect, what the old connection still holds may interleave with the new one's:
+//!    raft tolerates reordering as it tolerates loss.
+//! 3. No message is delivered from a connection whose hand-shake did not pass.
+//! 4. Dropping the `Transport` stops its tasks and closes its sockets.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
+use glommio::net::{TcpListener, TcpStream};
+use glommio::Task;
+use raft::eraftpb::Message;
+
+use super::frame::{FrameEncoder, FrameError, FrameHeader, Hello, FRAME_HEADER_BYTES, HELLO_BYTES};
+
+/// Settings of one shard's transport.
+#[derive(Clone, Debug)]
+pub struct TransportConfig {
+    /// This node's id (the same on every shard of the node).
+    pub node_id: u64,
+    /// This shard; it talks only to the same shard of its peers.
+    pub shard: u32,
+    /// Shards of this node: every node must run the same number.
+    pub shard_count: u32,
+    /// Where this shard listens for its peers.
+    pub listen: SocketAddr,
+    /// Every other node: its id and the address of its shard `shard`.
+    pub peers: Vec<(u64, SocketAddr)>,
+    /// Bound of one peer's outbox, in encoded message bytes (invariant 1).
+    pub outbox_max_bytes: usize,
+    /// Bound of the inbound channel, in messages.
+    pub inbound_messages: usize,
+    /// First wait after a failed connection; doubled per failure up to `backoff_max`.
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+    /// How long a connection attempt, and the peer's hello, may take.
+    pub connect_timeout: Duration,
+    /// How long a write may make no progress before the connection is given up.
+    pub write_timeout: Duration,
+}
+
+impl TransportConfig {
+    /// The defaults: 8 MiB outboxes, 4,096 inbound messages, backoff 50 ms to 2 s, 1 s to
+    /// connect and hand-shake, 5 s for a stuck write.
+    pub fn new(
+        node_id: u64,
+        shard: u32,
+        shard_count: u32,
+        listen: SocketAddr,
+        peers: Vec<(u64, SocketAddr)>,
+    ) -> TransportConfig {
+        TransportConfig {
+            node_id,
+            shard,
+            shard_count,
+            listen,
+            peers,
+            outbox_max_bytes: 8 << 20,
+            inbound_messages: 4096,
+            backoff_min: Duration::from_millis(50),
+            backoff_max: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(1),
+            write_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A message received from a peer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Inbound {
+    /// The sender's node id, as its hand-shake said.
+    pub from: u64,
+    pub group: u64,
+    pub message: Message,
+}
+
+/// Counters of one transport since it started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransportStats {
+    pub messages_sent: u64,
+    pub frames_sent: u64,
+    pub messages_received: u64,
+    pub frames_received: u64,
+    /// Oldest messages pushed out of a full outbox.
+    pub dropped_overflow: u64,
+    /// Messages of frames whose write failed.
+    pub dropped_unsent: u64,
+    /// Messages larger than any frame.
+    pub dropped_too_large: u64,
+    /// Outbound connections that passed the hand-shake.
+    pub connects: u64,
+    /// Outbound connection attempts that failed (refused, timed out, hand-shake failed).
+    pub connect_failures: u64,
+    /// Hand-shakes refused, either way (a hello that does not decode, another shard
+    /// count, shard or node id).
+    pub refused_hellos: u64,
+    /// Inbound connections closed for a frame that did not decode or named another sender.
+    pub bad_frames: u64,
+}
+
+/// `send` to a node that is not in the peer list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnknownPeer(pub u64);
+
+impl fmt::Display for UnknownPeer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node {} is not a peer of this transport", self.0)
+    }
+}
+
+impl std::error::Error for UnknownPeer {}
+
+/// One shard's replication transport (module docs). Dropping it stops it (invariant 4).
+pub struct Transport {
+    shared: Rc<Shared>,
+    local_addr: SocketAddr,
+    /// Dropping a glommio `Task` cancels it.
+    _tasks: Vec<Task<()>>,
+}
+
+struct Shared {
+    config: TransportConfig,
+    peers: HashMap<u64, Peer>,
+    stats: Cell<TransportStats>,
+    /// Reader tasks of inbound connections; the accept loop forgets ended ones.
+    readers: RefCell<Vec<Reader>>,
+}
+
+/// The task reading one inbound connection.
+struct Reader {
+    /// Set by the task when it ends.
+    ended: Rc<Cell<bool>>,
+    /// Dropping it cancels the task.
+    _task: Task<()>,
+}
+
+struct Peer {
+    addr: SocketAddr,
+    /// (group, message, its encoded size), oldest first.
+    outbox: RefCell<VecDeque<(u64, Message, usize)>>,
+    outbox_bytes: Cell<usize>,
+    /// A token wakes the writer; one is enough, so a full channel means already woken.
+    wake: LocalSender<()>,
+}
+
+impl Transport {
+    /// Binds the listener and starts the accept loop and one writer per peer on the
+    /// current executor; returns the transport and the channel inbound messages arrive on.
+    pub fn start(config: TransportConfig) -> io::Result<(Transport, LocalReceiver<Inbound>)> {
+        let invalid = |what: String| io::Error::new(io::ErrorKind::InvalidInput, what);
+        let mut peers = HashMap::new();
+        let mut wakes = Vec::new();
+        for &(node_id, addr) in &config.peers {
+            if node_id == config.node_id {
+                return Err(invalid(format!("node {node_id} is listed as its own peer")));
+            }
+            let (wake, woken) = local_channel::new_bounded(1);
+            let peer = Peer {
+                addr,
+                outbox: RefCell::new(VecDeque::new()),
+                outbox_bytes: Cell::new(0),
+                wake,
+            };
+            if peers.insert(node_id, peer).is_some() {
+                return Err(invalid(format!("node {node_id} is listed twice")));
+            }
+            wakes.push((node_id, woken));
+        }
+        let listener = TcpListener::bind(config.listen)?;
+        let local_addr = listener.local_addr()?;
+        let (inbound, received) = local_channel::new_bounded(config.inbound_messages.max(1));
+        let shared = Rc::new(Shared {
+            config,
+            peers,
+            stats: Cell::new(TransportStats::default()),
+            readers: RefCell::new(Vec::new()),
+        });
+        let mut tasks =
+            vec![glommio::spawn_local(accept_loop(shared.clone(), listener, Rc::new(inbound)))];
+        for (node_id, woken) in wakes {
+            tasks.push(glommio::spawn_local(peer_writer(shared.clone(), node_id, woken)));
+        }
+        Ok((Transport { shared, local_addr, _tasks: tasks }, received))
+    }
+
+    /// Queues `message` of `group` for node `to`; the peer's writer sends it in its next
+    /// frame. A full outbox drops its oldest messages (module docs).
+    pub fn send(&self, to: u64, group: u64, message: Message) -> Result<(), UnknownPeer> {
+        let peer = self.shared.peers.get(&to).ok_or(UnknownPeer(to))?;
+        let size = FrameEncoder::entry_bytes(&message);
+        let mut outbox = peer.outbox.borrow_mut();
+        let mut bytes = peer.outbox_bytes.get() + size;
+        let mut dropped = 0;
+        while bytes > self.shared.config.outbox_max_bytes {
+            let Some((_, _, oldest)) = outbox.pop_front() else { break };
+            bytes -= oldest;
+            dropped += 1;
+        }
+        outbox.push_back((group, message, size));
+        peer.outbox_bytes.set(bytes);
+        self.shared.count(|s| s.dropped_overflow += dropped);
+        // Full: the writer has a token already and will see this message.
+        let _ = peer.wake.try_send(());
+        Ok(())
+    }
+
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Counters since the start.
+    pub fn stats(&self) -> TransportStats {
+        self.shared.stats.get()
+    }
+
+    /// Bytes queued for node `to` and not yet written.
+    pub fn outbox_bytes(&self, to: u64) -> Option<usize> {
+        self.shared.peers.get(&to).map(|peer| peer.outbox_bytes.get())
+    }
+}
+
+impl Drop for Transport {
+    fn drop(&mut self) {
+        // Taken out first: cancelling a task must not find the list borrowed.
+        let readers = std::mem::take(&mut *self.shared.readers.borrow_mut());
+        drop(readers);
+    }
+}
+
+impl Shared {
+    fn count(&self, change: impl FnOnce(&mut TransportStats)) {
+        let mut stats = self.stats.get();
+        change(&mut stats);
+        self.stats.set(stats);
+    }
+
+    fn hello(&self) -> Hello {
+        Hello {
+            node_id: self.config.node_id,
+            shard: self.config.shard,
+            shard_count: self.config.shard_count,
+        }
+    }
+
+    /// The hand-shake's checks; `expected` is the node an outbound connection was opened
+    /// to. The error is the log line.
+    fn check_hello(&self, hello: Hello, expected: Option<u64>) -> Result<u64, String> {
+        let config = &self.config;
+        let id = hello.node_id;
+        if hello.shard_count != config.shard_count {
+            return Err(format!(
+                "node {id} runs {} shards, this node (node {}) {}: every node must run the \
+                 same number of shards",
+                hello.shard_count, config.node_id, config.shard_count
+            ));
+        }
+        if hello.shard != config.shard {
+            return Err(format!(
+                "node {id} speaks from shard {} to shard {}: shard s replicates only with \
+                 shard s",
+                hello.shard, config.shard
+            ));
+        }
+        match expected {
+            Some(expected) if expected != id => Err(format!(
+                "the address of node {expected} ({}) answers as node {id}: check the peer list",
+                self.peers[&expected].addr
+            )),
+            None if !self.peers.contains_key(&id) => Err(format!(
+                "node {id} is not in the peer list of node {} shard {}",
+                config.node_id, config.shard
+            )),
+            _ => Ok(id),
+        }
+    }
+
+    /// Everything queued for `peer`, up to one frame; `None` when the outbox is empty.
+    fn take_frame(&self, node_id: u64) -> Option<(Vec<u8>, u32)> {
+        let peer = &self.peers[&node_id];
+        let mut outbox = peer.outbox.borrow_mut();
+        let mut encoder = FrameEncoder::new(self.config.node_id, self.config.shard);
+        while let Some((group, message, size)) = outbox.pop_front() {
+            if !encoder.push(group, &message) {
+                if encoder.count() == 0 {
+                    peer.outbox_bytes.set(peer.outbox_bytes.get() - size);
+                    self.count(|s| s.dropped_too_large += 1);
+                    tracing::warn!(
+                        "replication: a message of {size} bytes for node {node_id} is larger \
+                         than any frame; dropped"
+                    );
+                    continue;
+                }
+                outbox.push_front((group, message, size));
+                break;
+            }
+            peer.outbox_bytes.set(peer.outbox_bytes.get() - size);
+        }
+        let count = encoder.count();
+        (count > 0).then(|| (encoder.finish(), count))
+    }
+}
+
+/// Why a connection ended.
+#[derive(Debug)]
+enum LinkError {
+    Io(io::Error),
+    Frame(FrameError),
+    /// The hand-shake or a frame named the wrong peer (the log line).
+    Refused(String),
+}
+
+impl fmt::Display for LinkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LinkError::Io(e) => write!(f, "{e}"),
+            LinkError::Frame(e) => write!(f, "bad frame: {e}"),
+            LinkError::Refused(why) => write!(f, "refused: {why}"),
+        }
+    }
+}
+
+impl From<io::Error> for LinkError {
+    fn from(e: io::Error) -> LinkError {
+        LinkError::Io(e)
+    }
+}
+
+impl<T> From<glommio::GlommioError<T>> for LinkError {
+    fn from(e: glommio::GlommioError<T>) -> LinkError {
+        LinkError::Io(e.into())
+    }
+}
+
+/// Sends this side's hello, reads and checks the other's (within `connect_timeout`).
+async fn hand_shake(
+    shared: &Shared,
+    stream: &mut TcpStream,
+    expected: Option<u64>,
+) -> Result<u64, LinkError> {
+    stream.set_nodelay(true)?;
+    stream.set_write_timeout(Some(shared.config.write_timeout))?;
+    stream.set_read_timeout(Some(shared.config.connect_timeout))?;
+    stream.write_all(&shared.hello().encode()).await?;
+    let mut bytes = [0u8; HELLO_BYTES];
+    stream.read_exact(&mut bytes).await?;
+    stream.set_read_timeout(None)?;
+    let hello = Hello::decode(&bytes).map_err(|e| {
+        shared.count(|s| s.refused_hellos += 1);
+        tracing::warn!("replication: a peer's hello does not decode: {e}");
+        LinkError::Frame(e)
+    })?;
+    shared.check_hello(hello, expected).map_err(|why| {
+        shared.count(|s| s.refused_hellos += 1);
+        tracing::error!(
+            "replication: node {} shard {} refuses a connection: {why}",
+            shared.config.node_id,
+            shared.config.shard
+        );
+        LinkError::Refused(why)
+    })
+}
+
+/// One peer's writer: connects when there is something to send, then writes one frame of
+/// everything queued at a time, until the connection fails; then backs off and repeats.
+async fn peer_writer(shared: Rc<Shared>, node_id: u64, woken: LocalReceiver<()>) {
+    let (min, max) = (shared.config.backoff_min, shared.config.backoff_max);
+    let mut backoff = min;
+    // Only the first failure after a success is a warning: a peer that is down for long
+    // would fill the log otherwise.
+    let mut reported_down = false;
+    loop {
+        // A separate statement: no borrow of the outbox may live across the await.
+        let idle = shared.peers[&node_id].outbox.borrow().is_empty();
+        if idle && woken.recv().await.is_none() {
+            return;
+        }
+        let mut stream = match connect(&shared, node_id).await {
+            Ok(stream) => stream,
+            Err(e) => {
+                shared.count(|s| s.connect_failures += 1);
+                if !reported_down {
+                    let addr = shared.peers[&node_id].addr;
+                    tracing::warn!("replication: cannot reach node {node_id} at {addr}: {e}");
+                    reported_down = true;
+                }
+                glommio::timer::sleep(backoff).await;
+                backoff = (backoff * 2).min(max);
+                continue;
+            }
+        };
+        shared.count(|s| s.connects += 1);
+        (backoff, reported_down) = (min, false);
+        let e = write_frames(&shared, node_id, &mut stream, &woken).await;
+        tracing::info!("replication: connection to node {node_id} lost: {e}");
+    }
+}
+
+async fn connect(shared: &Shared, node_id: u64) -> Result<TcpStream, LinkError> {
+    let addr = shared.peers[&node_id].addr;
+    let mut stream = TcpStream::connect_timeout(addr, shared.config.connect_timeout).await?;
+    hand_shake(shared, &mut stream, Some(node_id)).await?;
+    Ok(stream)
+}
+
+/// Writes frames until a write fails; returns why.
+async fn write_frames(
+    shared: &Shared,
+    node_id: u64,
+    stream: &mut TcpStream,
+    woken: &LocalReceiver<()>,
+) -> io::Error {
+    loop {
+        let Some((frame, count)) = shared.take_frame(node_id) else {
+            if woken.recv().await.is_none() {
+                return io::Error::other("transport stopped");
+            }
+            continue;
+        };
+        if let Err(e) = stream.write_all(&frame).await {
+            shared.count(|s| s.dropped_unsent += count as u64);
+            return e;
+        }
+        shared.count(|s| {
+            s.frames_sent += 1;
+            s.messages_sent += count as u64;
+        });
+    }
+}
+
+async fn accept_loop(shared: Rc<Shared>, listener: TcpListener, inbound: Rc<LocalSender<Inbound>>) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok(stream) => stream,
+            Err(e) => {
+                // Out of descriptors, most likely: wait rather than spin.
+                tracing::warn!("replication: accept failed: {e}");
+                glommio::timer::sleep(shared.config.backoff_min).await;
+                continue;
+            }
+        };
+        let ended = Rc::new(Cell::new(false));
+        let task = glommio::spawn_local({
+            let (shared, inbound, ended) = (shared.clone(), inbound.clone(), ended.clone());
+            async move {
+                if let Err(e) = read_frames(&shared, stream, &inbound).await {
+                    tracing::info!("replication: inbound connection closed: {e}");
+                }
+                ended.set(true);
+            }
+        });
+        let mut readers = shared.readers.borrow_mut();
+        readers.retain(|reader| !reader.ended.get());
+        readers.push(Reader { ended, _task: task });
+    }
+}
+
+/// An inbound connection: the hand-shake, then frames until the peer closes (Ok) or
+/// something is wrong (invariant 3).
+async fn read_frames(
+    shared: &Shared,
+    mut stream: TcpStream,
+    inbound: &LocalSender<Inbound>,
+) -> Result<(), LinkError> {
+    let from = hand_shake(shared, &mut stream, None).await?;
+    loop {
+        let mut header = [0u8; FRAME_HEADER_BYTES];
+        match stream.read_exact(&mut header).await {
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            other => other?,
+        }
+        let messages = match read_frame(shared, &mut stream, &header, from).await {
+            Ok(messages) => messages,
+            Err(e) => {
+                if !matches!(e, LinkError::Io(_)) {
+                    shared.count(|s| s.bad_frames += 1);
+                }
+                return Err(e);
+            }
+        };
+        let count = messages.len() as u64;
+        shared.count(|s| {
+            s.frames_received += 1;
+            s.messages_received += count;
+        });
+        for (group, message) in messages {
+            if inbound.send(Inbound { from, group, message }).await.is_err() {
+                return Ok(()); // the host is gone
+            }
+        }
+    }
+}
+
+/// The rest of the frame whose header was read: checked against the hand-shake's sender
+/// and decoded.
+async fn read_frame(
+    shared: &Shared,
+    stream: &mut TcpStream,
+    header: &[u8],
+    from: u64,
+) -> Result<Vec<(u64, Message)>, LinkError> {
+    let header = FrameHeader::decode(header).map_err(LinkError::Frame)?;
+    if header.sender != from || header.shard != shared.config.shard {
+        return Err(LinkError::Refused(format!(
+            "a frame from node {} shard {} on the connection of node {from} shard {}",
+            header.sender, header.shard, shared.config.shard
+        )));
+    }
+    // At most MAX_BODY_BYTES (FrameHeader::decode checked it).
+    let mut body = vec![0u8; header.body_bytes as usize];
+    stream.read_exact(&mut body).await?;
+    header.decode_body(&body).map_err(LinkError::Frame)
+}

@@ -1,0 +1,475 @@
+//! The replication transport (shards/src/replication/transport.rs) over real sockets on
+//! 127.0.0.1, with free ports.
+//!
+//! The main test: three nodes, each a thread with its own glommio executor hosting one
+//! `RaftGroup` whose durable state is an in-memory `LogImage` (node 2 reports its writes
+//! durable only at its next tick, the others at once), connected only through the
+//! transport. A leader is elected and proposals commit on all three in the same order;
+//! the leader's node is stopped (its executor ends, its sockets close, what it had not
+//! reported durable is lost), a new leader is elected and commits; the stopped node
+//! restarts from its durable image on the same address, reconnects, and catches up to the
+//! same committed sequence. Checked at every poll: the three committed sequences are
+//! prefixes of one another.
+//!
+//! Then the transport's own rules, two transports on one executor: a batch queued in one
+//! turn leaves as one frame; an outbox toward a peer that is down stays within its bound
+//! (dropping the oldest) and what it kept arrives, in order, once the peer is up; a peer
+//! with another shard count or another node id is refused at the hand-shake.
+//!
+//! Every wait has a deadline that fails the test with what it waited for; nothing asserts
+//! on speed.
+
+use std::net::SocketAddr;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use futures_lite::future;
+use glommio::channels::local_channel::LocalReceiver;
+use glommio::{LocalExecutorBuilder, Placement};
+use shardlog_shards::replication::{
+    GroupConfig, Inbound, LogImage, Message, MessageType, RaftGroup, Transport, TransportConfig,
+};
+
+const NODES: u64 = 3;
+const GROUP: u64 = 7;
+const TICK: Duration = Duration::from_millis(10);
+/// Each phase's deadline: generous, the machine is shared; a hang fails, slowness does not.
+const PHASE: Duration = Duration::from_secs(60);
+
+fn free_addrs(count: usize) -> Vec<SocketAddr> {
+    // Held together so they differ; released before the transports bind them.
+    let listeners: Vec<_> =
+        (0..count).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    listeners.iter().map(|l| l.local_addr().unwrap()).collect()
+}
+
+/// What a node shows the test thread.
+#[derive(Clone, Default)]
+struct View {
+    term: u64,
+    leader: bool,
+    /// (index, term, data) of every entry committed in this life, in order.
+    committed: Vec<(u64, u64, Vec<u8>)>,
+    connects: u64,
+}
+
+enum Command {
+    Propose(Vec<u8>),
+    Stop,
+}
+
+struct Node {
+    commands: mpsc::Sender<Command>,
+    view: Arc<Mutex<View>>,
+    thread: thread::JoinHandle<LogImage>,
+}
+
+fn start_node(id: u64, addrs: &[SocketAddr], image: LogImage) -> Node {
+    let (commands, received) = mpsc::channel();
+    let view = Arc::new(Mutex::new(View::default()));
+    let shown = view.clone();
+    let addrs = addrs.to_vec();
+    let thread = thread::Builder::new()
+        .name(format!("node-{id}"))
+        .spawn(move || {
+            let ex = LocalExecutorBuilder::new(Placement::Unbound).make().expect("an executor");
+            let image = ex.run(run_node(id, addrs, image, received, shown));
+            drop(ex);
+            image
+        })
+        .unwrap();
+    Node { commands, view, thread }
+}
+
+/// Binds, retrying while the address is still held (a restart on the same port).
+fn start_transport(config: TransportConfig) -> (Transport, LocalReceiver<Inbound>) {
+    let deadline = Instant::now() + PHASE;
+    loop {
+        match Transport::start(config.clone()) {
+            Ok(started) => return started,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("node {}: bind {}: {e}; retrying", config.node_id, config.listen);
+                thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("node {}: cannot bind {}: {e}", config.node_id, config.listen),
+        }
+    }
+}
+
+/// One node's life: the raft group driven by ticks, inbound messages and the test's
+/// commands; returns its durable image when told to stop.
+async fn run_node(
+    id: u64,
+    addrs: Vec<SocketAddr>,
+    image: LogImage,
+    commands: mpsc::Receiver<Command>,
+    view: Arc<Mutex<View>>,
+) -> LogImage {
+    let peers = (0..NODES).filter(|&n| n != id).map(|n| (n, addrs[n as usize])).collect();
+    let mut config = TransportConfig::new(id, 0, 1, addrs[id as usize], peers);
+    config.backoff_min = Duration::from_millis(10);
+    config.backoff_max = Duration::from_millis(200);
+    let (transport, inbound) = start_transport(config);
+    let mut group_config = GroupConfig::new(id + 1);
+    group_config.election_tick = 20;
+    group_config.heartbeat_tick = 3;
+    let mut group = RaftGroup::recover(&group_config, image.clone(), 0).unwrap();
+    let mut durable = image;
+    let durable_at_tick = id == 2;
+    let mut unsynced = Vec::new();
+    let mut next_tick = Instant::now() + TICK;
+    loop {
+        loop {
+            match commands.try_recv() {
+                Ok(Command::Propose(data)) => {
+                    let _ = group.propose(data); // a follower refuses: the test retries
+                }
+                Ok(Command::Stop) | Err(mpsc::TryRecvError::Disconnected) => return durable,
+                Err(mpsc::TryRecvError::Empty) => break,
+            }
+        }
+        let wait = next_tick.saturating_duration_since(Instant::now());
+        let received = future::or(inbound.recv(), async {
+            glommio::timer::sleep(wait).await;
+            None
+        })
+        .await;
+        if let Some(inbound) = received {
+            // Errors are messages raft refuses; none are expected, dropping is what raft wants.
+            let _ = group.step(inbound.message);
+        }
+        if Instant::now() >= next_tick {
+            group.tick();
+            next_tick = (next_tick + TICK).max(Instant::now());
+            if durable_at_tick {
+                make_durable(&mut group, &mut durable, std::mem::take(&mut unsynced));
+            }
+        }
+        loop {
+            let writes = group.take_writes();
+            if writes.is_empty() {
+                break;
+            }
+            if durable_at_tick {
+                unsynced.extend(writes);
+                break;
+            }
+            make_durable(&mut group, &mut durable, writes);
+        }
+        for message in group.take_messages() {
+            transport.send(message.to - 1, GROUP, message).expect("a peer");
+        }
+        let mut shown = view.lock().unwrap();
+        shown.term = group.term();
+        shown.leader = group.is_leader();
+        shown.connects = transport.stats().connects;
+        let committed = group.take_committed().into_iter();
+        shown.committed.extend(committed.map(|e| (e.index, e.term, e.data.to_vec())));
+    }
+}
+
+fn make_durable(
+    group: &mut RaftGroup,
+    durable: &mut LogImage,
+    writes: Vec<shardlog_shards::replication::WriteRequest>,
+) {
+    let Some(last) = writes.last().map(|w| w.number) else { return };
+    for write in &writes {
+        durable.apply(write);
+    }
+    group.durable(last);
+}
+
+struct Cluster {
+    nodes: Vec<Option<Node>>,
+}
+
+impl Cluster {
+    fn views(&self) -> Vec<Option<View>> {
+        let view = |n: &Node| n.view.lock().unwrap().clone();
+        self.nodes.iter().map(|n| n.as_ref().map(view)).collect()
+    }
+
+    /// Polls until `done` says yes; checks at every poll that the running nodes' committed
+    /// sequences are prefixes of one another (the same entries in the same order).
+    fn wait_for<T>(&self, what: &str, mut done: impl FnMut(&[Option<View>]) -> Option<T>) -> T {
+        let deadline = Instant::now() + PHASE;
+        loop {
+            let views = self.views();
+            let running: Vec<&View> = views.iter().flatten().collect();
+            for a in &running {
+                for b in &running {
+                    let n = a.committed.len().min(b.committed.len());
+                    assert_eq!(a.committed[..n], b.committed[..n], "committed sequences diverge");
+                }
+            }
+            if let Some(found) = done(&views) {
+                return found;
+            }
+            let summary: Vec<_> = views
+                .iter()
+                .map(|v| v.as_ref().map(|v| (v.term, v.leader, v.committed.len())))
+                .collect();
+            assert!(
+                Instant::now() < deadline,
+                "waited {PHASE:?} for {what}; (term, leader, committed) per node: {summary:?}"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The running leader in a term above `above`, once there is one.
+    fn leader_above(&self, above: u64) -> (usize, u64) {
+        self.wait_for(&format!("a leader in a term above {above}"), |views| {
+            views.iter().enumerate().find_map(|(k, v)| {
+                v.as_ref().filter(|v| v.leader && v.term > above).map(|v| (k, v.term))
+            })
+        })
+    }
+
+    /// Proposes `value` to whichever node leads, again whenever the leader or its term
+    /// changes before some node has committed it (a proposal dies with its leader's term).
+    fn commit(&self, value: &[u8]) {
+        let committed = |views: &[Option<View>]| {
+            views.iter().flatten().any(|v| v.committed.iter().any(|(_, _, d)| d == value))
+        };
+        let deadline = Instant::now() + PHASE;
+        while !committed(&self.views()) {
+            assert!(Instant::now() < deadline, "waited {PHASE:?} to commit {value:?}");
+            let leader = self.leader_above(0);
+            let node = self.nodes[leader.0].as_ref().unwrap();
+            node.commands.send(Command::Propose(value.to_vec())).unwrap();
+            let still_leads = |views: &[Option<View>]| {
+                views[leader.0].as_ref().is_some_and(|v| v.leader && v.term == leader.1)
+            };
+            loop {
+                let views = self.views();
+                if committed(&views) || !still_leads(&views) {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "waited {PHASE:?} to commit {value:?}");
+                thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+
+    /// Waits until every node runs and has committed the same sequence, holding every one
+    /// of `values`; returns it.
+    fn converged(&self, values: &[Vec<u8>]) -> Vec<(u64, u64, Vec<u8>)> {
+        self.wait_for("every node to commit the same sequence", |views| {
+            let first = views[0].as_ref()?;
+            let all_same =
+                views.iter().all(|v| v.as_ref().is_some_and(|v| v.committed == first.committed));
+            let data: Vec<&Vec<u8>> =
+                first.committed.iter().map(|(_, _, d)| d).filter(|d| !d.is_empty()).collect();
+            let holds_all = values.iter().all(|v| data.contains(&v));
+            (all_same && holds_all).then(|| first.committed.clone())
+        })
+    }
+
+    fn stop(&mut self, node: usize) -> LogImage {
+        let stopped = self.nodes[node].take().unwrap();
+        stopped.commands.send(Command::Stop).unwrap();
+        stopped.thread.join().expect("the node's thread ends")
+    }
+}
+
+#[test]
+fn three_nodes_elect_commit_fail_over_and_catch_up_over_real_sockets() {
+    let addrs = free_addrs(NODES as usize);
+    let voters: Vec<u64> = (1..=NODES).collect();
+    let nodes = (0..NODES).map(|id| Some(start_node(id, &addrs, LogImage::new(&voters))));
+    let mut cluster = Cluster { nodes: nodes.collect() };
+
+    cluster.leader_above(0);
+    let first: Vec<Vec<u8>> = (0..5).map(|k| format!("first-{k}").into_bytes()).collect();
+    for value in &first {
+        cluster.commit(value);
+    }
+    let before = cluster.converged(&first);
+
+    // Leadership may have moved since: stop the node that leads now.
+    let (first_leader, first_term) = cluster.leader_above(0);
+    let image = cluster.stop(first_leader);
+    assert!(image.hard_state.commit > 0, "the stopped leader's durable image is empty");
+    let (second_leader, second_term) = cluster.leader_above(first_term);
+    assert_ne!(second_leader, first_leader);
+    let second: Vec<Vec<u8>> = (0..5).map(|k| format!("second-{k}").into_bytes()).collect();
+    for value in &second {
+        cluster.commit(value);
+    }
+
+    cluster.nodes[first_leader] = Some(start_node(first_leader as u64, &addrs, image));
+    let all: Vec<Vec<u8>> = first.iter().chain(&second).cloned().collect();
+    let after = cluster.converged(&all);
+    assert_eq!(after[..before.len()], before[..], "the first sequence was rewritten");
+    let views = cluster.views();
+    let restarted = views[first_leader].as_ref().unwrap();
+    assert!(restarted.connects > 0, "the restarted node never connected to a peer");
+    eprintln!(
+        "leaders: node {first_leader} in term {first_term}, then node {second_leader} in term \
+         {second_term}; {} entries committed on every node",
+        after.len()
+    );
+    for id in 0..NODES as usize {
+        cluster.stop(id);
+    }
+}
+
+// ---- the transport's own rules, two transports on one executor ----
+
+fn run_local<T>(main: impl std::future::Future<Output = T>) -> T {
+    let ex = LocalExecutorBuilder::new(Placement::Unbound).make().expect("an executor");
+    let out = ex.run(main);
+    drop(ex);
+    out
+}
+
+fn heartbeat(to: u64, commit: u64) -> Message {
+    let mut message = Message::default();
+    message.set_msg_type(MessageType::MsgHeartbeat);
+    message.to = to;
+    message.commit = commit;
+    message
+}
+
+/// Receives `count` messages, or fails after the deadline.
+async fn receive(inbound: &LocalReceiver<Inbound>, count: usize) -> Vec<Inbound> {
+    let mut received = Vec::new();
+    let deadline = Instant::now() + PHASE;
+    while received.len() < count {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let next = future::or(inbound.recv(), async {
+            glommio::timer::sleep(wait).await;
+            None
+        })
+        .await;
+        let got = received.len();
+        received.push(next.unwrap_or_else(|| panic!("{got} of {count} messages within {PHASE:?}")));
+    }
+    received
+}
+
+/// Waits until `done` or fails after the deadline.
+async fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + PHASE;
+    while !done() {
+        assert!(Instant::now() < deadline, "waited {PHASE:?} for {what}");
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn config(node_id: u64, listen: SocketAddr, peers: Vec<(u64, SocketAddr)>) -> TransportConfig {
+    let mut config = TransportConfig::new(node_id, 0, 1, listen, peers);
+    config.backoff_min = Duration::from_millis(5);
+    config.backoff_max = Duration::from_millis(50);
+    config
+}
+
+#[test]
+fn messages_queued_in_one_turn_leave_as_one_frame_in_order() {
+    let addrs = free_addrs(2);
+    run_local(async move {
+        let (a, _) = Transport::start(config(1, addrs[0], vec![(2, addrs[1])])).unwrap();
+        let (b, inbound) = Transport::start(config(2, addrs[1], vec![(1, addrs[0])])).unwrap();
+        for commit in 0..100 {
+            a.send(2, GROUP, heartbeat(2, commit)).unwrap();
+        }
+        let received = receive(&inbound, 100).await;
+        let commits: Vec<u64> = received.iter().map(|m| m.message.commit).collect();
+        assert_eq!(commits, (0..100).collect::<Vec<_>>());
+        assert!(received.iter().all(|m| m.from == 1 && m.group == GROUP));
+        let (sent, got) = (a.stats(), b.stats());
+        assert_eq!((sent.frames_sent, sent.messages_sent), (1, 100), "{sent:?}");
+        assert_eq!((got.frames_received, got.messages_received), (1, 100), "{got:?}");
+        assert_eq!(a.outbox_bytes(2), Some(0));
+    });
+}
+
+#[test]
+fn an_outbox_to_a_peer_that_is_down_keeps_its_bound_and_delivers_the_newest_once_it_is_up() {
+    let addrs = free_addrs(2);
+    run_local(async move {
+        let mut sender = config(1, addrs[0], vec![(2, addrs[1])]);
+        sender.outbox_max_bytes = 4096;
+        let (a, _) = Transport::start(sender).unwrap();
+        let big = |k: u64| {
+            let mut message = heartbeat(2, k);
+            message.context = vec![0xcd; 100].into();
+            message
+        };
+        for k in 0..1000 {
+            a.send(2, GROUP, big(k)).unwrap();
+            // Let the writer try (and fail) to connect now and then.
+            if k % 100 == 0 {
+                glommio::timer::sleep(Duration::from_millis(2)).await;
+            }
+        }
+        let queued = a.outbox_bytes(2).unwrap();
+        assert!(queued <= 4096, "outbox of {queued} bytes, bound 4096");
+        let dropped = a.stats().dropped_overflow;
+        assert!(dropped > 900, "only {dropped} of 1000 dropped with room for ~35");
+        assert!(a.stats().connect_failures > 0, "{:?}", a.stats());
+        assert_eq!(a.send(9, GROUP, big(0)), Err(shardlog_shards::replication::UnknownPeer(9)));
+
+        let (_b, inbound) = Transport::start(config(2, addrs[1], vec![(1, addrs[0])])).unwrap();
+        let kept = 1000 - dropped as usize;
+        let received = receive(&inbound, kept).await;
+        let commits: Vec<u64> = received.iter().map(|m| m.message.commit).collect();
+        assert_eq!(commits, (1000 - kept as u64..1000).collect::<Vec<_>>(), "the newest, in order");
+        wait_until("the sender to count its connection", || a.stats().connects == 1).await;
+    });
+}
+
+#[test]
+fn a_peer_with_another_shard_count_or_node_id_is_refused_at_the_hand_shake() {
+    let addrs = free_addrs(3);
+    run_local(async move {
+        // Node 1 runs 1 shard, node 2 runs 2.
+        let (a, _) = Transport::start(config(1, addrs[0], vec![(2, addrs[1])])).unwrap();
+        let mut two_shards = config(2, addrs[1], vec![(1, addrs[0])]);
+        two_shards.shard_count = 2;
+        let (b, _) = Transport::start(two_shards).unwrap();
+        a.send(2, GROUP, heartbeat(2, 1)).unwrap();
+        wait_until("both sides to refuse", || {
+            a.stats().refused_hellos > 0 && b.stats().refused_hellos > 0
+        })
+        .await;
+        assert_eq!(a.stats().connects, 0);
+        assert_eq!(b.stats().messages_received, 0, "a message crossed a refused hand-shake");
+
+        // Node 3 lists node 9 at node 1's address: node 1 answers as node 1 (refused by
+        // node 3) and does not know node 3 (refused by node 1).
+        let (c, _) = Transport::start(config(3, addrs[2], vec![(9, addrs[0])])).unwrap();
+        c.send(9, GROUP, heartbeat(9, 1)).unwrap();
+        wait_until("node 3's hand-shake to be refused", || c.stats().refused_hellos > 0).await;
+        assert_eq!(c.stats().connects, 0);
+    });
+}
+
+#[test]
+fn a_dropped_transport_closes_its_listener_and_its_peers_notice() {
+    let addrs = free_addrs(2);
+    run_local(async move {
+        let (a, _) = Transport::start(config(1, addrs[0], vec![(2, addrs[1])])).unwrap();
+        let (b, inbound) = Transport::start(config(2, addrs[1], vec![(1, addrs[0])])).unwrap();
+        a.send(2, GROUP, heartbeat(2, 1)).unwrap();
+        b.send(1, GROUP, heartbeat(1, 1)).unwrap();
+        receive(&inbound, 1).await;
+        wait_until("both to connect", || a.stats().connects == 1 && b.stats().connects == 1).await;
+        drop(a);
+        wait_until("node 1's listener to close", || {
+            std::net::TcpStream::connect(addrs[0]).is_err()
+        })
+        .await;
+        // Node 2's connection to node 1 is gone too: its writes fail, then it cannot
+        // connect again.
+        wait_until("node 2 to fail to reach node 1", || {
+            b.send(1, GROUP, heartbeat(1, 2)).unwrap();
+            b.stats().connect_failures > 0
+        })
+        .await;
+    });
+}
