@@ -22,6 +22,7 @@ use shardlog_storage::{Histogram, LogProbes, Offset, LATENCY_BOUNDS_US, STAGE_BO
 use crate::group::GroupSummary;
 use crate::message::{PartitionData, ShardReply, ShardRequest};
 use crate::metadata::TopicMeta;
+use crate::runtime::Turns;
 use crate::shard::Shard;
 use tracing::info;
 
@@ -111,6 +112,9 @@ impl RequestDurations {
         used.map(|(key, (h, s))| (key as i16, *h, *s)).collect()
     }
 }
+
+/// Topics and partitions a metrics snapshot walks per turn of the executor.
+const METRICS_PER_TURN: usize = 256;
 
 /// What a snapshot covers. The per-shard figures are always there; the per-topic and
 /// per-partition ones, and the coordinators' offsets, cost the shard time linear in what
@@ -311,10 +315,13 @@ impl Shard {
         );
     }
 
-    /// This shard's snapshot of what `scope` asks (answers `ShardRequest::Metrics`).
-    pub fn metrics_snapshot(&self, scope: &MetricsScope) -> ShardMetrics {
+    /// This shard's snapshot of what `scope` asks (answers `ShardRequest::Metrics`). The
+    /// topics and partitions are walked in turns (`METRICS_PER_TURN`), so a snapshot of
+    /// every one of 100,000 partitions does not hold the shard's requests for all of it;
+    /// the snapshot is then not of one instant (counters move between turns).
+    pub async fn metrics_snapshot(&self, scope: &MetricsScope) -> ShardMetrics {
         let probes = &self.probes;
-        let (topics, partitions) = self.topic_and_partition_metrics(scope.topics.as_deref());
+        let (topics, partitions) = self.topic_and_partition_metrics(scope.topics.as_deref()).await;
         let traffic = probes.topics.borrow();
         let produce_bytes = traffic.values().map(|c| c.produce_bytes).sum();
         let fetch_bytes = traffic.values().map(|c| c.fetch_bytes).sum();
@@ -363,14 +370,15 @@ impl Shard {
     }
 
     /// Per-topic counters and sizes, and the offsets and size of every local partition,
-    /// of `only` those topics or of every topic in this shard's table (counters of deleted
-    /// topics are left out).
-    fn topic_and_partition_metrics(
+    /// of `only` those topics or of every topic in this shard's table as it was when the
+    /// walk began (counters of deleted topics are left out), giving way to the shard's
+    /// other tasks every `METRICS_PER_TURN` topics and partitions.
+    async fn topic_and_partition_metrics(
         &self,
         only: Option<&[String]>,
     ) -> (Vec<TopicMetrics>, Vec<PartitionMetrics>) {
         let table = self.table();
-        let counters = self.probes.topics.borrow();
+        let mut turns = Turns::new(METRICS_PER_TURN);
         let mut topics = Vec::new();
         let mut partitions = Vec::new();
         let metas: Vec<&TopicMeta> = match only {
@@ -378,13 +386,16 @@ impl Shard {
             Some(names) => names.iter().filter_map(|name| table.topics.get(name)).collect(),
         };
         for meta in metas {
+            turns.step().await;
+            let counters = self.probes.topics.borrow().get(&meta.topic_number).copied();
             let mut topic = TopicMetrics {
                 topic: meta.name.clone(),
-                counters: counters.get(&meta.topic_number).copied().unwrap_or_default(),
+                counters: counters.unwrap_or_default(),
                 partitions: 0,
                 size_bytes: 0,
             };
             for index in 0..meta.partition_shards.len() as i32 {
+                turns.step().await;
                 let Some(id) = self.local_partition(&meta.name, index) else { continue };
                 let Some(info) = self.log.partition_info(id) else { continue };
                 topic.partitions += 1;
@@ -429,7 +440,7 @@ impl Shard {
         let mut missing = Vec::new();
         for (shard, reply) in replies {
             match reply {
-                None if shard == self.id => snapshots.push(self.metrics_snapshot(&scope)),
+                None if shard == self.id => snapshots.push(self.metrics_snapshot(&scope).await),
                 Some(ShardReply::Metrics(snapshot)) => snapshots.push(*snapshot),
                 None => missing.push(Unhealthy { shard, reason: no_answer(timeout) }),
                 Some(other) => panic!("metrics answered with {other:?}"),

@@ -57,10 +57,9 @@ impl MeshService for Shard {
                 let results = self.controller_alter_scram_credentials(alterations).await;
                 ShardReply::AlterScramCredentials(results)
             }),
-            ShardRequest::Metrics(scope) => {
-                let snapshot = Box::new(self.metrics_snapshot(&scope));
-                Box::pin(async { ShardReply::Metrics(snapshot) })
-            }
+            ShardRequest::Metrics(scope) => Box::pin(async move {
+                ShardReply::Metrics(Box::new(self.metrics_snapshot(&scope).await))
+            }),
             ShardRequest::Health => {
                 let stopped = self.log.stopped_reason();
                 Box::pin(async { ShardReply::Health(stopped) })

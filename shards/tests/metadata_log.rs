@@ -88,7 +88,7 @@ where
             glommio::timer::sleep(Duration::from_millis(1)).await;
         }
         assert_covered_is_the_table_walk(&shard);
-        assert_scoped_snapshots_are_parts_of_the_whole(&shard);
+        assert_scoped_snapshots_are_parts_of_the_whole(&shard).await;
         tables.lock().unwrap()[id] = Some((*shard.table()).clone());
         images.lock().unwrap()[id] = Some(disk.crash().image());
     })
@@ -117,10 +117,10 @@ fn assert_covered_is_the_table_walk(shard: &Shard) {
 /// A metrics snapshot of a few topics (a console page) holds exactly their topic and
 /// partition figures of the whole one, and one of the shard only none, with the same
 /// partition count: after creates, deletes, new partitions and restarts.
-fn assert_scoped_snapshots_are_parts_of_the_whole(shard: &Shard) {
-    let whole = shard.metrics_snapshot(&MetricsScope::all());
+async fn assert_scoped_snapshots_are_parts_of_the_whole(shard: &Shard) {
+    let whole = shard.metrics_snapshot(&MetricsScope::all()).await;
     assert_eq!(whole.partition_count as usize, whole.partitions.len(), "shard {}", shard.id);
-    let only_shard = shard.metrics_snapshot(&MetricsScope::shards());
+    let only_shard = shard.metrics_snapshot(&MetricsScope::shards()).await;
     assert_eq!(only_shard.partition_count, whole.partition_count);
     assert!(only_shard.topics.is_empty() && only_shard.partitions.is_empty());
     assert!(only_shard.committed.is_empty() && only_shard.groups.is_empty());
@@ -128,7 +128,7 @@ fn assert_scoped_snapshots_are_parts_of_the_whole(shard: &Shard) {
     // Every third topic of the table, and one that does not exist.
     let mut asked: Vec<String> = table.topics.keys().step_by(3).cloned().collect();
     asked.push("no-such-topic".to_string());
-    let some = shard.metrics_snapshot(&MetricsScope::topics(asked.clone()));
+    let some = shard.metrics_snapshot(&MetricsScope::topics(asked.clone())).await;
     let is_asked = |topic: &String| asked.contains(topic);
     let whole_topics: Vec<&String> =
         whole.topics.iter().map(|t| &t.topic).filter(|t| is_asked(t)).collect();

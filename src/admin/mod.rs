@@ -240,7 +240,13 @@ async fn route(endpoint: &Endpoint, request: &Request) -> Vec<u8> {
 
 async fn metrics(shard: &Rc<Shard>) -> Vec<u8> {
     match shard.gather_metrics(MetricsScope::all(), SHARD_ANSWER_TIMEOUT).await {
-        Ok(snapshots) => http::response(200, PROMETHEUS_TEXT, &prometheus::render(&snapshots)),
+        // The text is linear in topics and partitions (~49 MB at 200,000 partitions, ~1 s
+        // to render): made on the blocking thread, not on this shard's executor.
+        Ok(snapshots) => {
+            let text =
+                move || http::response(200, PROMETHEUS_TEXT, &prometheus::render(&snapshots));
+            glommio::executor().spawn_blocking(text).await
+        }
         Err(missing) => http::response(503, TEXT, &describe(&missing)),
     }
 }
