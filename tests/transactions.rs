@@ -147,6 +147,36 @@ fn committed_transactions_are_seen_and_aborted_ones_dropped_by_read_committed_co
     assert_eq!(latest_offset(&broker, "tx", 0, 1), end, "LSO back at the high watermark");
 }
 
+/// DeleteRecords past an open transaction's first offset: the last stable offset follows
+/// the log start (Kafka clamps its first unstable offset so), never an offset below it,
+/// which a consumer would find out of range; the transaction's later records stay
+/// hidden from read_committed until its commit.
+#[test]
+fn deleting_records_past_an_open_transaction_moves_the_last_stable_offset_to_the_log_start() {
+    let broker = Broker::start(1, &[]);
+    create_topic(&broker, "tx-trim", 1);
+    let producer = transactional_producer(&broker, "tx-trim", 60_000);
+    producer.begin_transaction().unwrap();
+    send(&producer, "tx-trim", 0, &tagged("open", 4));
+    produce_tagged(&broker, "tx-trim", 1, "plain", 2);
+    assert_eq!(latest_offset(&broker, "tx-trim", 0, 1), 0, "LSO at the open transaction");
+
+    let mut before = TopicPartitionList::new();
+    before.add_partition_offset("tx-trim", 0, Offset::Offset(3)).unwrap();
+    let admin = common::admin_client(&broker);
+    let options = rdkafka::admin::AdminOptions::new();
+    let deleted = common::runtime().block_on(admin.delete_records(&before, &options)).unwrap();
+    assert!(deleted.find_partition("tx-trim", 0).unwrap().error().is_ok(), "{deleted:?}");
+    assert_eq!(latest_offset(&broker, "tx-trim", 0, 1), 3, "LSO at the log start, not 0");
+    assert_eq!(latest_offset(&broker, "tx-trim", 0, 0), 6);
+    assert_eq!(read_all(&broker, "read_committed", "tx-trim", 0), Vec::<String>::new());
+
+    producer.commit_transaction(TIMEOUT).unwrap();
+    assert_eq!(latest_offset(&broker, "tx-trim", 0, 1), 7, "after the marker at 6");
+    let after = read_all(&broker, "read_committed", "tx-trim", 0);
+    assert_eq!(after, ["open-3", "plain-0", "plain-1"]);
+}
+
 #[test]
 fn consume_transform_produce_commits_the_input_offsets_with_the_output() {
     let broker = Broker::start(2, &[]);

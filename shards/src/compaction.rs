@@ -167,7 +167,7 @@ impl Shard {
                 let bounds = Bounds {
                     now_ms,
                     min_compaction_lag_ms: topic.min_lag_ms,
-                    upper_bound: self.last_stable_offset(partition, info.high_watermark),
+                    upper_bound: self.last_stable_offset(partition, &info),
                 };
                 let Some(c) = self.log.cleanable(partition, from, &bounds) else { continue };
                 if let Some(u) = urgency(&c, &topic, state, now_ms) {
@@ -188,7 +188,7 @@ impl Shard {
             tombstones_removable_below: horizon,
             bytes_per_second: self.config.cleaner.bytes_per_second,
             max_keys: self.config.cleaner.max_keys,
-            upper_bound: self.last_stable_offset(partition, info.high_watermark),
+            upper_bound: self.last_stable_offset(partition, &info),
             aborted: self.aborted_ranges(partition),
         };
         match self.log.clean(partition, policy).await {

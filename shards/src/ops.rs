@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use shardlog_storage::{
     for_each_record, split_batches, with_log_append_time, AppendError, BatchError, Offset,
-    PartitionId, ReadError, RecordBatchHeader, RecordsError, StorageError,
+    PartitionId, PartitionInfo, ReadError, RecordBatchHeader, RecordsError, StorageError,
 };
 use tracing::error;
 
@@ -324,7 +324,7 @@ impl Shard {
         let info =
             self.log.partition_info(partition_id).ok_or(PartitionError::UnknownTopicOrPartition)?;
         let limit = read.partition_max_bytes.min(remaining);
-        let last_stable_offset = self.last_stable_offset(partition_id, info.high_watermark);
+        let last_stable_offset = self.last_stable_offset(partition_id, &info);
         let end = if read.read_committed { last_stable_offset } else { info.high_watermark };
         let at_end = read.fetch_offset >= end && read.fetch_offset <= info.high_watermark;
         let records = if limit == 0 || at_end {
@@ -346,13 +346,18 @@ impl Shard {
         })
     }
 
-    /// The last stable offset of a partition this shard owns: the high watermark unless
-    /// a transaction is open (see `txn::partition`).
-    pub fn last_stable_offset(&self, partition: PartitionId, high_watermark: Offset) -> Offset {
-        match self.txn.partitions.borrow_mut().get_mut(&partition) {
+    /// The last stable offset of a partition this shard owns (`info` its figures): the
+    /// high watermark unless a transaction is open (see `txn::partition`), and never below
+    /// the log start (as Kafka clamps its first unstable offset): DeleteRecords or retention
+    /// may move the log start past an open transaction's first offset, and an offset
+    /// below the log start is out of range for a consumer.
+    pub fn last_stable_offset(&self, partition: PartitionId, info: &PartitionInfo) -> Offset {
+        let high_watermark = info.high_watermark;
+        let lso = match self.txn.partitions.borrow_mut().get_mut(&partition) {
             Some(state) => state.last_stable_offset(high_watermark),
             None => high_watermark,
-        }
+        };
+        lso.max(info.log_start_offset)
     }
 
     /// ListOffsets on the owner: -1 latest (high watermark, or the last stable offset for
@@ -370,9 +375,7 @@ impl Shard {
         let info =
             self.log.partition_info(partition_id).ok_or(PartitionError::UnknownTopicOrPartition)?;
         match timestamp_ms {
-            -1 if read_committed => {
-                Ok((self.last_stable_offset(partition_id, info.high_watermark), -1))
-            }
+            -1 if read_committed => Ok((self.last_stable_offset(partition_id, &info), -1)),
             -1 => Ok((info.high_watermark, -1)),
             // -4, the earliest local offset: nothing is tiered, so the earliest.
             -2 | -4 => Ok((info.log_start_offset, -1)),
