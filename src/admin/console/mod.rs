@@ -27,6 +27,7 @@ mod session;
 use std::rc::Rc;
 
 use shardlog_shards::acl::AclOperation;
+use shardlog_shards::metadata::TopicMeta;
 use shardlog_shards::metrics::ShardMetrics;
 use shardlog_shards::Shard;
 
@@ -214,8 +215,12 @@ impl Page {
             Page::OverviewJson => http::response(200, JSON, &pages::overview_json(snapshots)),
             Page::Topics { page } => {
                 let table = shard.table();
-                let visible: Vec<_> =
-                    table.topics.values().filter(|t| describe_topic(&t.name)).collect();
+                let visible: Vec<&TopicMeta> = table
+                    .topics
+                    .values()
+                    .map(|t| &**t)
+                    .filter(|t| describe_topic(&t.name))
+                    .collect();
                 let html = pages::topics(&visible, snapshots, *page, forms);
                 http::response(200, HTML, &html)
             }
