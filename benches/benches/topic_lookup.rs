@@ -1,5 +1,7 @@
 //! Finding a topic in the topic table as the request handlers do, at 8 to 50,000 topics:
-//! by name (Produce, Fetch up to v12, Metadata by name) and by topic id (Fetch v13+, which
+//! by name (Produce, Fetch up to v12, ListOffsets, Metadata by name) through
+//! `TopicTable::topic`'s hash index, beside the ordered map's lookup the handlers did before
+//! it (`topics.get(name)`, a `BTreeMap<String, _>`), and by topic id (Fetch v13+, which
 //! every librdkafka 2.x consumer sends; Metadata v10+ by id; DeleteTopics v6+), through
 //! `TopicTable::topic_by_id`'s index, beside the linear scan over every topic the handlers
 //! did before it (`topics.values().find(..)`), kept here as the baseline.
@@ -38,6 +40,9 @@ fn lookups(c: &mut Criterion) {
         let mut next = asked.iter().cycle();
         group.bench_function(BenchmarkId::new("by_name", topics), |b| {
             b.iter(|| table.topic(&next.next().unwrap().1).is_some())
+        });
+        group.bench_function(BenchmarkId::new("by_name_ordered_map", topics), |b| {
+            b.iter(|| table.topics.contains_key(&next.next().unwrap().1))
         });
         group.bench_function(BenchmarkId::new("by_id_index", topics), |b| {
             b.iter(|| table.topic_by_id(next.next().unwrap().0).is_some())

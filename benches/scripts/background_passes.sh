@@ -7,7 +7,7 @@
 # (p99.9, max) shows a pass holding the executor; compare variants within one run.
 #
 # Usage: benches/scripts/background_passes.sh [ROUNDS] [VARIANTS]   (defaults: 2, "ret1s ckpt1s off")
-#   Env: TOPICS (default 50000), SHARDLOG_BIN, LOAD_BIN, BENCH_TMP; KEEP_LOGS=DIR keeps each
+#   Env: TOPICS (default 50000), REQUESTS (of each kind, default 2000), SHARDLOG_BIN, LOAD_BIN, BENCH_TMP; KEEP_LOGS=DIR keeps each
 #   broker's output as DIR/ROUND-VARIANT.log (with SHARDLOG_LOG=info,shardlog_storage::log=debug,
 #   shardlog_shards::producer_log=debug it holds the checkpoint timings).
 set -u
@@ -15,6 +15,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 ROUNDS=${1:-2}
 VARIANTS=${2:-ret1s ckpt1s off}
 TOPICS=${TOPICS:-50000}
+REQUESTS=${REQUESTS:-2000}
 B=${SHARDLOG_BIN:-$ROOT/target/release/shardlog}
 L=${LOAD_BIN:-$ROOT/target/release/shardlog-load}
 W=$(mktemp -d "${BENCH_TMP:-$ROOT/target}/shardlog-passes.XXXXXX")
@@ -36,7 +37,7 @@ run() { # round variant
   local pid=$!
   for _ in $(seq 100); do curl -sf "http://$admin/health" >/dev/null && break; sleep 0.1; done
   "$L" topics --bootstrap 127.0.0.1:$port --admin-addr $admin --broker-pid $pid \
-    --topics "$TOPICS" --partitions 4 --touch-each --shapes none --size 16 --requests 2000 2>&1 \
+    --topics "$TOPICS" --partitions 4 --touch-each --shapes none --size 16 --requests "$REQUESTS" 2>&1 \
     | grep '^RESULT mode=topics_requests' \
     | sed "s/^/round=$1 v=$2 load=$(cut -d' ' -f1 /proc/loadavg) /"
   kill $pid; wait $pid

@@ -15,7 +15,10 @@
 //!    mistaken for one of a newer topic with the same name.
 //! 2. `nr_shards` is fixed when the data dir is created; partitions name their owner shard.
 
-use std::collections::{BTreeMap, HashMap};
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use shardlog_storage::PartitionId;
 
@@ -38,7 +41,12 @@ pub struct TopicTable {
     pub version: u64,
     pub nr_shards: u32,
     pub next_topic_number: u32,
-    pub topics: BTreeMap<String, TopicMeta>,
+    /// Every topic by name, in name order. Each `TopicMeta` is shared with `by_name` (an
+    /// `Arc`, archived inline as the `TopicMeta` itself: the snapshot bytes are those of a
+    /// `BTreeMap<String, TopicMeta>`, tested). Change topics through the methods below,
+    /// which keep `by_name` and `ids` in step.
+    #[rkyv(with = rkyv::with::MapKV<rkyv::with::Identity, rkyv::with::Unshare>)]
+    pub topics: BTreeMap<String, Arc<TopicMeta>>,
     /// Every ACL binding (`acl`), changed through the metadata log like the topics.
     pub acls: AclTable,
     /// SASL users' SCRAM credentials (`metadata_log/users.rs`).
@@ -49,6 +57,37 @@ pub struct TopicTable {
     /// archive: snapshots are byte-identical with and without it, tested).
     #[rkyv(with = rkyv::with::Skip)]
     ids: HashMap<[u8; 16], String>,
+    /// The same topics hashed by name, for the lookups of every request (`topic`): a
+    /// `BTreeMap<String, _>` lookup compares the name with ~16 keys, each behind its own
+    /// pointer, which at 50,000 topics is a cache miss per compare (issue 19). Not archived,
+    /// rebuilt by `decode`, kept by `insert_topic`, `update_topic` and `remove_topic`.
+    #[rkyv(with = rkyv::with::Skip)]
+    by_name: HashSet<ByName>,
+}
+
+/// A topic in `TopicTable::by_name`: hashed and compared by its name, so that the set is
+/// looked up by `&str` (`Borrow<str>`; `Hash` is the name's, as `Borrow` requires).
+#[derive(Clone, Debug)]
+struct ByName(Arc<TopicMeta>);
+
+impl Hash for ByName {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.name.as_str().hash(state)
+    }
+}
+
+impl PartialEq for ByName {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl Eq for ByName {}
+
+impl Borrow<str> for ByName {
+    fn borrow(&self) -> &str {
+        &self.0.name
+    }
 }
 
 /// A snapshot of format version 1 (before ACLs and users), read and converted.
@@ -124,7 +163,8 @@ impl TopicMeta {
 }
 
 impl PartialEq for TopicTable {
-    /// Equal tables hold the same topics, ACLs and users; `ids` follows from `topics`.
+    /// Equal tables hold the same topics, ACLs and users; `ids` and `by_name` follow from
+    /// `topics`.
     fn eq(&self, other: &Self) -> bool {
         fn fields(t: &TopicTable) -> impl PartialEq + '_ {
             (t.version, t.nr_shards, t.next_topic_number, &t.topics, &t.acls, &t.users)
@@ -138,13 +178,14 @@ impl TopicTable {
         TopicTable { nr_shards, next_topic_number: 1, ..Default::default() }
     }
 
+    /// The topic named `name`, in constant time whatever the number of topics.
     pub fn topic(&self, name: &str) -> Option<&TopicMeta> {
-        self.topics.get(name)
+        self.by_name.get(name).map(|t| &*t.0)
     }
 
     /// The topic with `id`, in constant time whatever the number of topics.
     pub fn topic_by_id(&self, id: [u8; 16]) -> Option<&TopicMeta> {
-        self.topics.get(self.ids.get(&id)?)
+        self.topic(self.ids.get(&id)?)
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -158,9 +199,11 @@ impl TopicTable {
         } else {
             let old: TopicTableV1 = decode_versioned(TABLE_FORMAT_VERSION_1, WHAT, bytes)?;
             let TopicTableV1 { version, nr_shards, next_topic_number, topics } = old;
+            let topics = topics.into_iter().map(|(name, meta)| (name, Arc::new(meta))).collect();
             TopicTable { version, nr_shards, next_topic_number, topics, ..Default::default() }
         };
         table.ids = table.topics.values().map(|t| (t.topic_id, t.name.clone())).collect();
+        table.by_name = table.topics.values().map(|t| ByName(t.clone())).collect();
         Ok(table)
     }
 
@@ -191,18 +234,38 @@ impl TopicTable {
     pub fn insert_topic(&mut self, meta: TopicMeta) {
         self.next_topic_number = self.next_topic_number.max(meta.topic_number + 1);
         self.version += 1;
-        let (id, name) = (meta.topic_id, meta.name.clone());
-        if let Some(replaced) = self.topics.insert(name.clone(), meta) {
+        let (id, name, meta) = (meta.topic_id, meta.name.clone(), Arc::new(meta));
+        if let Some(replaced) = self.topics.insert(name.clone(), meta.clone()) {
             self.ids.remove(&replaced.topic_id);
         }
         self.ids.insert(id, name);
+        self.by_name.replace(ByName(meta));
+    }
+
+    /// Changes a topic in place (not its name or id); None if there is no such topic. A
+    /// `TopicMeta` still shared with an older copy of the table is copied first.
+    pub(crate) fn update_topic<R>(
+        &mut self,
+        name: &str,
+        f: impl FnOnce(&mut TopicMeta) -> R,
+    ) -> Option<R> {
+        let meta = self.topics.get_mut(name)?;
+        // Dropped from the index first, so that an unshared `TopicMeta` is not copied.
+        self.by_name.remove(name);
+        let (id, result) = {
+            let meta = Arc::make_mut(meta);
+            (meta.topic_id, f(meta))
+        };
+        assert!(meta.name == name && meta.topic_id == id, "update_topic renamed {name}");
+        self.by_name.insert(ByName(meta.clone()));
+        Some(result)
     }
 
     /// Replaces a topic's explicit configs (a change record: the version moves even if
     /// they are equal, as the record counted it).
     pub fn replace_topic_configs(&mut self, name: &str, configs: Vec<(String, String)>) {
-        let meta = self.topics.get_mut(name).expect("configs of an existing topic");
-        meta.configs = configs;
+        self.update_topic(name, |meta| meta.configs = configs)
+            .expect("configs of an existing topic");
         self.version += 1;
     }
 
@@ -214,18 +277,17 @@ impl TopicTable {
 
     /// Appends partitions to an existing topic, owned by `shards` (validated before).
     pub fn add_partitions(&mut self, name: &str, shards: &[u32]) {
-        let meta = self.topics.get_mut(name).expect("add_partitions to an existing topic");
-        meta.partition_shards.extend_from_slice(shards);
+        self.update_topic(name, |meta| meta.partition_shards.extend_from_slice(shards))
+            .expect("add_partitions to an existing topic");
         self.version += 1;
     }
 
     pub fn remove_topic(&mut self, name: &str) -> Option<TopicMeta> {
-        let removed = self.topics.remove(name);
-        if let Some(meta) = &removed {
-            self.ids.remove(&meta.topic_id);
-            self.version += 1;
-        }
-        removed
+        let removed = self.topics.remove(name)?;
+        self.ids.remove(&removed.topic_id);
+        self.by_name.remove(name);
+        self.version += 1;
+        Some(Arc::unwrap_or_clone(removed))
     }
 }
 
@@ -282,14 +344,21 @@ mod tests {
             version: table.version,
             nr_shards: 2,
             next_topic_number: table.next_topic_number,
-            topics: table.topics.clone(),
+            topics: plain_topics(&table),
         };
         let bytes = encode_versioned(TABLE_FORMAT_VERSION_1, &old);
         assert_eq!(TopicTable::decode(&bytes).unwrap(), table);
     }
 
-    /// The id index is not part of the archive: a snapshot is byte for byte what the table
-    /// without it wrote (format 3 as written before the index), and decoding rebuilds it.
+    /// The topics as the table held them before the indexes: by name, inline.
+    fn plain_topics(table: &TopicTable) -> BTreeMap<String, TopicMeta> {
+        table.topics.iter().map(|(name, meta)| (name.clone(), TopicMeta::clone(meta))).collect()
+    }
+
+    /// The indexes (by id, by name) are not part of the archive, and the shared
+    /// `Arc<TopicMeta>` is archived inline: a snapshot is byte for byte what the table
+    /// without them wrote (format 3 as written before the indexes, with a plain
+    /// `BTreeMap<String, TopicMeta>`), and decoding rebuilds them.
     #[test]
     fn topic_ids_are_indexed_without_changing_the_snapshot_bytes() {
         #[derive(rkyv::Archive, rkyv::Serialize)]
@@ -312,11 +381,13 @@ mod tests {
             table.add_topic(&topic, id);
         }
         table.remove_topic("b");
+        table.add_partitions("c", &[0, 1]);
+        table.replace_topic_configs("a", vec![("retention.ms".into(), "5".into())]);
         let before_index = TopicTableV3 {
             version: table.version,
             nr_shards: table.nr_shards,
             next_topic_number: table.next_topic_number,
-            topics: table.topics.clone(),
+            topics: plain_topics(&table),
             acls: table.acls.clone(),
             users: table.users.clone(),
         };
@@ -338,6 +409,69 @@ mod tests {
         table.add_topic(&again, [9; 16]);
         assert!(table.topic_by_id([1; 16]).is_none());
         assert_eq!(table.topic_by_id([9; 16]).map(|m| m.name.as_str()), Some("a"));
+    }
+
+    /// Lookups by name (the hash index) and by id answer what the ordered map holds,
+    /// through creates, deletes, re-creates under an old name, added partitions and config
+    /// changes, on a table copied before each change (the shards' `Arc::make_mut`), and
+    /// after a snapshot round trip; the copy keeps what it held.
+    #[test]
+    fn lookups_by_name_agree_with_the_ordered_map_across_changes() {
+        fn check(table: &TopicTable, names: &[String]) {
+            for name in names {
+                let ordered = table.topics.get(name).map(|m| &**m);
+                assert_eq!(table.topic(name), ordered, "{name}");
+                if let Some(meta) = ordered {
+                    assert_eq!(table.topic_by_id(meta.topic_id), Some(meta), "{name} by id");
+                }
+            }
+            assert_eq!(table.by_name.len(), table.topics.len());
+            assert_eq!(table.ids.len(), table.topics.len());
+        }
+        let names: Vec<String> = (0..40).map(|i| format!("topic-{i}")).collect();
+        let mut table = Arc::new(TopicTable::new(3));
+        let mut next_id = 0u64;
+        // A small deterministic walk: each step changes one topic.
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        for step in 0..2_000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let name = &names[(rng % names.len() as u64) as usize];
+            let held = table.clone();
+            let before = held.topic(name).cloned();
+            let t = Arc::make_mut(&mut table);
+            match (rng >> 8) % 4 {
+                0 | 1 if t.topic(name).is_none() => {
+                    next_id += 1;
+                    let mut id = [0; 16];
+                    id[..8].copy_from_slice(&next_id.to_le_bytes());
+                    let topic = NewTopic {
+                        name: name.clone(),
+                        num_partitions: 1 + ((rng >> 16) % 4) as i32,
+                        replication_factor: 1,
+                        configs: Vec::new(),
+                    };
+                    t.add_topic(&topic, id);
+                }
+                0 | 1 => assert_eq!(t.remove_topic(name), before),
+                2 if t.topic(name).is_some() => t.add_partitions(name, &[(step % 3) as u32]),
+                3 => {
+                    let configs = vec![("retention.ms".into(), step.to_string())];
+                    assert_eq!(t.set_topic_configs(name, configs), before.is_some());
+                }
+                _ => {}
+            }
+            check(&table, &names);
+            check(&held, &names);
+            assert_eq!(held.topic(name).cloned(), before, "the held copy changed");
+            if step % 100 == 0 {
+                let decoded = TopicTable::decode(&table.encode()).unwrap();
+                assert_eq!(decoded, *table);
+                check(&decoded, &names);
+            }
+        }
+        assert!(table.topics.len() > 5 && table.topics.len() < 35, "the walk was one-sided");
     }
 
     #[test]

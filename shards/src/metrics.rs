@@ -382,8 +382,8 @@ impl Shard {
         let mut topics = Vec::new();
         let mut partitions = Vec::new();
         let metas: Vec<&TopicMeta> = match only {
-            None => table.topics.values().collect(),
-            Some(names) => names.iter().filter_map(|name| table.topics.get(name)).collect(),
+            None => table.topics.values().map(|t| &**t).collect(),
+            Some(names) => names.iter().filter_map(|name| table.topic(name)).collect(),
         };
         for meta in metas {
             turns.step().await;

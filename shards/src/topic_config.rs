@@ -414,9 +414,9 @@ fn apply_op(
 impl TopicTable {
     /// Replaces a topic's explicit configs (already validated); false if the topic is gone.
     pub fn set_topic_configs(&mut self, name: &str, configs: Vec<(String, String)>) -> bool {
-        let Some(meta) = self.topics.get_mut(name) else { return false };
+        let Some(meta) = self.topic(name) else { return false };
         if meta.configs != configs {
-            meta.configs = configs;
+            self.update_topic(name, |meta| meta.configs = configs);
             self.version += 1;
         }
         true

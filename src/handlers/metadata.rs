@@ -45,7 +45,7 @@ pub fn handle(
             // Topics the caller may not DESCRIBE are left out, as Kafka does.
             None => (shard.table().topics.values())
                 .filter(|meta| caller.topic(AclOperation::Describe, &meta.name))
-                .map(topic_response)
+                .map(|meta| topic_response(meta))
                 .collect(),
             Some(requested) => {
                 let mut out = Vec::with_capacity(requested.len());

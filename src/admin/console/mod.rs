@@ -27,11 +27,11 @@ mod pages;
 mod records;
 mod session;
 
+use std::collections::BTreeSet;
 use std::rc::Rc;
 
 use shardlog_shards::acl::AclOperation;
-use std::collections::BTreeSet;
-
+use shardlog_shards::metadata::TopicMeta;
 use shardlog_shards::metrics::{MetricsScope, ShardMetrics};
 use shardlog_shards::Shard;
 
@@ -231,8 +231,8 @@ impl Page {
             }
             Page::Topics { page } | Page::TopicsJson { page } => {
                 let table = shard.table();
-                let visible: Vec<_> =
-                    table.topics.values().filter(|t| describe_topic(&t.name)).collect();
+                let topics = table.topics.values().map(|t| &**t);
+                let visible: Vec<&TopicMeta> = topics.filter(|t| describe_topic(&t.name)).collect();
                 let shown = pages::topic_names_on_page(&visible, *page);
                 let snapshots = gather(shard, MetricsScope::topics(shown)).await?;
                 match self {
