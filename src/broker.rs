@@ -230,7 +230,7 @@ async fn shard_main(
     if let Err(message) = started {
         error!("{message}");
         eprintln!("shardlog: {message}");
-        std::process::exit(1);
+        shardlog_shards::runtime::exit_process(1);
     }
 }
 

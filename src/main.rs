@@ -36,7 +36,8 @@ fn main() {
     if let Err(message) = broker::run(cli.config) {
         tracing::error!("{message}");
         eprintln!("shardlog: {message}");
-        std::process::exit(1);
+        // Shard threads may be exiting too: one exit at a time.
+        shardlog_shards::runtime::exit_process(1);
     }
 }
 

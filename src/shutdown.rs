@@ -67,13 +67,13 @@ pub fn install(nr_shards: usize) -> Result<Arc<Shutdown>, String> {
             for signal in signals.forever() {
                 if flag.requested.swap(true, Ordering::SeqCst) {
                     eprintln!("shardlog: second signal {signal} during shutdown: exiting now");
-                    std::process::exit(128 + signal);
+                    shardlog_shards::runtime::exit_process(128 + signal);
                 }
                 info!(signal, "shutting down: no new connections or requests");
                 std::thread::spawn(|| {
                     std::thread::sleep(HARD_BOUND);
                     eprintln!("shardlog: shutdown did not finish in {HARD_BOUND:?}: exiting");
-                    std::process::exit(1);
+                    shardlog_shards::runtime::exit_process(1);
                 });
             }
         })
@@ -158,10 +158,10 @@ impl ShardStop {
         wait_until(HARD_BOUND, || self.shared.closed.load(Ordering::SeqCst) >= all).await;
         if self.shared.close_failed.load(Ordering::SeqCst) {
             error!("shutdown complete, but a log could not be closed cleanly");
-            std::process::exit(1);
+            shardlog_shards::runtime::exit_process(1);
         }
         info!("shutdown complete");
-        std::process::exit(0);
+        shardlog_shards::runtime::exit_process(0);
     }
 }
 

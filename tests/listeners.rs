@@ -232,3 +232,50 @@ fn sighup_reloads_certificates_for_new_connections_and_keeps_open_ones() {
 fn hangup(broker: &Broker) {
     assert_eq!(unsafe { libc::kill(broker.pid() as i32, libc::SIGHUP) }, 0);
 }
+
+/// A socket bound to 127.0.0.1 on a free port and not listening, and its port: nothing
+/// answers there, so the broker's start-up check passes, but every shard's bind fails.
+fn bound_not_listening() -> (std::os::fd::OwnedFd, u16) {
+    use std::mem::size_of;
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain socket calls on a descriptor this function owns; the address struct is
+    // a zeroed `sockaddr_in` of the length passed.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let owned = std::os::fd::OwnedFd::from_raw_fd(fd);
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        addr.sin_family = libc::AF_INET as libc::sa_family_t;
+        addr.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+        let len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let sockaddr = &mut addr as *mut libc::sockaddr_in as *mut libc::sockaddr;
+        assert_eq!(libc::bind(fd, sockaddr, len), 0, "{}", std::io::Error::last_os_error());
+        let mut got = len;
+        assert_eq!(libc::getsockname(fd, sockaddr, &mut got), 0);
+        (owned, u16::from_be(addr.sin_port))
+    }
+}
+
+/// When every shard fails to bind its port at once (the Kafka port held by a socket that
+/// does not listen), the broker exits with 1 and the shard's reason, not with SIGABRT from
+/// an exit called again from the exiting shard's own shard watch (`runtime::exit_process`;
+/// before, 10 starts of 10 ended in SIGABRT).
+#[test]
+fn every_shard_failing_to_bind_exits_1_with_the_reason_not_an_abort() {
+    let (_blocker, port) = bound_not_listening();
+    for run in 0..10 {
+        let dir = tempfile::tempdir().unwrap();
+        let admin = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shardlog"))
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["--kafka-addr", &format!("127.0.0.1:{port}"), "--cores", "2"])
+            .args(["--admin-addr", &admin.to_string()])
+            .output()
+            .expect("running shardlog");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "run {run}: {:?}\n{stderr}", out.status);
+        assert!(stderr.contains(&format!("127.0.0.1:{port}: ")), "run {run}: {stderr}");
+        assert!(stderr.contains("in use"), "run {run}: {stderr}");
+    }
+}

@@ -247,7 +247,7 @@ impl Shard {
     /// broker rather than answer (ARCHITECTURE: a failed fsync is never retried).
     pub fn fatal_storage_error(&self, error: &StorageError) -> ! {
         error!(shard = self.id, %error, "fatal storage error: stopping the broker");
-        std::process::exit(70);
+        crate::runtime::exit_process(crate::runtime::SHARD_STOPPED_EXIT_CODE);
     }
 
     /// Fetch partitions owned by this shard, long-polling until `min_bytes` are available

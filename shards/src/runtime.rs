@@ -3,6 +3,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use glommio::{CpuSet, LocalExecutorPoolBuilder, PoolPlacement};
@@ -68,6 +69,25 @@ where
 /// ("Idle memory") showed no change in consume or replay MB/s beyond the noise.
 const IO_MEMORY_BYTES: usize = 1 << 20;
 
+/// Set by the first [`exit_process`].
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// Ends the process with `code`: every exit of a running broker goes through here. The
+/// first call exits; a later one, on another thread, parks until the process is gone (as
+/// `std::process::exit` itself would). What it adds is the flag [`ShardWatch`] reads:
+/// `exit` runs the calling thread's thread-local destructors, so on a shard's thread
+/// (a shard that failed at start-up) the shard watch would see its executor end and call
+/// exit again from inside exit, which Rust's std refuses with a panic ("exit called
+/// re-entrantly") that aborts the process: SIGABRT instead of the exit code.
+pub fn exit_process(code: i32) -> ! {
+    if EXITING.swap(true, Ordering::SeqCst) {
+        loop {
+            std::thread::park();
+        }
+    }
+    std::process::exit(code)
+}
+
 /// Exit code of a broker whose shard stopped on its own (as for a fatal storage error).
 pub const SHARD_STOPPED_EXIT_CODE: i32 = 70;
 
@@ -79,7 +99,9 @@ struct ShardWatch {
 
 impl Drop for ShardWatch {
     fn drop(&mut self) {
-        if !self.finished.get() {
+        // The process is exiting (this thread's destructors run inside `exit`): nothing to
+        // stop, and a second exit from here would abort.
+        if !self.finished.get() && !EXITING.load(Ordering::SeqCst) {
             // A task panicked (builds that unwind; release builds abort on the panic itself)
             // or the shard's main future returned without a shutdown: the other shards
             // would go on serving with this core's partitions dark. Stop everything.
@@ -88,7 +110,7 @@ impl Drop for ShardWatch {
                  or the shard returned early): exiting",
                 self.shard
             );
-            std::process::exit(SHARD_STOPPED_EXIT_CODE);
+            exit_process(SHARD_STOPPED_EXIT_CODE);
         }
     }
 }
