@@ -396,7 +396,10 @@ impl Shard {
             };
             for index in 0..meta.partition_shards.len() as i32 {
                 turns.step().await;
-                let Some(id) = self.local_partition(&meta.name, index) else { continue };
+                if meta.owner(index) != Some(self.id) {
+                    continue;
+                }
+                let Some(id) = meta.partition_id(index) else { continue };
                 let Some(info) = self.log.partition_info(id) else { continue };
                 topic.partitions += 1;
                 topic.size_bytes += info.size_bytes;

@@ -102,12 +102,20 @@ struct TopicTotals {
     fetch_bytes: u64,
 }
 
+/// Page `page_number` (clamped) of `visible`: the page shown, how many pages there are,
+/// and the topics on it.
+fn on_page<'v, 'a>(
+    visible: &'v [&'a TopicMeta],
+    page_number: usize,
+) -> (usize, usize, &'v [&'a TopicMeta]) {
+    let (page_number, pages, before) = page_of(visible.len(), TOPICS_PER_PAGE, page_number);
+    (page_number, pages, &visible[before..visible.len().min(before + TOPICS_PER_PAGE)])
+}
+
 /// The names of the topics on page `page_number` (clamped) of `visible`: the topics whose
 /// figures that page needs from the shards.
 pub fn topic_names_on_page(visible: &[&TopicMeta], page_number: usize) -> Vec<String> {
-    let (_, _, before) = page_of(visible.len(), TOPICS_PER_PAGE, page_number);
-    let shown = visible.iter().skip(before).take(TOPICS_PER_PAGE);
-    shown.map(|t| t.name.clone()).collect()
+    on_page(visible, page_number).2.iter().map(|t| t.name.clone()).collect()
 }
 
 /// Page `page_number` (clamped) of the topics the viewer may see (`visible`, in name
@@ -117,8 +125,7 @@ fn topics_page<'a>(
     snapshots: &[ShardMetrics],
     page_number: usize,
 ) -> (usize, usize, Vec<(&'a TopicMeta, TopicTotals)>) {
-    let (page_number, pages, before) = page_of(visible.len(), TOPICS_PER_PAGE, page_number);
-    let shown = &visible[before..visible.len().min(before + TOPICS_PER_PAGE)];
+    let (page_number, pages, shown) = on_page(visible, page_number);
     let mut totals: HashMap<&str, TopicTotals> =
         shown.iter().map(|t| (t.name.as_str(), TopicTotals::default())).collect();
     for t in snapshots.iter().flat_map(|s| &s.topics) {
