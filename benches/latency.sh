@@ -2,12 +2,13 @@
 # Durable-ack latency, variant against variant, in one run (issue 13's first target).
 #
 # Per round: the disk's own figure (machine-limits: 4 KiB O_DIRECT overwrite + fdatasync,
-# one at a time), then for each variant a fresh broker (--cores 2 unless the variant says
-# otherwise) and `shardlog-load e2e` at --rate msg/s for --secs (1 KiB, acks=all, 3
-# partitions), then the broker's stage histograms from /metrics (the latency budget,
-# docs/metrics.md). Variants alternate inside a round so a noisy neighbour hits all of
-# them alike. Prints `RESULT round=R variant=NAME ...` lines and, at the end, the median
-# over rounds of each figure per variant, with its ratio to the disk's overwrite p50.
+# one at a time, back to back and paced at --rate as the load is), then for each variant
+# a fresh broker (--cores 2 unless the variant says otherwise) and `shardlog-load e2e` at
+# --rate msg/s for --secs (1 KiB, acks=all, 3 partitions), then the broker's stage
+# histograms from /metrics (the latency budget, docs/metrics.md). Variants alternate inside
+# a round so a noisy neighbour hits all of them alike. Prints `RESULT round=R
+# variant=NAME ...` lines and, at the end, the median over rounds of each figure per
+# variant, with its ratios to the disk's overwrite p50, back to back and paced.
 #
 # Usage: benches/latency.sh [--rounds N] [--secs S] [--rate R] [--out FILE]
 #                           [VARIANT ...]
@@ -118,8 +119,9 @@ run_variant() { # round name flags
 }
 
 for round in $(seq "$ROUNDS"); do
-  limits=$("$TARGET/release/machine-limits" --dir "$WORK" --ops 1000 --seq-mib 16 | grep '^RESULT')
-  log "RESULT round=$round variant=disk $(echo "$limits" | grep -o 'overwrite_sync_p50_us=[0-9]*\|append_sync_p50_us=[0-9]*' | tr '\n' ' ')"
+  limits=$("$TARGET/release/machine-limits" --dir "$WORK" --ops 1000 --seq-mib 16 \
+    --pace-us $((1000000 / RATE)) | grep '^RESULT')
+  log "RESULT round=$round variant=disk $(echo "$limits" | grep -o '\(overwrite\|append\|paced\)_sync_p50_us=[0-9]*' | tr '\n' ' ')"
   for v in "${VARIANTS[@]}"; do run_variant "$round" "${v%%=*}" "${v#*=}"; done
 done
 
@@ -134,11 +136,14 @@ for line in open(sys.argv[1]):
         if k not in ('round', 'variant') and v != 'na':
             rows.setdefault(fields['variant'], {}).setdefault(k, []).append(float(v))
 disk = statistics.median(rows.get('disk', {}).get('overwrite_sync_p50_us', [float('nan')]))
-print(f"\nmedians over rounds (disk overwrite+fdatasync p50 {disk:.0f} us)")
+paced = statistics.median(rows.get('disk', {}).get('paced_sync_p50_us', [float('nan')]))
+print(f"\nmedians over rounds (disk overwrite+fdatasync p50 {disk:.0f} us back to back, "
+      f"{paced:.0f} us paced)")
 for variant, figures in rows.items():
     if variant == 'disk':
         continue
     parts = [f"{k}={statistics.median(v):.0f}" for k, v in figures.items()]
     ack = statistics.median(figures.get('ack_p50_us', [float('nan')]))
-    print(f"{variant}: ack_p50/disk={ack / disk:.2f} " + " ".join(parts))
+    print(f"{variant}: ack_p50/disk={ack / disk:.2f} ack_p50/paced={ack / paced:.2f} "
+          + " ".join(parts))
 EOF

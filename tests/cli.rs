@@ -328,10 +328,9 @@ fn cli_alter_config_without_changes_is_refused() {
 fn cli_disk_check_measures_both_sync_modes_and_leaves_no_scratch_file() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let run =
-        cli("127.0.0.1:1", &["disk-check", "--dir", data.to_str().unwrap(), "--ops", "20"], "")
-            .ok();
-    for mode in ["(fdatasync)", "(dsync)"] {
+    let args = ["disk-check", "--dir", data.to_str().unwrap(), "--ops", "20", "--pace-us", "100"];
+    let run = cli("127.0.0.1:1", &args, "").ok();
+    for mode in ["(fdatasync)", "(dsync)", "100 us apart (paced)"] {
         let line = run.stdout.lines().find(|l| l.contains(mode)).expect(mode);
         let figures: Vec<u64> =
             line.split_whitespace().rev().take(2).map(|f| f.parse().expect(line)).collect();

@@ -3,11 +3,21 @@
 //!
 //! - 4 KiB O_DIRECT write + fdatasync, one at a time: overwriting blocks written before
 //!   (what a preallocated, zero-filled segment costs) and appending (extends the file).
+//! - with `--pace-us P`, the same overwrite with P µs of idle before each op: one durable
+//!   write as a paced producer meets it (at 200 msg/s, P = 5000). On the 2-core VM the
+//!   paced figure is 2-5× the back-to-back one, and keeping the CPU busy between ops (a
+//!   spin instead of a sleep) does not change it. The likeliest reading (not separated
+//!   further): the device, a virtio disk, answers a request after idle more slowly. Both
+//!   ways dirty the inode (ctime) on this journal-less ext4 (docs/tuning.md).
+//! - with `--uring` as well, the paced overwrite through one io_uring: write then
+//!   fdatasync as two submissions (the broker's flusher), write linked to fdatasync in one
+//!   submission, and one RWF_DSYNC write.
 //! - sequential O_DIRECT writes of 1 MiB, queue depth 1 (bandwidth).
 //! - loopback TCP round trip, 64 B and 1 KiB ping-pong with TCP_NODELAY.
 //!
-//! Usage: machine-limits --dir DIR [--ops N] [--seq-mib M]. Prints a table and
-//! `RESULT mode=limits key=value ...`. The file it writes in DIR is removed at the end.
+//! Usage: machine-limits --dir DIR [--ops N] [--seq-mib M] [--pace-us P [--uring]].
+//! Prints a table and `RESULT mode=limits key=value ...`. The file it writes in DIR is
+//! removed at the end.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::fs::{File, OpenOptions};
@@ -15,7 +25,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
@@ -65,8 +75,14 @@ fn histogram() -> Histogram<u64> {
 }
 
 /// 4 KiB O_DIRECT write + fdatasync per op; `append` extends the file each time,
-/// otherwise the blocks were written (not just allocated) beforehand.
-fn sync_writes(path: &Path, ops: usize, append: bool) -> std::io::Result<Histogram<u64>> {
+/// otherwise the blocks were written (not just allocated) beforehand. `pace` is slept
+/// before each op (not timed).
+fn sync_writes(
+    path: &Path,
+    ops: usize,
+    append: bool,
+    pace: Option<Duration>,
+) -> std::io::Result<Histogram<u64>> {
     let _ = std::fs::remove_file(path);
     let file = open_direct(path)?;
     let mut buf = AlignedBuf::new(BLOCK);
@@ -80,9 +96,75 @@ fn sync_writes(path: &Path, ops: usize, append: bool) -> std::io::Result<Histogr
     }
     let mut h = histogram();
     for i in 0..ops {
+        if let Some(pace) = pace {
+            std::thread::sleep(pace);
+        }
         let started = Instant::now();
         file.write_all_at(buf.as_mut(), (i * BLOCK) as u64)?;
         file.sync_data()?;
+        h.record((started.elapsed().as_micros() as u64).max(1)).expect("in range");
+    }
+    Ok(h)
+}
+
+/// How a 4 KiB O_DIRECT overwrite is made durable, through one io_uring as the broker's
+/// reactor does (glommio), against the blocking syscalls of `sync_writes`.
+#[derive(Clone, Copy)]
+enum UringMode {
+    /// WRITE, wait for it, then FSYNC(DATASYNC), wait: the broker's flusher today.
+    TwoSteps,
+    /// WRITE linked to FSYNC(DATASYNC) (IOSQE_IO_LINK): one submission, no user-space
+    /// turn between the two.
+    Linked,
+    /// One WRITE with RWF_DSYNC (`--log-sync dsync`).
+    Dsync,
+}
+
+/// Overwrites of written blocks through io_uring, one at a time, with `pace` of idle
+/// before each (not timed).
+fn uring_writes(
+    path: &Path,
+    ops: usize,
+    mode: UringMode,
+    pace: Option<Duration>,
+) -> std::io::Result<Histogram<u64>> {
+    use io_uring::{opcode, squeue, types, IoUring};
+    let _ = std::fs::remove_file(path);
+    let file = open_direct(path)?;
+    let mut buf = AlignedBuf::new(BLOCK);
+    buf.as_mut().fill(0x5a);
+    for i in 0..ops {
+        file.write_all_at(buf.as_mut(), (i * BLOCK) as u64)?;
+    }
+    file.sync_all()?;
+    let fd = types::Fd(std::os::fd::AsRawFd::as_raw_fd(&file));
+    let mut ring = IoUring::new(8)?;
+    let ptr = buf.as_mut().as_ptr();
+    let mut h = histogram();
+    for i in 0..ops {
+        if let Some(pace) = pace {
+            std::thread::sleep(pace);
+        }
+        let offset = (i * BLOCK) as u64;
+        let write = opcode::Write::new(fd, ptr, BLOCK as u32).offset(offset);
+        let fsync = opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build();
+        let started = Instant::now();
+        let steps: Vec<Vec<squeue::Entry>> = match mode {
+            UringMode::TwoSteps => vec![vec![write.build()], vec![fsync]],
+            UringMode::Linked => vec![vec![write.build().flags(squeue::Flags::IO_LINK), fsync]],
+            UringMode::Dsync => vec![vec![write.rw_flags(libc::RWF_DSYNC).build()]],
+        };
+        for step in steps {
+            // SAFETY: the buffer and file outlive the operations (each step is waited for).
+            unsafe { ring.submission().push_multiple(&step) }
+                .map_err(|_| std::io::Error::other("io_uring submission queue full"))?;
+            ring.submit_and_wait(step.len())?;
+            for cqe in ring.completion() {
+                if cqe.result() < 0 {
+                    return Err(std::io::Error::from_raw_os_error(-cqe.result()));
+                }
+            }
+        }
         h.record((started.elapsed().as_micros() as u64).max(1)).expect("in range");
     }
     Ok(h)
@@ -138,6 +220,8 @@ fn loopback(size: usize, rounds: usize) -> std::io::Result<Histogram<u64>> {
 fn main() -> std::io::Result<()> {
     let mut dir = None;
     let (mut ops, mut seq_mib, mut rounds) = (3000usize, 1024usize, 20_000usize);
+    let mut pace_us = 0u64;
+    let mut uring = false;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let mut value = || args.next().expect("flag needs a value");
@@ -146,22 +230,46 @@ fn main() -> std::io::Result<()> {
             "--ops" => ops = value().parse().expect("--ops N"),
             "--seq-mib" => seq_mib = value().parse().expect("--seq-mib M"),
             "--rounds" => rounds = value().parse().expect("--rounds N"),
+            "--pace-us" => pace_us = value().parse().expect("--pace-us P"),
+            "--uring" => uring = true,
             _ => {
-                eprintln!("usage: machine-limits --dir DIR [--ops N] [--seq-mib M] [--rounds N]");
+                eprintln!(
+                    "usage: machine-limits --dir DIR [--ops N] [--seq-mib M] [--rounds N] \
+                     [--pace-us P [--uring]]"
+                );
                 std::process::exit(if flag == "--help" { 0 } else { 2 });
             }
         }
     }
     let dir = dir.unwrap_or_else(|| PathBuf::from("."));
     let path = dir.join("machine-limits.tmp");
-    let overwrite = sync_writes(&path, ops, false)?;
-    let append = sync_writes(&path, ops, true)?;
+    let overwrite = sync_writes(&path, ops, false, None)?;
+    // About a second of paced ops at 200 msg/s; as many as the others when P is small.
+    let paced_ops = (1_000_000 / pace_us.max(1)).clamp(100, ops as u64) as usize;
+    let paced = match pace_us {
+        0 => None,
+        _ => Some(sync_writes(&path, paced_ops, false, Some(Duration::from_micros(pace_us)))?),
+    };
+    let pace = Some(Duration::from_micros(pace_us));
+    let mut uring_figures = Vec::new();
+    if uring && pace_us > 0 {
+        let modes = [
+            ("uring_2step_p50_us", UringMode::TwoSteps),
+            ("uring_linked_p50_us", UringMode::Linked),
+            ("uring_dsync_p50_us", UringMode::Dsync),
+        ];
+        for (name, mode) in modes {
+            let h = uring_writes(&path, paced_ops, mode, pace)?;
+            uring_figures.push((name, h.value_at_quantile(0.5)));
+        }
+    }
+    let append = sync_writes(&path, ops, true, None)?;
     let seq = sequential(&path, seq_mib)?;
     std::fs::remove_file(&path)?;
     let rtt_64 = loopback(64, rounds)?;
     let rtt_1k = loopback(1024, rounds)?;
     let q = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q);
-    let fields = [
+    let mut fields = vec![
         ("overwrite_sync_p50_us", q(&overwrite, 0.5) as f64),
         ("overwrite_sync_p99_us", q(&overwrite, 0.99) as f64),
         ("append_sync_p50_us", q(&append, 0.5) as f64),
@@ -172,6 +280,13 @@ fn main() -> std::io::Result<()> {
         ("rtt_1k_p50_us", q(&rtt_1k, 0.5) as f64),
         ("rtt_1k_p99_us", q(&rtt_1k, 0.99) as f64),
     ];
+    if let Some(paced) = &paced {
+        fields.push(("paced_sync_p50_us", q(paced, 0.5) as f64));
+        fields.push(("paced_sync_p99_us", q(paced, 0.99) as f64));
+    }
+    for (name, p50) in uring_figures {
+        fields.push((name, p50 as f64));
+    }
     println!(
         "== machine limits ({} sync ops, {seq_mib} MiB sequential, {rounds} round trips)",
         ops
