@@ -48,7 +48,7 @@ pub struct CheckpointV1 {
     pub clean: bool,
 }
 
-/// The file's bytes, partitions in id order (`State::snapshot` leaves them in map order so
+/// The file's bytes, partitions in id order (the checkpoint copy leaves them in map order so
 /// that the sort runs here, off the shard's executor, with the encoding).
 pub fn encode(mut checkpoint: CheckpointV1) -> Vec<u8> {
     checkpoint.partitions.sort_unstable_by_key(|p| p.id);
@@ -119,7 +119,7 @@ mod tests {
         assert_eq!(decode(&encode(sample())).unwrap(), sample());
     }
 
-    /// `State::snapshot` leaves partitions in map order: the file holds them by id, the
+    /// The checkpoint copy leaves partitions in map order: the file holds them by id, the
     /// same bytes whatever order they came in (what was written before the sort moved).
     #[test]
     fn partitions_are_encoded_in_id_order_whatever_order_they_come_in() {

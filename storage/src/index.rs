@@ -43,6 +43,8 @@ pub struct PartitionLog {
     pub cached: VecDeque<Bytes>,
     /// Whether positions may be out of offset order (a batch was replaced; invariant 3).
     pub replaced: bool,
+    /// Not copied yet by the checkpoint copy in progress (`state::CheckpointCopy`).
+    pub checkpoint_pending: bool,
 }
 
 impl PartitionLog {

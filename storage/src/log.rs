@@ -20,6 +20,7 @@ use std::io;
 use std::pin::Pin;
 use std::rc::{Rc, Weak};
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
@@ -33,7 +34,7 @@ use crate::frame::{
 };
 use crate::index::{BatchEntry, PartitionLog};
 use crate::recovery::recover;
-use crate::state::{LiveInternal, Segment, SegmentState, State};
+use crate::state::{CopyTurn, LiveInternal, Segment, SegmentState, State};
 use crate::*;
 
 /// Idle time after a flush before the maintenance task writes zeros.
@@ -47,6 +48,9 @@ const COALESCE_GAP_BYTES: u64 = 256 << 10;
 const MAX_READ_BYTES: u64 = 8 << 20;
 /// Checkpoints kept on disk (the newest is used; the older one is a fallback).
 const CHECKPOINTS_KEPT: usize = 2;
+/// How much of a checkpoint's index copy one turn takes: as many partitions as a turn of
+/// retention, fewer when they hold many batches (~40 bytes of copy each).
+const CHECKPOINT_COPY_TURN: CopyTurn = CopyTurn { partitions: 256, batches: 16 << 10 };
 
 /// Counters of one log (plain cells; read them with `ShardLog::probes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -679,6 +683,20 @@ impl<D: Disk> ShardLog<D> {
         self.inner.signal.durable.get()
     }
 
+    /// The partitions the checkpoint copy in progress has not copied yet, in id order;
+    /// `None` when no copy is in progress. For tests that change partitions between the
+    /// copy's turns (not part of the storage API contract).
+    #[doc(hidden)]
+    pub fn checkpoint_copy_pending(&self) -> Option<Vec<PartitionId>> {
+        let state = self.inner.state.borrow();
+        state.core.copy.as_ref()?;
+        let partitions = state.core.partitions.iter();
+        let mut pending: Vec<PartitionId> =
+            partitions.filter(|(_, log)| log.checkpoint_pending).map(|(&id, _)| id).collect();
+        pending.sort_unstable();
+        Some(pending)
+    }
+
     /// Writes an index checkpoint covering everything appended before the call.
     pub async fn checkpoint(&self) -> Result<(), StorageError> {
         self.write_checkpoint(false).await
@@ -693,25 +711,8 @@ impl<D: Disk> ShardLog<D> {
         if let Some(fatal) = inner.signal.fatal() {
             return Err(StorageError::Fatal(fatal));
         }
-        let (position, snapshot) = {
-            let state = inner.state.borrow();
-            let position = inner.signal.durable.get();
-            if position <= state.checkpoint_position && !clean {
-                return Ok(());
-            }
-            // The copy holds the executor, linear in the partitions (docs/storage.md,
-            // "Checkpoints hold the executor"): timed for that reason.
-            let started = std::time::Instant::now();
-            let mut snapshot = state.snapshot(position);
-            snapshot.clean = clean && state.closing && state.batcher.position() == position;
-            tracing::debug!(
-                position,
-                partitions = snapshot.partitions.len(),
-                snapshot_us = started.elapsed().as_micros() as u64,
-                "checkpoint state copied"
-            );
-            (position, snapshot)
-        };
+        let Some(snapshot) = self.copy_in_turns(clean).await else { return Ok(()) };
+        let position = snapshot.position;
         // The snapshot is owned data: sorting, encoding and the CRC run on a blocking
         // thread while the shard serves requests. What it describes is fixed at
         // `position`; appends meanwhile land after it and are replayed by a recovery.
@@ -738,13 +739,80 @@ impl<D: Disk> ShardLog<D> {
         for p in &older[..excess] {
             inner.disk.remove_checkpoint(*p).await?;
         }
+        // One more hold of the executor, linear in the partitions (the oldest position
+        // each keeps alive): timed with the copy's turns.
+        let started = std::time::Instant::now();
         let mut state = inner.state.borrow_mut();
         state.checkpoint_position = state.checkpoint_position.max(position);
         state.core.forget_superseded_internal(inner.signal.durable.get());
         if state.schedule_deletions() {
             inner.wake_maintenance(&mut state);
         }
+        let release_us = started.elapsed().as_micros() as u64;
+        tracing::debug!(position, release_us, "checkpoint written");
         Ok(())
+    }
+
+    /// The index copy of a checkpoint at the durable position, made in turns
+    /// (`CHECKPOINT_COPY_TURN`) that give way to the shard's other tasks between them
+    /// (state.rs invariant 7; docs/storage.md, "Checkpoints hold the executor"). `close`
+    /// copies in one piece. `None`: nothing new since the last checkpoint.
+    async fn copy_in_turns(&self, clean: bool) -> Option<checkpoint::CheckpointV1> {
+        let inner = &*self.inner;
+        // One copy at a time. The broker never overlaps its checkpoints; a second caller
+        // (a test) waits for the first.
+        while inner.state.borrow().core.copy.is_some() {
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+        let started = std::time::Instant::now();
+        let position = {
+            let mut state = inner.state.borrow_mut();
+            let position = inner.signal.durable.get();
+            if position <= state.checkpoint_position && !clean {
+                return None;
+            }
+            state.core.start_copy(position);
+            position
+        };
+        let start_us = started.elapsed().as_micros() as u64;
+        let _abandon = AbandonCopyOnDrop(inner);
+        // Timed because each turn holds the executor: in total, and the longest hold (the
+        // start, a pass over the partition map, counts with the first turn): what a
+        // request can wait behind.
+        let (mut held, mut longest_hold, mut holds) = (Duration::ZERO, Duration::ZERO, 1);
+        let mut hold_started = started;
+        loop {
+            let snapshot = {
+                let mut state = inner.state.borrow_mut();
+                let turn = if state.closing { CopyTurn::WHOLE } else { CHECKPOINT_COPY_TURN };
+                let complete = state.core.copy_turn(turn);
+                held += hold_started.elapsed();
+                longest_hold = longest_hold.max(hold_started.elapsed());
+                complete.then(|| {
+                    let mut snapshot = state.core.finish_copy();
+                    snapshot.clean = clean && state.closing && state.batcher.position() == position;
+                    snapshot
+                })
+            };
+            if let Some(snapshot) = snapshot {
+                tracing::debug!(
+                    position,
+                    partitions = snapshot.partitions.len(),
+                    snapshot_us = held.as_micros() as u64,
+                    longest_hold_us = longest_hold.as_micros() as u64,
+                    start_us,
+                    holds,
+                    copy_us = started.elapsed().as_micros() as u64,
+                    "checkpoint state copied"
+                );
+                return Some(snapshot);
+            }
+            // As `runtime::Turns` (shards): a timer lets the executor poll for I/O
+            // between turns, which a yield within the task queue does not.
+            glommio::timer::sleep(Duration::from_micros(1)).await;
+            hold_started = std::time::Instant::now();
+            holds += 1;
+        }
     }
 
     /// Flushes everything, writes a checkpoint and stops the log's tasks. Later appends
@@ -762,6 +830,21 @@ impl<D: Disk> ShardLog<D> {
         let busy = &self.inner.maintenance_busy;
         self.inner.signal.wait_until(|_| !busy.get()).await;
         result
+    }
+}
+
+/// Ends a checkpoint's index copy, if still in progress, when its future is dropped
+/// between turns (a stopping shard): a copy left behind would go on copying partitions
+/// for nobody and keep the next checkpoint waiting. After `finish_copy`, a no-op.
+struct AbandonCopyOnDrop<'a, D: Disk>(&'a Inner<D>);
+
+impl<D: Disk> Drop for AbandonCopyOnDrop<'_, D> {
+    fn drop(&mut self) {
+        // No borrow is held across an await (contract 4), so this one is free; `try_` so
+        // that an unwinding test never panics twice.
+        if let Ok(mut state) = self.0.state.try_borrow_mut() {
+            state.core.abandon_copy();
+        }
     }
 }
 

@@ -20,6 +20,15 @@
 //! 6. A `Replace` entry changes the index only once durable, and before the durable
 //!    position that covers it is published (`apply_durable_replaces`): every index entry
 //!    points at durable bytes, and a checkpoint at or past a `Replace` holds its effect.
+//! 7. A checkpoint copied in turns (`CheckpointCopy`, at durable position `P`) is the copy
+//!    one pass would have made when it started, and a recovery from it replays every
+//!    entry at or after `P`. So each change made between turns must be in the copy not
+//!    at all, only in the log after `P`: a partition not copied yet is copied first,
+//!    before anything but an append changes it (`copy_if_pending`: `trim`, the `LogStart`
+//!    arm of `apply`, `apply_replace`, `drop_partition`), and an append needs nothing, as
+//!    it lies at or after `P`, which a copy leaves out (`copy_at`). A partition created
+//!    after the start is not in the copy; one dropped is, and the replay of its
+//!    `DropPartition` drops it again. docs/storage.md, "Checkpoints hold the executor".
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
@@ -106,10 +115,36 @@ pub(crate) struct State<B> {
     pub pending_replaces: VecDeque<(u64, EntryHeader, Bytes)>,
 }
 
+/// A checkpoint's index copy, made in turns so that it never holds the shard's executor
+/// for long (invariant 7): what is copied so far, and where the turns are.
+pub(crate) struct CheckpointCopy {
+    position: u64,
+    /// Every partition the map held when the copy started; the turns walk it in order.
+    order: Vec<PartitionId>,
+    /// The next turn starts at `order[next]`.
+    next: usize,
+    done: Vec<PartitionV1>,
+    internal: Vec<InternalV1>,
+}
+
+/// How much one turn of a checkpoint copy may take (`Replayed::copy_turn`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CopyTurn {
+    pub partitions: usize,
+    pub batches: usize,
+}
+
+impl CopyTurn {
+    /// Everything in one turn (`close`, tests).
+    pub const WHOLE: CopyTurn = CopyTurn { partitions: usize::MAX, batches: usize::MAX };
+}
+
 /// Rebuilt state before the batcher exists (recovery).
 pub(crate) struct Replayed {
     pub partitions: HashMap<PartitionId, PartitionLog>,
     pub internal: Vec<LiveInternal>,
+    /// The checkpoint copy in progress (live only: a replay never has one).
+    pub copy: Option<CheckpointCopy>,
     /// Position of the first entry of each stream this log has held (from the checkpoint,
     /// replay or an append); never forgotten (invariant 5).
     first_internal: HashMap<InternalStream, u64>,
@@ -123,6 +158,7 @@ impl Replayed {
         Replayed {
             partitions: HashMap::new(),
             internal: Vec::new(),
+            copy: None,
             first_internal: HashMap::new(),
             cache_fifo: VecDeque::new(),
             cache_bytes: 0,
@@ -218,6 +254,7 @@ impl Replayed {
                 let offset = i64::from_le_bytes(payload.try_into().map_err(|_| {
                     StorageError::Corrupt(format!("bad LogStart entry at {position}"))
                 })?);
+                self.copy_if_pending(header.partition);
                 if let Some(log) = self.partitions.get_mut(&header.partition) {
                     let uncached = log.advance_log_start(offset);
                     self.cache_bytes -= uncached;
@@ -262,6 +299,7 @@ impl Replayed {
         if base > last {
             return Err(corrupt(&format!("range {base}..={last}")));
         }
+        self.copy_if_pending(header.partition);
         if let Some(log) = self.partitions.get_mut(&header.partition) {
             self.cache_bytes -= log.replace(base, last, copy).unwrap_or(0);
         }
@@ -303,6 +341,7 @@ impl Replayed {
     }
 
     pub fn drop_partition(&mut self, partition: PartitionId) {
+        self.copy_if_pending(partition);
         if let Some(log) = self.partitions.remove(&partition) {
             self.cache_bytes -= log.cached.iter().map(|b| b.len()).sum::<usize>();
         }
@@ -332,11 +371,110 @@ impl Replayed {
         partition: PartitionId,
         drop: impl FnMut(&crate::index::BatchEntry, u64) -> bool,
     ) -> Option<Offset> {
+        self.copy_if_pending(partition);
         let log = self.partitions.get_mut(&partition)?;
         let before = log.log_start_offset;
         let uncached = log.trim_front(drop);
         self.cache_bytes -= uncached;
         (log.log_start_offset != before).then_some(log.log_start_offset)
+    }
+
+    /// Starts a checkpoint copy at durable position `position` (one at a time): the
+    /// internal entries now (they are few), every partition later, in turns
+    /// (`copy_turn`) or before it changes (`copy_if_pending`; invariant 7).
+    pub fn start_copy(&mut self, position: u64) {
+        assert!(self.copy.is_none(), "one checkpoint copy at a time");
+        let internal = self.internal_at(position);
+        let mut order = Vec::with_capacity(self.partitions.len());
+        for (&id, log) in self.partitions.iter_mut() {
+            log.checkpoint_pending = true;
+            order.push(id);
+        }
+        let done = Vec::with_capacity(order.len());
+        self.copy = Some(CheckpointCopy { position, order, next: 0, done, internal });
+    }
+
+    /// One turn of the copy in progress: the next partitions of its order (those a change
+    /// has not copied already), up to `turn.partitions` of them or until `turn.batches`
+    /// index entries are copied (a partition is never split; at least one per turn).
+    /// Returns whether every partition is copied.
+    pub fn copy_turn(&mut self, turn: CopyTurn) -> bool {
+        let copy = self.copy.as_mut().expect("a checkpoint copy in progress");
+        let end = copy.order.len().min(copy.next.saturating_add(turn.partitions));
+        let mut batches = 0;
+        while copy.next < end && batches < turn.batches {
+            let id = copy.order[copy.next];
+            copy.next += 1;
+            if let Some(log) = self.partitions.get_mut(&id) {
+                if std::mem::take(&mut log.checkpoint_pending) {
+                    batches += log.batches.len();
+                    copy.done.push(copy_at(id, log, copy.position));
+                }
+            }
+        }
+        copy.next == copy.order.len()
+    }
+
+    /// Copies `partition` now if the copy in progress has not yet: it is about to change
+    /// by more than an append (invariant 7). One `Option` test when no copy runs.
+    fn copy_if_pending(&mut self, partition: PartitionId) {
+        let Some(copy) = self.copy.as_mut() else { return };
+        if let Some(log) = self.partitions.get_mut(&partition) {
+            if std::mem::take(&mut log.checkpoint_pending) {
+                copy.done.push(copy_at(partition, log, copy.position));
+            }
+        }
+    }
+
+    /// The checkpoint once every turn is done (`copy_turn` returned true).
+    pub fn finish_copy(&mut self) -> CheckpointV1 {
+        let copy = self.copy.take().expect("a checkpoint copy in progress");
+        assert_eq!(copy.next, copy.order.len(), "a checkpoint copy finished before its turns");
+        CheckpointV1 {
+            position: copy.position,
+            partitions: copy.done,
+            internal: copy.internal,
+            clean: false,
+        }
+    }
+
+    /// Gives up the copy in progress, if any (its checkpoint is not written).
+    pub fn abandon_copy(&mut self) {
+        self.copy = None;
+    }
+
+    /// The state as of durable position `position` (entries at or after it left out), in
+    /// one piece, partitions in map order (`checkpoint::encode` sorts them).
+    #[cfg(test)]
+    pub fn snapshot(&mut self, position: u64) -> CheckpointV1 {
+        self.start_copy(position);
+        assert!(self.copy_turn(CopyTurn::WHOLE));
+        self.finish_copy()
+    }
+
+    /// Per stream, what a recovery from `position` must start from: the entries since its
+    /// latest snapshot before `position` (a later snapshot is not durable yet).
+    fn internal_at(&self, position: u64) -> Vec<InternalV1> {
+        let latest = latest_snapshots(&self.internal, position);
+        let internal: Vec<InternalV1> = self
+            .internal
+            .iter()
+            .filter(|e| e.position < position && !superseded(e, &latest))
+            .map(|e| InternalV1 {
+                position: e.position,
+                stream: e.stream as u8,
+                snapshot: e.snapshot,
+                payload: e.payload.to_vec(),
+            })
+            .collect();
+        for (&stream, &first) in &self.first_internal {
+            assert!(
+                first >= position || internal.iter().any(|e| e.stream == stream as u8),
+                "invariant 5: a checkpoint at {position} carries no {stream:?} entry, though \
+                 the log has held one since {first}: a recovery from it would lose the stream"
+            );
+        }
+        internal
     }
 
     pub fn into_state<B>(
@@ -491,64 +629,32 @@ impl<B: crate::disk::IoBuffer> State<B> {
         }
         !deletable.is_empty()
     }
+}
 
-    /// The state as of durable position `position` (entries at or after it left out),
-    /// partitions in map order (`checkpoint::encode` sorts them, off the executor).
-    pub fn snapshot(&self, position: u64) -> CheckpointV1 {
-        let partitions: Vec<PartitionV1> = self
-            .core
-            .partitions
-            .iter()
-            .map(|(id, log)| {
-                let batches: Vec<BatchV1> = log
-                    .batches
-                    .iter()
-                    .take_while(|b| b.position < position)
-                    .map(|b| BatchV1 {
-                        base_offset: b.base_offset,
-                        last_offset: b.last_offset,
-                        position: b.position,
-                        len: b.len,
-                        max_timestamp: b.max_timestamp,
-                    })
-                    .collect();
-                let next_offset = log
-                    .batches
-                    .iter()
-                    .find(|b| b.position >= position)
-                    .map_or(log.next_offset, |b| b.base_offset);
-                PartitionV1 {
-                    id: id.0,
-                    log_start_offset: log.log_start_offset,
-                    next_offset,
-                    batches,
-                }
-            })
-            .collect();
-        // Per stream, what a recovery from `position` must start from: the entries since
-        // its latest snapshot before `position`. A later snapshot is not durable yet.
-        let latest = latest_snapshots(&self.core.internal, position);
-        let internal: Vec<InternalV1> = self
-            .core
-            .internal
-            .iter()
-            .filter(|e| e.position < position && !superseded(e, &latest))
-            .map(|e| InternalV1 {
-                position: e.position,
-                stream: e.stream as u8,
-                snapshot: e.snapshot,
-                payload: e.payload.to_vec(),
-            })
-            .collect();
-        for (&stream, &first) in &self.core.first_internal {
-            assert!(
-                first >= position || internal.iter().any(|e| e.stream == stream as u8),
-                "invariant 5: a checkpoint at {position} carries no {stream:?} entry, though \
-                 the log has held one since {first}: a recovery from it would lose the stream"
-            );
-        }
-        CheckpointV1 { position, partitions, internal, clean: false }
-    }
+/// One partition as of durable position `position`: its batches before it, and as next
+/// offset the base offset of its first batch at or after it (an append since), else its
+/// live next offset. Right only while every batch before `position` comes before every
+/// batch at or after it, which holds until a `Replace` past `position` is applied or a
+/// trim drops batches past it: hence `copy_if_pending` (invariant 7).
+fn copy_at(id: PartitionId, log: &PartitionLog, position: u64) -> PartitionV1 {
+    let batches: Vec<BatchV1> = log
+        .batches
+        .iter()
+        .take_while(|b| b.position < position)
+        .map(|b| BatchV1 {
+            base_offset: b.base_offset,
+            last_offset: b.last_offset,
+            position: b.position,
+            len: b.len,
+            max_timestamp: b.max_timestamp,
+        })
+        .collect();
+    let next_offset = log
+        .batches
+        .iter()
+        .find(|b| b.position >= position)
+        .map_or(log.next_offset, |b| b.base_offset);
+    PartitionV1 { id: id.0, log_start_offset: log.log_start_offset, next_offset, batches }
 }
 
 #[cfg(test)]
@@ -656,11 +762,216 @@ mod tests {
             for (position, name) in appended {
                 state.core.push_live_internal(entry(position, name), durable);
             }
-            let snapshot = state.snapshot(checkpoint);
+            let snapshot = state.core.snapshot(checkpoint);
             let positions: Vec<u64> = snapshot.internal.iter().map(|e| e.position).collect();
             assert_eq!(positions, carried, "checkpoint at {checkpoint}");
             let in_memory: Vec<u64> = state.core.internal.iter().map(|e| e.position).collect();
             assert_eq!(in_memory, kept, "kept in memory, durable {durable}");
+        }
+    }
+
+    /// The changes a checkpoint copy in turns meets between its turns (indices pick a
+    /// partition or a batch modulo what exists).
+    #[derive(Clone, Debug)]
+    enum Change {
+        /// An append, made durable (the high watermark follows).
+        Append(usize),
+        /// The cleaner's copy of a batch, or its removal, made durable.
+        Replace {
+            partition: usize,
+            batch: usize,
+            removed: bool,
+        },
+        /// Retention: batches wholly below a cut, up to the high watermark.
+        Trim(usize, usize),
+        /// DeleteRecords.
+        LogStart(usize, usize),
+        Drop(usize),
+        /// A new partition, or one of the first ones again (after a drop).
+        Create(usize),
+        /// One turn of at most `1 + partitions % 5` partitions and `1 + batches % 7` batches.
+        Turn(usize, usize),
+    }
+
+    fn change() -> impl proptest::strategy::Strategy<Value = Change> {
+        use proptest::prelude::*;
+        let i = || 0..64usize;
+        prop_oneof![
+            3 => i().prop_map(Change::Append),
+            2 => (i(), i(), any::<bool>())
+                .prop_map(|(partition, batch, removed)| Change::Replace { partition, batch, removed }),
+            2 => (i(), i()).prop_map(|(p, cut)| Change::Trim(p, cut)),
+            2 => (i(), i()).prop_map(|(p, cut)| Change::LogStart(p, cut)),
+            1 => i().prop_map(Change::Drop),
+            1 => i().prop_map(Change::Create),
+            3 => (i(), i()).prop_map(|(p, b)| Change::Turn(p, b)),
+        ]
+    }
+
+    /// Entries of the test's log, from `position` on (one per 4 KiB).
+    struct Entries {
+        position: u64,
+    }
+
+    impl Entries {
+        fn apply(&mut self, core: &mut Replayed, kind: EntryKind, id: PartitionId, payload: &[u8]) {
+            let header = EntryHeader {
+                kind,
+                snapshot: false,
+                stream: 0,
+                payload_len: payload.len() as u32,
+                partition: id,
+                position: self.position,
+            };
+            core.apply(&header, self.position, payload, None).unwrap();
+            self.position += 4096;
+        }
+
+        /// A durable batch of `records` at the end of partition `id`.
+        fn append(&mut self, core: &mut Replayed, id: PartitionId, records: usize) {
+            let base = core.partitions.get(&id).map_or(0, |log| log.next_offset);
+            let values = vec![&b"v"[..]; records];
+            let batch = crate::batch::with_base_offset(
+                &crate::batch::tests::record_batch(&values, base, 1),
+                base,
+            );
+            self.apply(core, EntryKind::RecordBatch, id, &batch);
+            let log = core.partitions.get_mut(&id).unwrap();
+            log.high_watermark = log.next_offset;
+        }
+
+        /// The cleaner's copy of the batch `base..=last` of `id` (same offsets), or the
+        /// removal of that range.
+        fn replace(
+            &mut self,
+            core: &mut Replayed,
+            id: PartitionId,
+            range: (i64, i64),
+            removed: bool,
+        ) {
+            let (base, last) = range;
+            let payload = if removed {
+                [base.to_le_bytes(), last.to_le_bytes()].concat()
+            } else {
+                let values = vec![&b"c"[..]; (last - base + 1) as usize];
+                let copy = crate::batch::tests::record_batch(&values, base, 1);
+                crate::batch::with_base_offset(&copy, base).to_vec()
+            };
+            self.apply(core, EntryKind::Replace, id, &payload);
+        }
+    }
+
+    /// The partitions a copy starts from: 24, ids out of order, 1-4 durable batches of 1-3
+    /// records each, every fifth with a batch already cleaned (positions out of offset
+    /// order), every third with a batch appended and not durable (at or after the copy's
+    /// position). Returns the state, the copy's position and the test's entries after it.
+    fn partitions_for_copy() -> (Replayed, u64, Entries) {
+        let ids: Vec<PartitionId> = (0..24u64).map(|i| PartitionId(i * 37 % 101)).collect();
+        let mut core = Replayed::new(1 << 20);
+        let mut entries = Entries { position: 0 };
+        for round in 0..4 {
+            for (k, &id) in ids.iter().enumerate() {
+                if round <= k % 4 {
+                    entries.append(&mut core, id, 1 + (k + round) % 3);
+                }
+            }
+        }
+        for &id in ids.iter().step_by(5) {
+            let first = core.partitions[&id].batches[0];
+            entries.replace(&mut core, id, (first.base_offset, first.last_offset), false);
+        }
+        let position = entries.position;
+        for &id in ids.iter().step_by(3) {
+            let high_watermark = core.partitions[&id].high_watermark;
+            entries.append(&mut core, id, 2);
+            core.partitions.get_mut(&id).unwrap().high_watermark = high_watermark;
+        }
+        (core, position, entries)
+    }
+
+    fn in_id_order(mut checkpoint: CheckpointV1) -> CheckpointV1 {
+        checkpoint.partitions.sort_unstable_by_key(|p| p.id);
+        checkpoint
+    }
+
+    impl Change {
+        /// Applies the change; for a turn, returns whether the copy is complete.
+        fn apply(&self, core: &mut Replayed, entries: &mut Entries) -> bool {
+            let mut ids: Vec<PartitionId> = core.partitions.keys().copied().collect();
+            ids.sort_unstable();
+            let pick = |i: usize| ids[i % ids.len()];
+            match *self {
+                Change::Turn(partitions, batches) => {
+                    let turn =
+                        CopyTurn { partitions: 1 + partitions % 5, batches: 1 + batches % 7 };
+                    return core.copy_turn(turn);
+                }
+                Change::Create(i) if i % 2 == 0 => {
+                    let id = PartitionId(i as u64 * 37 % 101);
+                    core.partitions.entry(id).or_insert_with(|| PartitionLog::starting_at(0));
+                }
+                Change::Create(i) => {
+                    let id = PartitionId(1_000 + i as u64);
+                    core.partitions.entry(id).or_insert_with(|| PartitionLog::starting_at(0));
+                }
+                _ if ids.is_empty() => {}
+                Change::Append(p) => entries.append(core, pick(p), 1 + p % 3),
+                Change::Replace { partition, batch, removed } => {
+                    let id = pick(partition);
+                    let log = &core.partitions[&id];
+                    if let Some(b) = log.batches.get(batch % log.batches.len().max(1)) {
+                        if b.last_offset < log.high_watermark {
+                            let range = (b.base_offset, b.last_offset);
+                            entries.replace(core, id, range, removed);
+                        }
+                    }
+                }
+                Change::Trim(p, cut) => {
+                    let id = pick(p);
+                    let below = core.partitions[&id].log_start_offset + (cut % 4) as i64;
+                    core.trim(id, |b, _| b.last_offset < below);
+                }
+                Change::LogStart(p, cut) => {
+                    let id = pick(p);
+                    let log = &core.partitions[&id];
+                    let span = (log.high_watermark - log.log_start_offset + 1) as usize;
+                    let offset = log.log_start_offset + (cut % span) as i64;
+                    entries.apply(core, EntryKind::LogStart, id, &offset.to_le_bytes());
+                }
+                Change::Drop(p) => {
+                    let id = pick(p);
+                    entries.apply(core, EntryKind::DropPartition, id, &[]);
+                }
+            }
+            false
+        }
+    }
+
+    proptest::proptest! {
+        /// Invariant 7: whatever changes the partitions get between its turns (appends,
+        /// the cleaner's copies and removals made durable, retention, DeleteRecords, drops,
+        /// new partitions, a dropped one created again), a copy in turns assembles the
+        /// checkpoint one pass over the same state made at its start.
+        #[test]
+        fn a_copy_in_turns_equals_one_pass_at_its_start(
+            changes in proptest::collection::vec(change(), 0..160)
+        ) {
+            let (mut reference, position, _) = partitions_for_copy();
+            let expected = in_id_order(reference.snapshot(position));
+            let (mut core, _, mut entries) = partitions_for_copy();
+            core.start_copy(position);
+            let mut complete = false;
+            for change in &changes {
+                complete = change.apply(&mut core, &mut entries);
+                if complete {
+                    break;
+                }
+            }
+            let small = CopyTurn { partitions: 3, batches: 4 };
+            while !complete {
+                complete = core.copy_turn(small);
+            }
+            proptest::prop_assert_eq!(in_id_order(core.finish_copy()), expected);
         }
     }
 }

@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::collections::BTreeMap;
+
 use bytes::Bytes;
 use common::*;
 use shardlog_storage::*;
@@ -979,13 +981,9 @@ fn a_flush_between_making_and_awaiting_flushed_still_wakes_the_waiter() {
 #[test]
 fn a_checkpoint_encoded_off_the_executor_recovers_the_log_exactly() {
     run(|| async {
-        let disk = SimDisk::new(19);
-        let config = small_config();
-        let (log, _, _) = ShardLog::open(disk.clone(), config.clone()).await.unwrap();
-        let ids: Vec<PartitionId> = (0..200u64).map(|i| PartitionId((i * 7919) % 1000)).collect();
+        let (disk, log, ids) = scattered_partitions(19, 200, 1000).await;
         let mut last = None;
         for (i, &p) in ids.iter().enumerate() {
-            log.ensure_partition(p);
             let batch = batch_of(1 + i % 3, 20, i as u64, i as i64);
             last = Some(log.append_batches(p, &validated(&batch)).unwrap().durable);
         }
@@ -1010,36 +1008,206 @@ fn a_checkpoint_encoded_off_the_executor_recovers_the_log_exactly() {
         let last = log.append_internal(InternalStream::GroupOffsets, false, b"after").unwrap();
         last.wait().await.unwrap();
 
-        let mut expected = Vec::new();
-        for &p in ids.iter().chain([&new]) {
-            let data = match log.partition_info(p) {
-                Some(_) => Some(read_all(&log, p).await),
-                None => None,
-            };
-            expected.push((p, log.partition_info(p), data));
-        }
-        let mut end_offsets = log.log_end_offsets();
-        end_offsets.sort_unstable();
-        drop(log);
-        let disk = disk.crash();
-
-        let (log, _, report) = ShardLog::open(disk.clone(), config).await.unwrap();
-        assert_eq!(report.checkpoint_position, Some(covered), "recovery starts at it");
+        let all: Vec<PartitionId> = ids.iter().copied().chain([new]).collect();
+        let expected = partitions_state(&log, &all).await;
+        let (log, report, recovered) = crash_and_recover(log, &disk, covered, &all).await;
         assert!(report.replayed_entries > 0, "what came after it is replayed");
-        for (p, info, data) in expected {
-            assert_eq!(log.partition_info(p), info, "{p:?}");
-            let got = match info {
-                Some(_) => Some(read_all(&log, p).await),
-                None => None,
-            };
-            assert_eq!(got, data, "{p:?}");
-        }
+        assert_eq!(recovered, expected);
         assert_eq!(log.partition_info(dropped), None, "the drop was replayed");
         assert_eq!(log.partition_info(ids[14]).unwrap().log_start_offset, 3);
-        let mut recovered = log.log_end_offsets();
-        recovered.sort_unstable();
-        assert_eq!(recovered, end_offsets);
     });
+}
+
+/// A fresh log (`small_config`) on `SimDisk::new(seed)` with `count` partitions, created
+/// in an order unlike their ids (below `below`), which it returns in that order.
+async fn scattered_partitions(
+    seed: u64,
+    count: u64,
+    below: u64,
+) -> (SimDisk, ShardLog<SimDisk>, Vec<PartitionId>) {
+    let disk = SimDisk::new(seed);
+    let (log, _, _) = ShardLog::open(disk.clone(), small_config()).await.unwrap();
+    let ids: Vec<PartitionId> = (0..count).map(|i| PartitionId((i * 7919) % below)).collect();
+    for &p in &ids {
+        log.ensure_partition(p);
+    }
+    (disk, log, ids)
+}
+
+/// Crashes `disk` under `log` and recovers: recovery must start at the checkpoint at
+/// `covered` and give back every partition's log end. Returns the recovered log, its
+/// report and the state of partitions `ids`.
+async fn crash_and_recover(
+    log: ShardLog<SimDisk>,
+    disk: &SimDisk,
+    covered: u64,
+    ids: &[PartitionId],
+) -> (ShardLog<SimDisk>, RecoveryReport, Vec<PartitionState>) {
+    let mut end_offsets = log.log_end_offsets();
+    end_offsets.sort_unstable();
+    drop(log);
+    let disk = disk.crash();
+    let (log, _, report) = ShardLog::open(disk, small_config()).await.unwrap();
+    assert_eq!(report.checkpoint_position, Some(covered), "recovery starts at it");
+    let mut recovered = log.log_end_offsets();
+    recovered.sort_unstable();
+    assert_eq!(recovered, end_offsets);
+    let state = partitions_state(&log, ids).await;
+    (log, report, state)
+}
+
+/// Each partition's info and stored bytes from its log start to its high watermark
+/// (`None` for one the log does not know), to compare a log before a crash with what
+/// recovery gives back. Read with `parse_unvalidated`: a cleaned batch has fewer records
+/// than its offset range.
+type PartitionState = (PartitionId, Option<PartitionInfo>, Option<Vec<Bytes>>);
+
+async fn partitions_state(log: &ShardLog<SimDisk>, ids: &[PartitionId]) -> Vec<PartitionState> {
+    let mut state = Vec::new();
+    for &p in ids {
+        let info = log.partition_info(p);
+        let mut data = info.map(|_| Vec::new());
+        if let (Some(info), Some(data)) = (info, data.as_mut()) {
+            let mut from = info.log_start_offset;
+            while from < info.high_watermark {
+                let bytes = log.read(p, from, 1 << 20).await.expect("read");
+                from = last_offset_in(&bytes) + 1;
+                data.push(bytes);
+            }
+        }
+        state.push((p, info, data));
+    }
+    state
+}
+
+/// The last offset of the last batch in `bytes` (whole batches, as `read` returns).
+fn last_offset_in(bytes: &Bytes) -> Offset {
+    assert!(!bytes.is_empty(), "a read below the high watermark returns a batch");
+    let (mut at, mut last) = (0, 0);
+    while at < bytes.len() {
+        let header = RecordBatchHeader::parse_unvalidated(&bytes[at..]).expect("a batch");
+        last = header.base_offset + header.last_offset_delta as i64;
+        at += header.total_bytes();
+    }
+    last
+}
+
+fn record(key: &str, value: &str) -> KeyedRecord {
+    (key.as_bytes().to_vec(), Some(value.as_bytes().to_vec()))
+}
+
+/// A checkpoint's index copy made in turns (docs/storage.md, "Checkpoints hold the
+/// executor"; state.rs invariant 7) still describes the log at its position. Between its
+/// turns, partitions it has not copied yet get the two changes that break a naive split
+/// (`change_between_turns`); others are appended to or dropped, and new ones created. A
+/// crash follows, and recovery from that checkpoint gives back every partition exactly.
+#[test]
+fn a_checkpoint_copied_in_turns_recovers_the_log_exactly() {
+    run(|| async {
+        // 1,100 partitions, created out of id order: five turns of 256. Three keyed batches
+        // each (offsets 0-2, 3, 4): a cleaning pass rewrites the first (its `a` and `b`
+        // are written again later, its `d` is not).
+        let (disk, log, ids) = scattered_partitions(21, 1_100, 4096).await;
+        let batches = [
+            vec![record("a", "1"), record("b", "2"), record("d", "0")],
+            vec![record("a", "3")],
+            vec![record("b", "4")],
+        ];
+        let mut last = None;
+        for &p in &ids {
+            for records in &batches {
+                let batch = keyed_batch(records, 1_000);
+                last = Some(log.append_batches(p, &validated(&batch)).unwrap().durable);
+            }
+        }
+        last.unwrap().wait().await.unwrap();
+
+        // The model: each partition's (log start, log end), or `None` once dropped.
+        let mut model: BTreeMap<PartitionId, Option<(Offset, Offset)>> =
+            ids.iter().map(|&p| (p, Some((0, 5)))).collect();
+        let covered = log.durable_position();
+        let mut checkpoint = Box::pin(log.checkpoint());
+        let (mut gaps, mut changed) = (0, Vec::new());
+        let done = loop {
+            if let Some(done) = futures_lite::future::poll_once(&mut checkpoint).await {
+                break Some(done);
+            }
+            // Between two turns, or the copy is done and the encoding runs.
+            let Some(mut pending) = log.checkpoint_copy_pending() else { break None };
+            pending.retain(|p| !changed.contains(p));
+            changed.extend_from_slice(&pending[..5]);
+            model.extend(change_between_turns(&log, &pending, gaps).await);
+            gaps += 1;
+        };
+        assert!(gaps >= 3, "changes between {gaps} turns only");
+        match done {
+            Some(done) => done.unwrap(),
+            None => checkpoint.as_mut().await.unwrap(),
+        }
+        drop(checkpoint);
+        let last = log.append_internal(InternalStream::GroupOffsets, false, b"after").unwrap();
+        last.wait().await.unwrap();
+
+        let all: Vec<PartitionId> = model.keys().copied().collect();
+        let expected = partitions_state(&log, &all).await;
+        let offsets = |state: &[PartitionState]| -> BTreeMap<_, _> {
+            let span = |i: &PartitionInfo| (i.log_start_offset, i.log_end_offset);
+            state.iter().map(|(p, info, _)| (*p, info.as_ref().map(span))).collect()
+        };
+        assert_eq!(offsets(&expected), model, "the live log");
+        let (_, _, recovered) = crash_and_recover(log, &disk, covered, &all).await;
+        assert_eq!(offsets(&recovered), model, "the recovered log");
+        assert_eq!(recovered, expected, "bytes and infos as before the crash");
+    });
+}
+
+/// Changes a checkpoint's copy must survive between two of its turns, to the first five
+/// partitions of `pending` (not copied yet, not changed before). A cleaner's `Replace`
+/// made durable: the cleaned first batch then lies past the checkpoint position, before
+/// the partition's batches at offsets 3 and 4. A batch appended after the position, made
+/// durable, then trimmed by retention, and another removed by DeleteRecords: the
+/// partition then has no batch at or after the position. Also an append, an append then
+/// a drop, and a new partition. Returns what the model expects of each partition
+/// changed: (log start, log end), or `None` once dropped.
+async fn change_between_turns(
+    log: &ShardLog<SimDisk>,
+    pending: &[PartitionId],
+    gap: u64,
+) -> [(PartitionId, Option<(Offset, Offset)>); 6] {
+    let &[cleaned, trimmed, deleted, dropped, appended, ..] = pending else {
+        panic!("only {} partitions left to copy", pending.len())
+    };
+    let policy = CleanPolicy {
+        now_ms: 1 << 40,
+        min_compaction_lag_ms: 0,
+        tombstones_removable_below: 0,
+        bytes_per_second: u64::MAX / 4,
+        max_keys: 1_000,
+        upper_bound: Offset::MAX,
+        aborted: Vec::new(),
+    };
+    assert!(log.clean(cleaned, policy).await.unwrap().batches_rewritten >= 1);
+    let one = |value: &str| validated(&keyed_batch(&[record("c", value)], 2_000));
+    for p in [cleaned, trimmed, deleted, dropped, appended] {
+        log.append_batches(p, &one("5")).unwrap().durable.wait().await.unwrap();
+    }
+    let everything = RetentionPolicy { retention_ms: None, retention_bytes: Some(0) };
+    log.apply_retention(trimmed, everything, 0);
+    assert_eq!(log.partition_info(trimmed).unwrap().log_start_offset, 6);
+    log.advance_log_start(deleted, 6).unwrap();
+    log.drop_partition(dropped);
+    log.append_batches(cleaned, &one("6")).unwrap();
+    let new = PartitionId(10_000 + gap);
+    log.ensure_partition(new);
+    log.append_batches(new, &one("7")).unwrap();
+    [
+        (cleaned, Some((0, 7))),
+        (trimmed, Some((6, 6))),
+        (deleted, Some((6, 6))),
+        (dropped, None),
+        (appended, Some((0, 6))),
+        (new, Some((0, 1))),
+    ]
 }
 
 /// `log_end_offsets` is `partition_info`'s log end offset for exactly the partitions the
