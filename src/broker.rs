@@ -5,7 +5,9 @@
 //! (`<data-dir>/shard-NNN`); serve mesh requests; shard 0 restores the topic table and
 //! sends it to every shard; every shard waits for it; then, for each listener
 //! (`listeners.rs`), it listens on the listener's bootstrap port (SO_REUSEPORT, shared by
-//! all shards) and on its own port of that listener.
+//! all shards) and on its own port of that listener; when `--peers` names other nodes,
+//! it also starts its replication host, whose transport listens on its replication port
+//! (`cluster.rs`).
 
 use std::net::{SocketAddr, TcpStream};
 use std::rc::Rc;
@@ -20,12 +22,14 @@ use shardlog_shards::compaction::CleanerConfig;
 use shardlog_shards::group::GroupConfig;
 use shardlog_shards::metadata_log::users::StoredScramCredential;
 use shardlog_shards::metadata_log::SnapshotPolicy;
+use shardlog_shards::replication::{GroupHost, TransportConfig};
 use shardlog_shards::txn::TxnConfig;
 use shardlog_shards::{Mesh, Shard, ShardConfig, ShardMeshBuilder};
 use shardlog_storage::{AnyDisk, DmaDisk, LogConfig, ShardLog, StorageError, PAGE_BYTES};
 use tracing::{debug, error, info, warn};
 
 use crate::admin::{AdminSecurity, AdminToken};
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::handlers::KafkaHandler;
 use crate::listeners::{Listener, SecurityProtocol};
@@ -54,6 +58,11 @@ pub fn run(mut config: Config) -> Result<(), String> {
         check_ports_free(listener, nr_shards)?;
     }
     check_admin_addr(&config, &listeners, nr_shards)?;
+    let cluster = crate::cluster::resolve(&config, &listeners, nr_shards)?;
+    if let Some(cluster) = &cluster {
+        let addrs: Vec<SocketAddr> = (0..nr_shards).map(|s| cluster.listen_addr(s)).collect();
+        check_addrs_free(&addrs)?;
+    }
     let tls = match TlsFiles::from_config(&config) {
         Some(files) if listeners.iter().any(|l| l.protocol.uses_tls()) => {
             let shared = SharedTlsConfig::new(files.load()?);
@@ -109,6 +118,9 @@ pub fn run(mut config: Config) -> Result<(), String> {
         admin_token = security.admin.token.is_some(),
         admin_tls = security.admin.tls.is_some(),
         durability = "ack after fdatasync (group commit)",
+        node_id = cluster.as_ref().map(|c| c.node_id),
+        replication_ports = ?cluster.as_ref().map(|c| c.ports()),
+        peers = ?cluster.as_ref().map(Cluster::peer_bootstraps),
         "starting shardlog"
     );
     let shared_tls = tls.as_ref().map(|(_, shared)| shared.clone());
@@ -116,7 +128,7 @@ pub fn run(mut config: Config) -> Result<(), String> {
     let shutdown = crate::shutdown::install(nr_shards)?;
     let poll = Duration::from_micros(config.poll_us);
     shardlog_shards::runtime::run_shards_polling(nr_shards, poll, move |mesh| {
-        shard_main(mesh, config, listeners, (shared_tls, security), shutdown)
+        shard_main(mesh, config, (listeners, cluster), (shared_tls, security), shutdown)
     })
 }
 
@@ -217,7 +229,7 @@ fn check_admin_addr(
 async fn shard_main(
     mesh_builder: ShardMeshBuilder,
     config: Config,
-    listeners: Vec<Listener>,
+    network: (Vec<Listener>, Option<Cluster>),
     security: (Option<Arc<SharedTlsConfig>>, Security),
     shutdown: Arc<Shutdown>,
 ) {
@@ -226,7 +238,7 @@ async fn shard_main(
     // of 40 start-ups stall in the log's open on glommio 0.9, and measured no difference
     // end to end (docs/benchmarks.md): correctness first.
     // Test: tests/broker_rdkafka.rs, `the_broker_starts_every_time`.
-    let started = start_shard(mesh_builder, config, listeners, security, shutdown).await;
+    let started = start_shard(mesh_builder, config, network, security, shutdown).await;
     if let Err(message) = started {
         error!("{message}");
         eprintln!("shardlog: {message}");
@@ -237,7 +249,7 @@ async fn shard_main(
 async fn start_shard(
     mesh_builder: ShardMeshBuilder,
     config: Config,
-    listeners: Vec<Listener>,
+    (listeners, cluster): (Vec<Listener>, Option<Cluster>),
     (tls, security): (Option<Arc<SharedTlsConfig>>, Security),
     shutdown: Arc<Shutdown>,
 ) -> Result<(), String> {
@@ -354,6 +366,9 @@ async fn start_shard(
         let timeout = Duration::from_millis(config.tls_handshake_timeout_ms.max(1));
         Rc::new(TlsAcceptor::new(shared, config.max_tls_handshakes_per_shard, timeout))
     });
+    if let Some(cluster) = &cluster {
+        start_replication(&shard, cluster)?;
+    }
     let mut accept_loops = Vec::new();
     for listener in &listeners {
         let handler =
@@ -378,9 +393,40 @@ async fn start_shard(
     for accept_loop in accept_loops {
         accept_loop.await;
     }
-    // Shutdown was requested: the listeners are closed; drain, checkpoint, close.
+    // Shutdown was requested: the listeners are closed (the replication port too: the
+    // transport stops with its last reference); drain, checkpoint, close.
+    drop(shard.take_replication());
     stop.finish(&shard, checkpoints).await;
     shardlog_shards::runtime::shard_finished();
+    Ok(())
+}
+
+/// Starts this shard's replication host: its transport listens on the shard's
+/// replication port and keeps a connection to shard `id` of every peer
+/// (docs/replication.md); what arrives is stepped into the shard's raft groups and what
+/// they emit is sent. The broker creates no group yet (docs/replication.md, "What
+/// remains", steps 2-3), so the host counts what arrives and drops it. A bind failure is
+/// a start-up error.
+fn start_replication(shard: &Rc<Shard>, cluster: &Cluster) -> Result<(), String> {
+    let id = shard.id;
+    let listen = cluster.listen_addr(id);
+    let transport_config = TransportConfig::new(
+        cluster.node_id,
+        id as u32,
+        cluster.nr_shards as u32,
+        listen,
+        cluster.peer_addrs(id),
+    );
+    let host = GroupHost::start(transport_config, shardlog_shards::replication::TICK)
+        .map_err(|e| format!("shard {id}: replication port {listen}: {e}"))?;
+    shard.set_replication(Rc::new(host));
+    info!(
+        shard = id,
+        node_id = cluster.node_id,
+        port = listen.port(),
+        peers = ?cluster.peer_addrs(id),
+        "shard replicating"
+    );
     Ok(())
 }
 

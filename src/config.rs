@@ -145,6 +145,18 @@ pub struct Config {
     #[arg(long, env = "SHARDLOG_MAX_TLS_HANDSHAKES_PER_SHARD", default_value_t = 64)]
     pub max_tls_handshakes_per_shard: usize,
 
+    /// This node's id in the cluster --peers lists (0 to 2097151, so that the broker ids
+    /// node_id * 1024 + shard fit Kafka's int32). Only read when --peers is set.
+    #[arg(long, env = "SHARDLOG_NODE_ID", default_value_t = 0)]
+    pub node_id: u64,
+
+    /// Every node of the cluster, this one included, as ID=HOST:PORT with the node's Kafka
+    /// bootstrap address; the same list on every node (repeat the flag or separate with
+    /// commas). Shard S of each node replicates with shard S of the others on port
+    /// PORT + 1 + cores + S. Empty (or this node alone): a single node, no replication port.
+    #[arg(long, env = "SHARDLOG_PEERS", value_delimiter = ',')]
+    pub peers: Vec<String>,
+
     /// Number of shards (one per core); default: all cores. Fixed when the data dir is created.
     #[arg(long, env = "SHARDLOG_CORES")]
     pub cores: Option<usize>,

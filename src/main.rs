@@ -8,6 +8,7 @@
 mod admin;
 mod broker;
 mod cli;
+mod cluster;
 mod config;
 mod handlers;
 mod listeners;

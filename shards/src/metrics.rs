@@ -22,6 +22,7 @@ use shardlog_storage::{Histogram, LogProbes, Offset, LATENCY_BOUNDS_US, STAGE_BO
 use crate::group::GroupSummary;
 use crate::message::{PartitionData, ShardReply, ShardRequest};
 use crate::metadata::TopicMeta;
+use crate::replication::{HostStats, TransportStats};
 use crate::runtime::Turns;
 use crate::shard::Shard;
 use tracing::info;
@@ -182,6 +183,23 @@ pub struct ShardMetrics {
     pub committed: Vec<CommittedOffset>,
     /// The groups this shard coordinates (for the console's group list).
     pub groups: Vec<GroupBrief>,
+    /// The shard's replication host and transport, when the node has peers.
+    pub replication: Option<ReplicationMetrics>,
+}
+
+/// One shard's replication host and transport at a scrape.
+#[derive(Clone, Copy, Debug)]
+pub struct ReplicationMetrics {
+    /// Peer nodes listed (every node of `--peers` but this one).
+    pub peers: u64,
+    /// Peers with a working outbound connection (hand-shake passed, no failure since).
+    pub connected_peers: u64,
+    /// Inbound connections from peers whose hand-shake passed, still open.
+    pub inbound_connections: u64,
+    /// Raft groups the shard hosts.
+    pub groups: u64,
+    pub stats: TransportStats,
+    pub host: HostStats,
 }
 
 /// A group as the console's group list shows it.
@@ -355,6 +373,17 @@ impl Shard {
             partitions,
             committed,
             groups,
+            replication: self.replication().map(|host| {
+                let transport = host.transport();
+                ReplicationMetrics {
+                    peers: transport.peer_count() as u64,
+                    connected_peers: transport.connected_peers() as u64,
+                    inbound_connections: transport.inbound_connections() as u64,
+                    groups: host.group_count() as u64,
+                    stats: transport.stats(),
+                    host: host.stats(),
+                }
+            }),
         }
     }
 

@@ -19,6 +19,7 @@ use crate::mesh::Mesh;
 use crate::metadata::{TopicMeta, TopicTable};
 use crate::metadata_log::{ChangeRecord, SnapshotPolicy, SnapshotSchedule, TopicChange};
 use crate::producer::ProducerStates;
+use crate::replication::GroupHost;
 use crate::write_caching::UnsyncedAcks;
 
 /// Broker-wide settings every shard needs.
@@ -184,6 +185,9 @@ pub struct Shard {
     pub(crate) metadata_snapshots: RefCell<SnapshotSchedule>,
     /// Relaxed acks (write.caching=true) not yet covered by an fdatasync.
     pub(crate) unsynced_acks: RefCell<UnsyncedAcks<Durable>>,
+    /// This shard's replication event loop and transport, when the node has peers
+    /// (`--peers`).
+    replication: RefCell<Option<Rc<GroupHost>>>,
 }
 
 impl Shard {
@@ -209,7 +213,24 @@ impl Shard {
             controller_lock: Rc::new(glommio::sync::Semaphore::new(1)),
             metadata_snapshots: RefCell::default(),
             unsynced_acks: RefCell::new(UnsyncedAcks::default()),
+            replication: RefCell::new(None),
         })
+    }
+
+    /// Keeps this shard's replication host (its counters are in the metrics).
+    pub fn set_replication(&self, host: Rc<GroupHost>) {
+        *self.replication.borrow_mut() = Some(host);
+    }
+
+    /// This shard's replication host, if the node has peers.
+    pub fn replication(&self) -> Option<Rc<GroupHost>> {
+        self.replication.borrow().clone()
+    }
+
+    /// Forgets the host: once its last `Rc` is gone it stops (its transport's listener and
+    /// connections closed).
+    pub fn take_replication(&self) -> Option<Rc<GroupHost>> {
+        self.replication.borrow_mut().take()
     }
 
     /// This shard's current copy of the topic table. Hold it briefly: a change applied

@@ -28,8 +28,12 @@ use std::time::{Duration, Instant};
 use futures_lite::future;
 use glommio::channels::local_channel::LocalReceiver;
 use glommio::{LocalExecutorBuilder, Placement};
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use shardlog_shards::replication::{
-    GroupConfig, Inbound, LogImage, Message, MessageType, RaftGroup, Transport, TransportConfig,
+    raft_id, Entry, GroupConfig, GroupExists, GroupHost, GroupSink, Inbound, LogImage, Message,
+    MessageType, Outcome, RaftGroup, Transport, TransportConfig, WriteRequest,
 };
 
 const NODES: u64 = 3;
@@ -472,4 +476,128 @@ fn a_dropped_transport_closes_its_listener_and_its_peers_notice() {
         })
         .await;
     });
+}
+
+// ---- the shard's event loop: a GroupHost per node, one executor ----
+
+/// The hosts' tick: elections after 0.4-0.8 s (20-40 ticks), heartbeats every 60 ms. The
+/// three hosts share one executor, so a stall of the machine stalls them alike.
+const HOST_TICK: Duration = Duration::from_millis(20);
+
+/// A group's durable state and what it applied, in memory: every write is durable at once.
+struct MemorySink {
+    durable: LogImage,
+    applied: Rc<RefCell<Applied>>,
+}
+
+#[derive(Default)]
+struct Applied {
+    /// Data of the non-empty entries committed, in order.
+    committed: Vec<Vec<u8>>,
+    outcomes: Vec<Outcome>,
+}
+
+impl GroupSink for MemorySink {
+    fn write(&mut self, writes: Vec<WriteRequest>) -> Option<u64> {
+        for write in &writes {
+            self.durable.apply(write);
+        }
+        writes.last().map(|w| w.number)
+    }
+
+    fn apply(&mut self, committed: Vec<Entry>, outcomes: Vec<Outcome>) {
+        let mut applied = self.applied.borrow_mut();
+        let data = committed.into_iter().map(|e| e.data.to_vec()).filter(|d| !d.is_empty());
+        applied.committed.extend(data);
+        applied.outcomes.extend(outcomes);
+    }
+}
+
+/// Hosts group `id` of `voters` (node ids) on `host`; returns what it applies.
+fn host_group(host: &GroupHost, node_id: u64, id: u64, voters: &[u64]) -> Rc<RefCell<Applied>> {
+    let mut group_config = GroupConfig::new(raft_id(node_id));
+    group_config.election_tick = 20;
+    group_config.heartbeat_tick = 3;
+    let raft_ids: Vec<u64> = voters.iter().map(|&n| raft_id(n)).collect();
+    let group = RaftGroup::recover(&group_config, LogImage::new(&raft_ids), 0).unwrap();
+    let applied = Rc::new(RefCell::new(Applied::default()));
+    let sink = MemorySink { durable: LogImage::new(&raft_ids), applied: applied.clone() };
+    host.add_group(id, group, Box::new(sink)).unwrap();
+    applied
+}
+
+#[test]
+fn group_hosts_step_what_arrives_send_what_their_groups_emit_and_drop_unknown_groups() {
+    // Node ids 0, 1, 2: node 0 is raft id 1 (raft-rs reserves 0).
+    let addrs = free_addrs(3);
+    run_local(async move {
+        let hosts: Vec<GroupHost> = (0..3u64)
+            .map(|n| {
+                let peers = (0..3).filter(|&p| p != n).map(|p| (p, addrs[p as usize])).collect();
+                GroupHost::start(config(n, addrs[n as usize], peers), HOST_TICK).unwrap()
+            })
+            .collect();
+        let applied: Vec<_> =
+            (0..3).map(|n| host_group(&hosts[n], n as u64, GROUP, &[0, 1, 2])).collect();
+        // Only node 0 hosts group 8: what it sends for it reaches hosts that drop it.
+        host_group(&hosts[0], 0, GROUP + 1, &[0, 1, 2]);
+        assert_eq!(
+            hosts[0].add_group(GROUP, dummy_group(0), Box::new(NoSink)),
+            Err(GroupExists(GROUP))
+        );
+        assert!(hosts[1].with_group(GROUP + 1, |g| g.term()).is_none());
+
+        let leads = |h: &GroupHost| h.with_group(GROUP, |g| g.is_leader()).unwrap();
+        wait_until("a leader of group 7", || hosts.iter().any(leads)).await;
+        let leader = hosts.iter().position(leads).unwrap();
+        let values: Vec<Vec<u8>> = (0..5).map(|k| format!("value-{k}").into_bytes()).collect();
+        let proposals: Vec<_> = values
+            .iter()
+            .map(|v| hosts[leader].with_group(GROUP, |g| g.propose(v.clone())).unwrap())
+            .map(|p| p.expect("the leader just elected accepts proposals"))
+            .collect();
+        wait_until("every node to commit the five values", || {
+            applied.iter().all(|a| a.borrow().committed == values)
+        })
+        .await;
+        let committed: Vec<Outcome> = proposals.into_iter().map(Outcome::Committed).collect();
+        wait_until("the leader's outcomes", || applied[leader].borrow().outcomes == committed)
+            .await;
+        wait_until("hosts 1 and 2 to drop group 8's messages", || {
+            hosts[1..].iter().all(|h| h.stats().dropped_unknown_group > 0)
+        })
+        .await;
+        for host in &hosts {
+            let stats = host.stats();
+            assert!(stats.messages_stepped > 0 && stats.ticks > 0, "{stats:?}");
+            assert_eq!((stats.dropped_refused, stats.dropped_unknown_peer), (0, 0), "{stats:?}");
+            assert_eq!(host.transport().connected_peers(), 2);
+        }
+        assert_eq!(hosts[0].stats().dropped_unknown_group, 0, "nobody else hosts a group 0 lacks");
+        assert_eq!(hosts[0].group_count(), 2);
+
+        drop(hosts);
+        wait_until("the dropped hosts' listeners to close", || {
+            addrs.iter().all(|a| std::net::TcpStream::connect(a).is_err())
+        })
+        .await;
+    });
+}
+
+fn dummy_group(node_id: u64) -> RaftGroup {
+    let voters = [raft_id(node_id)];
+    RaftGroup::recover(&GroupConfig::new(raft_id(node_id)), LogImage::new(&voters), 0).unwrap()
+}
+
+/// A sink for a group that is refused before it runs.
+struct NoSink;
+
+impl GroupSink for NoSink {
+    fn write(&mut self, _: Vec<WriteRequest>) -> Option<u64> {
+        unreachable!("a refused group never writes")
+    }
+
+    fn apply(&mut self, _: Vec<Entry>, _: Vec<Outcome>) {
+        unreachable!("a refused group never applies")
+    }
 }

@@ -8,7 +8,7 @@
 use std::fmt::{Display, Write};
 
 use kafka_protocol::messages::ApiKey;
-use shardlog_shards::metrics::{consumer_lags, ShardMetrics, TopicCounters};
+use shardlog_shards::metrics::{consumer_lags, ReplicationMetrics, ShardMetrics, TopicCounters};
 use shardlog_storage::Histogram;
 
 const MICROS_PER_SECOND: f64 = 1e6;
@@ -19,6 +19,8 @@ type TopicValue = fn(&TopicCounters) -> u64;
 type LogHistogram = fn(&ShardMetrics) -> &Histogram;
 /// Reads one per-shard counter out of a shard's snapshot.
 type ShardValue = fn(&ShardMetrics) -> u64;
+/// Reads one figure out of a shard's replication snapshot.
+type ReplicationValue = fn(&ReplicationMetrics) -> u64;
 
 /// The text of one scrape.
 pub fn render(shards: &[ShardMetrics]) -> String {
@@ -28,6 +30,7 @@ pub fn render(shards: &[ShardMetrics]) -> String {
     render_log(&mut text, shards);
     render_flushes(&mut text, shards);
     render_consumer_lag(&mut text, shards);
+    render_replication(&mut text, shards);
     text.out
 }
 
@@ -277,6 +280,124 @@ fn render_consumer_lag(text: &mut Text, shards: &[ShardMetrics]) {
         let labels: [(&str, &dyn Display); 3] =
             [("group", &c.group), ("topic", &c.topic), ("partition", &c.partition)];
         text.sample(name, &labels, lag);
+    }
+}
+
+/// The replication transport's figures, per shard; nothing on a single node (no transport).
+fn render_replication(text: &mut Text, shards: &[ShardMetrics]) {
+    let replicating: Vec<(usize, &ReplicationMetrics)> =
+        shards.iter().filter_map(|s| Some((s.shard, s.replication.as_ref()?))).collect();
+    if replicating.is_empty() {
+        return;
+    }
+    let figures: [(&str, &str, &str, ReplicationValue); 16] = [
+        ("shardlog_replication_peers", "gauge", "Peer nodes this shard replicates with.", |r| {
+            r.peers
+        }),
+        ("shardlog_replication_groups", "gauge", "Raft groups this shard hosts.", |r| r.groups),
+        (
+            "shardlog_replication_connected_peers",
+            "gauge",
+            "Peers this shard has a working outbound replication connection to.",
+            |r| r.connected_peers,
+        ),
+        (
+            "shardlog_replication_inbound_connections",
+            "gauge",
+            "Replication connections from peers (hand-shake passed) open on this shard.",
+            |r| r.inbound_connections,
+        ),
+        ("shardlog_replication_frames_sent_total", "counter", "Replication frames sent.", |r| {
+            r.stats.frames_sent
+        }),
+        (
+            "shardlog_replication_frames_received_total",
+            "counter",
+            "Replication frames received.",
+            |r| r.stats.frames_received,
+        ),
+        (
+            "shardlog_replication_bytes_sent_total",
+            "counter",
+            "Bytes of replication frames sent.",
+            |r| r.stats.bytes_sent,
+        ),
+        (
+            "shardlog_replication_bytes_received_total",
+            "counter",
+            "Bytes of replication frames received.",
+            |r| r.stats.bytes_received,
+        ),
+        ("shardlog_replication_messages_sent_total", "counter", "Raft messages sent.", |r| {
+            r.stats.messages_sent
+        }),
+        (
+            "shardlog_replication_messages_received_total",
+            "counter",
+            "Raft messages received.",
+            |r| r.stats.messages_received,
+        ),
+        (
+            "shardlog_replication_messages_stepped_total",
+            "counter",
+            "Raft messages received and stepped into one of this shard's groups.",
+            |r| r.host.messages_stepped,
+        ),
+        (
+            "shardlog_replication_connects_total",
+            "counter",
+            "Outbound replication connections that passed the hand-shake.",
+            |r| r.stats.connects,
+        ),
+        (
+            "shardlog_replication_reconnects_total",
+            "counter",
+            "Outbound replication connections made again to a peer after one was lost.",
+            |r| r.stats.reconnects,
+        ),
+        (
+            "shardlog_replication_connect_failures_total",
+            "counter",
+            "Outbound replication connection attempts that failed.",
+            |r| r.stats.connect_failures,
+        ),
+        (
+            "shardlog_replication_refused_handshakes_total",
+            "counter",
+            "Replication hand-shakes refused (either side): shards, node id or address.",
+            |r| r.stats.refused_hellos,
+        ),
+        (
+            "shardlog_replication_bad_frames_total",
+            "counter",
+            "Inbound replication connections closed for a frame that did not decode.",
+            |r| r.stats.bad_frames,
+        ),
+    ];
+    for (name, kind, help, value) in figures {
+        text.family(name, kind, help);
+        for (shard, r) in &replicating {
+            text.sample(name, &[("shard", shard)], value(r));
+        }
+    }
+    let name = "shardlog_replication_dropped_messages_total";
+    let help = "Raft messages dropped: outbox_full (the oldest, past the outbox bound), \
+                write_failed (in a frame whose write failed), too_large (larger than a frame), \
+                unknown_group (received for a group not hosted here), refused (received, \
+                refused by its group), unknown_peer (addressed to a node not in --peers).";
+    text.family(name, "counter", help);
+    for (shard, r) in &replicating {
+        let reasons = [
+            ("outbox_full", r.stats.dropped_overflow),
+            ("write_failed", r.stats.dropped_unsent),
+            ("too_large", r.stats.dropped_too_large),
+            ("unknown_group", r.host.dropped_unknown_group),
+            ("refused", r.host.dropped_refused),
+            ("unknown_peer", r.host.dropped_unknown_peer),
+        ];
+        for (reason, value) in reasons {
+            text.sample(name, &[("shard", shard), ("reason", &reason)], value);
+        }
     }
 }
 

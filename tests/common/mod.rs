@@ -423,6 +423,16 @@ pub fn create_topic(broker: &Broker, name: &str, partitions: i32) {
 }
 
 impl Broker {
+    /// Starts a broker on `port` (its shard ports follow) with its admin endpoint on
+    /// `admin_port`: for brokers that must know each other's ports before any starts (a
+    /// cluster, tests/replication.rs).
+    pub fn start_at(cores: usize, port: u16, admin_port: u16, extra_args: Vec<String>) -> Broker {
+        let mut broker = Broker::unstarted(cores, &[]);
+        (broker.port, broker.admin_port, broker.extra_args) = (port, admin_port, extra_args);
+        broker.spawn();
+        broker
+    }
+
     /// Starts a broker whose data dir is `data_dir` (e.g. on a small file system) instead
     /// of one inside its temp dir.
     pub fn start_with_data_dir(data_dir: PathBuf, cores: usize, extra_args: &[&str]) -> Broker {

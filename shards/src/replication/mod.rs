@@ -8,11 +8,15 @@
 //!
 //! The transport (`transport.rs`, wire format in `frame.rs`) carries the messages: one
 //! per shard, over TCP to the same shard of every peer node, on the shard's glommio
-//! executor.
+//! executor. `GroupHost` (`host.rs`) is the shard's replication event loop: it owns the
+//! transport and the shard's groups, steps each group with what arrives for it, ticks
+//! them, and sends what they emit. The broker starts one on every shard when `--peers`
+//! names other nodes; it hosts no group yet (the metadata and partition groups are
+//! docs/replication.md's steps 2-3), so what arrives is counted and dropped.
 //!
 //! Runs on: the shard that owns the group (shard s of every node replicates with shard s
-//! of the others). Not wired into the broker yet; the design, the measurements behind
-//! it, the simulation that checks it and what remains are in docs/replication.md.
+//! of the others). The design, the measurements behind it, the simulation that checks it
+//! and what remains are in docs/replication.md.
 //!
 //! Invariants (held by tests/replication_sim.rs, seeded, with a faulty network, crashes
 //! that lose unsynced writes, and restarts):
@@ -23,10 +27,12 @@
 
 pub mod frame;
 mod group;
+mod host;
 mod log;
 pub mod transport;
 
 pub use group::{GroupConfig, Outcome, Proposal, ProposeError, RaftGroup};
+pub use host::{node_of, raft_id, GroupExists, GroupHost, GroupSink, HostStats, TICK};
 pub use log::{LogImage, WriteRequest};
 pub use raft::eraftpb::{ConfState, Entry, HardState, Message, MessageType, Snapshot};
-pub use transport::{Inbound, Transport, TransportConfig, TransportStats, UnknownPeer};
+pub use transport::{Inbound, Keepalive, Transport, TransportConfig, TransportStats, UnknownPeer};

@@ -1,15 +1,19 @@
 //! The replication transport of one shard: raft messages between shard s of this node and
-//! shard s of every peer node, over TCP (issue 16, step 2; docs/replication.md,
-//! "Transport").
+//! shard s of every peer node, over TCP (issue 16; docs/replication.md, "What exists:
+//! the transport").
 //!
 //! Runs on the shard that owns it, on its glommio executor: one transport per shard, no
 //! state shared across cores (everything is `Rc`/`RefCell`/`Cell`; no borrow is held
-//! across an `.await`). Not wired into the broker yet (no `--node-id` / `--peers`): the
-//! host gives it its listening address and its peers' addresses.
+//! across an `.await`). The broker starts one per shard when `--peers` names other nodes
+//! (src/broker.rs); the host gives it its listening address and its peers' addresses.
 //!
-//! - Outbound: one connection per peer, opened by a writer task when there is something
-//!   to send, re-opened after a failure with a backoff that doubles from `backoff_min` up
-//!   to `backoff_max` and starts again after a successful hand-shake.
+//! - Outbound: one connection per peer, opened by a writer task as soon as the transport
+//!   starts and kept open, re-opened after a failure with a backoff that doubles from
+//!   `backoff_min` up to `backoff_max` and starts again after a successful hand-shake.
+//!   While it has nothing to send, the writer also reads the connection, on which the
+//!   peer never writes: the end of the stream (the peer closed, or was killed) or an
+//!   error drops the connection at once, so `connected_peers` is current even when no
+//!   message flows.
 //! - Batching: `send` only queues the message in the peer's outbox and wakes its writer;
 //!   the writer runs once the caller's task yields, and puts everything queued by then
 //!   (up to `MAX_BODY_BYTES`) into one frame. While a frame is being written, the next
@@ -26,13 +30,14 @@
 //!   or names another sender than the hand-shake, closes that connection.
 //! - Hand-shake: both sides send a `Hello` (node id, shard, shard count) and check the
 //!   other's: the same shard count and shard, a node id in the peer list (the one
-//!   expected at that address, for an outbound connection). A mismatch is logged as an
+//!   expected at that address, for an outbound connection), and for an inbound connection
+//!   a source IP address equal to that peer's listed one. A mismatch is logged as an
 //!   error naming both values and the connection closed (`refused_hellos`); the writer
 //!   retries with its backoff, so a misconfigured peer logs once per `backoff_max`.
 //! - A peer that vanishes without closing (power loss, a cut network) is noticed by the
-//!   writer when a write makes no progress for `write_timeout`. Its inbound reader waits
-//!   until the OS gives up on the connection (no TCP keepalive yet): one parked task and
-//!   socket per such connection.
+//!   writer when a write makes no progress for `write_timeout`, and on idle connections
+//!   (either way) by TCP keepalive (`Keepalive`: a probe after 5 s of silence, then every
+//!   second, given up after 5 unanswered: about 10 s).
 //!
 //! Invariants:
 //! 1. Memory is bounded: every outbox by `outbox_max_bytes` (plus one message), the
@@ -48,7 +53,8 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -84,11 +90,68 @@ pub struct TransportConfig {
     pub connect_timeout: Duration,
     /// How long a write may make no progress before the connection is given up.
     pub write_timeout: Duration,
+    /// TCP keepalive on every connection (both ways).
+    pub keepalive: Keepalive,
+}
+
+/// TCP keepalive of replication connections (`SO_KEEPALIVE`, `TCP_KEEPIDLE`,
+/// `TCP_KEEPINTVL`, `TCP_KEEPCNT`). Without it a connection whose peer vanished without a
+/// FIN or RST (power loss, a cut network) stays open as long as this side sends nothing:
+/// an inbound reader, and an idle writer, would wait for Linux's defaults (2 h of silence,
+/// then 9 probes 75 s apart). The defaults give up after about 10 s (5 s of silence, then 5
+/// probes a second apart): longer than a loaded peer's pauses (a probe is answered by its
+/// kernel, not by its shard, so a busy shard does not fail it), short enough that a dead
+/// peer's connection is noticed in the time of a few raft elections. A probe is one empty
+/// segment per idle connection per second at most, nothing once raft heartbeats flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keepalive {
+    /// Silence before the first probe.
+    pub idle: Duration,
+    /// Between unanswered probes.
+    pub interval: Duration,
+    /// Unanswered probes before the connection is given up.
+    pub probes: u32,
+}
+
+impl Default for Keepalive {
+    fn default() -> Keepalive {
+        Keepalive { idle: Duration::from_secs(5), interval: Duration::from_secs(1), probes: 5 }
+    }
+}
+
+impl Keepalive {
+    /// Sets the options on a connected socket.
+    fn apply(&self, socket: &impl AsRawFd) -> io::Result<()> {
+        let seconds = |d: Duration| d.as_secs().clamp(1, i32::MAX as u64) as libc::c_int;
+        let options = [
+            (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1),
+            (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, seconds(self.idle)),
+            (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, seconds(self.interval)),
+            (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, self.probes.clamp(1, 127) as libc::c_int),
+        ];
+        for (level, name, value) in options {
+            // SAFETY: a plain setsockopt of one c_int on a descriptor the stream owns and
+            // keeps open for the duration of the call.
+            let rc = unsafe {
+                libc::setsockopt(
+                    socket.as_raw_fd(),
+                    level,
+                    name,
+                    (&value as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if rc != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
 }
 
 impl TransportConfig {
     /// The defaults: 8 MiB outboxes, 4,096 inbound messages, backoff 50 ms to 2 s, 1 s to
-    /// connect and hand-shake, 5 s for a stuck write.
+    /// connect and hand-shake, 5 s for a stuck write, keepalive as `Keepalive::default`.
     pub fn new(
         node_id: u64,
         shard: u32,
@@ -108,6 +171,7 @@ impl TransportConfig {
             backoff_max: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(1),
             write_timeout: Duration::from_secs(5),
+            keepalive: Keepalive::default(),
         }
     }
 }
@@ -126,8 +190,12 @@ pub struct Inbound {
 pub struct TransportStats {
     pub messages_sent: u64,
     pub frames_sent: u64,
+    /// Bytes of the frames sent (headers included; hand-shakes not).
+    pub bytes_sent: u64,
     pub messages_received: u64,
     pub frames_received: u64,
+    /// Bytes of the frames received and decoded (headers included; hand-shakes not).
+    pub bytes_received: u64,
     /// Oldest messages pushed out of a full outbox.
     pub dropped_overflow: u64,
     /// Messages of frames whose write failed.
@@ -136,6 +204,9 @@ pub struct TransportStats {
     pub dropped_too_large: u64,
     /// Outbound connections that passed the hand-shake.
     pub connects: u64,
+    /// Of `connects`, those to a peer this transport had been connected to before (a
+    /// connection lost and made again).
+    pub reconnects: u64,
     /// Outbound connection attempts that failed (refused, timed out, hand-shake failed).
     pub connect_failures: u64,
     /// Hand-shakes refused, either way (a hello that does not decode, another shard
@@ -171,6 +242,8 @@ struct Shared {
     stats: Cell<TransportStats>,
     /// Reader tasks of inbound connections; the accept loop forgets ended ones.
     readers: RefCell<Vec<Reader>>,
+    /// Inbound connections whose hand-shake passed and that are still open.
+    inbound_connections: Cell<usize>,
 }
 
 /// The task reading one inbound connection.
@@ -188,6 +261,10 @@ struct Peer {
     outbox_bytes: Cell<usize>,
     /// A token wakes the writer; one is enough, so a full channel means already woken.
     wake: LocalSender<()>,
+    /// The outbound connection passed its hand-shake and has not failed since.
+    connected: Cell<bool>,
+    /// An outbound connection passed its hand-shake once (later ones are reconnects).
+    was_connected: Cell<bool>,
 }
 
 impl Transport {
@@ -207,6 +284,8 @@ impl Transport {
                 outbox: RefCell::new(VecDeque::new()),
                 outbox_bytes: Cell::new(0),
                 wake,
+                connected: Cell::new(false),
+                was_connected: Cell::new(false),
             };
             if peers.insert(node_id, peer).is_some() {
                 return Err(invalid(format!("node {node_id} is listed twice")));
@@ -221,6 +300,7 @@ impl Transport {
             peers,
             stats: Cell::new(TransportStats::default()),
             readers: RefCell::new(Vec::new()),
+            inbound_connections: Cell::new(0),
         });
         let mut tasks =
             vec![glommio::spawn_local(accept_loop(shared.clone(), listener, Rc::new(inbound)))];
@@ -261,6 +341,23 @@ impl Transport {
         self.shared.stats.get()
     }
 
+    /// Peers this transport has a working outbound connection to (hand-shake passed, no
+    /// failure seen since: a closed or reset connection is seen at once, a vanished peer
+    /// within the keepalive or write timeout).
+    pub fn connected_peers(&self) -> usize {
+        self.shared.peers.values().filter(|peer| peer.connected.get()).count()
+    }
+
+    /// Peers listed in the configuration.
+    pub fn peer_count(&self) -> usize {
+        self.shared.peers.len()
+    }
+
+    /// Inbound connections whose hand-shake passed and that are still open.
+    pub fn inbound_connections(&self) -> usize {
+        self.shared.inbound_connections.get()
+    }
+
     /// Bytes queued for node `to` and not yet written.
     pub fn outbox_bytes(&self, to: u64) -> Option<usize> {
         self.shared.peers.get(&to).map(|peer| peer.outbox_bytes.get())
@@ -291,8 +388,13 @@ impl Shared {
     }
 
     /// The hand-shake's checks; `expected` is the node an outbound connection was opened
-    /// to. The error is the log line.
-    fn check_hello(&self, hello: Hello, expected: Option<u64>) -> Result<u64, String> {
+    /// to, `source` the address an inbound one comes from. The error is the log line.
+    fn check_hello(
+        &self,
+        hello: Hello,
+        expected: Option<u64>,
+        source: Option<IpAddr>,
+    ) -> Result<u64, String> {
         let config = &self.config;
         let id = hello.node_id;
         if hello.shard_count != config.shard_count {
@@ -314,11 +416,23 @@ impl Shared {
                 "the address of node {expected} ({}) answers as node {id}: check the peer list",
                 self.peers[&expected].addr
             )),
-            None if !self.peers.contains_key(&id) => Err(format!(
-                "node {id} is not in the peer list of node {} shard {}",
-                config.node_id, config.shard
-            )),
-            _ => Ok(id),
+            None => {
+                let Some(peer) = self.peers.get(&id) else {
+                    return Err(format!(
+                        "node {id} is not in the peer list of node {} shard {}",
+                        config.node_id, config.shard
+                    ));
+                };
+                let listed = peer.addr.ip().to_canonical();
+                match source.map(|ip| ip.to_canonical()) {
+                    Some(source) if source != listed => Err(format!(
+                        "a connection from {source} says it is node {id}, which is listed at \
+                         {listed}: check the peer list"
+                    )),
+                    _ => Ok(id),
+                }
+            }
+            Some(_) => Ok(id),
         }
     }
 
@@ -386,6 +500,7 @@ async fn hand_shake(
     expected: Option<u64>,
 ) -> Result<u64, LinkError> {
     stream.set_nodelay(true)?;
+    shared.config.keepalive.apply(stream)?;
     stream.set_write_timeout(Some(shared.config.write_timeout))?;
     stream.set_read_timeout(Some(shared.config.connect_timeout))?;
     stream.write_all(&shared.hello().encode()).await?;
@@ -397,7 +512,11 @@ async fn hand_shake(
         tracing::warn!("replication: a peer's hello does not decode: {e}");
         LinkError::Frame(e)
     })?;
-    shared.check_hello(hello, expected).map_err(|why| {
+    let source = match expected {
+        Some(_) => None,
+        None => Some(stream.peer_addr()?.ip()),
+    };
+    shared.check_hello(hello, expected, source).map_err(|why| {
         shared.count(|s| s.refused_hellos += 1);
         tracing::error!(
             "replication: node {} shard {} refuses a connection: {why}",
@@ -408,20 +527,17 @@ async fn hand_shake(
     })
 }
 
-/// One peer's writer: connects when there is something to send, then writes one frame of
-/// everything queued at a time, until the connection fails; then backs off and repeats.
+/// One peer's writer: connects (at once, and again after every failure, with a backoff
+/// while attempts fail), then writes one frame of everything queued at a time until the
+/// connection fails or the peer closes it.
 async fn peer_writer(shared: Rc<Shared>, node_id: u64, woken: LocalReceiver<()>) {
     let (min, max) = (shared.config.backoff_min, shared.config.backoff_max);
     let mut backoff = min;
     // Only the first failure after a success is a warning: a peer that is down for long
     // would fill the log otherwise.
     let mut reported_down = false;
+    let peer = &shared.peers[&node_id];
     loop {
-        // A separate statement: no borrow of the outbox may live across the await.
-        let idle = shared.peers[&node_id].outbox.borrow().is_empty();
-        if idle && woken.recv().await.is_none() {
-            return;
-        }
         let mut stream = match connect(&shared, node_id).await {
             Ok(stream) => stream,
             Err(e) => {
@@ -436,11 +552,30 @@ async fn peer_writer(shared: Rc<Shared>, node_id: u64, woken: LocalReceiver<()>)
                 continue;
             }
         };
-        shared.count(|s| s.connects += 1);
+        let again = peer.was_connected.replace(true);
+        shared.count(|s| {
+            s.connects += 1;
+            s.reconnects += again as u64;
+        });
+        peer.connected.set(true);
         (backoff, reported_down) = (min, false);
-        let e = write_frames(&shared, node_id, &mut stream, &woken).await;
-        tracing::info!("replication: connection to node {node_id} lost: {e}");
+        let lost = write_frames(&shared, node_id, &mut stream, &woken).await;
+        peer.connected.set(false);
+        match lost {
+            Lost::Stopped => return,
+            Lost::Failed(e) => {
+                tracing::info!("replication: connection to node {node_id} lost: {e}")
+            }
+        }
     }
+}
+
+/// Why `write_frames` returned.
+enum Lost {
+    /// The transport is being dropped.
+    Stopped,
+    /// The connection failed or the peer closed it.
+    Failed(io::Error),
 }
 
 async fn connect(shared: &Shared, node_id: u64) -> Result<TcpStream, LinkError> {
@@ -450,29 +585,52 @@ async fn connect(shared: &Shared, node_id: u64) -> Result<TcpStream, LinkError> 
     Ok(stream)
 }
 
-/// Writes frames until a write fails; returns why.
+/// Writes frames until a write fails or the peer closes the connection; returns why.
 async fn write_frames(
     shared: &Shared,
     node_id: u64,
     stream: &mut TcpStream,
     woken: &LocalReceiver<()>,
-) -> io::Error {
+) -> Lost {
     loop {
         let Some((frame, count)) = shared.take_frame(node_id) else {
-            if woken.recv().await.is_none() {
-                return io::Error::other("transport stopped");
+            if let Some(lost) = wait_for_messages(stream, woken).await {
+                return lost;
             }
             continue;
         };
         if let Err(e) = stream.write_all(&frame).await {
             shared.count(|s| s.dropped_unsent += count as u64);
-            return e;
+            return Lost::Failed(e);
         }
         shared.count(|s| {
             s.frames_sent += 1;
             s.messages_sent += count as u64;
+            s.bytes_sent += frame.len() as u64;
         });
     }
+}
+
+/// Waits for the writer to be woken (`None`), reading the connection meanwhile: the peer
+/// never writes on it, so anything the read returns (the end of the stream, bytes, an
+/// error such as a keepalive timeout) means the connection is gone. A wake-up wins over a
+/// read that is ready at the same time; the read abandoned then is resumed by the next
+/// wait (glommio keeps its readiness poll in the stream).
+async fn wait_for_messages(stream: &mut TcpStream, woken: &LocalReceiver<()>) -> Option<Lost> {
+    let wake = async { woken.recv().await.is_none().then_some(Lost::Stopped) };
+    let closed = async {
+        let mut byte = [0u8; 1];
+        let e = match stream.read(&mut byte).await {
+            Ok(0) => io::Error::new(io::ErrorKind::UnexpectedEof, "the peer closed it"),
+            Ok(_) => io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the peer wrote on a connection it should only read",
+            ),
+            Err(e) => e,
+        };
+        Some(Lost::Failed(e))
+    };
+    futures_lite::future::or(wake, closed).await
 }
 
 async fn accept_loop(shared: Rc<Shared>, listener: TcpListener, inbound: Rc<LocalSender<Inbound>>) {
@@ -510,14 +668,15 @@ async fn read_frames(
     inbound: &LocalSender<Inbound>,
 ) -> Result<(), LinkError> {
     let from = hand_shake(shared, &mut stream, None).await?;
+    let _open = InboundOpen::new(&shared.inbound_connections);
     loop {
         let mut header = [0u8; FRAME_HEADER_BYTES];
         match stream.read_exact(&mut header).await {
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
             other => other?,
         }
-        let messages = match read_frame(shared, &mut stream, &header, from).await {
-            Ok(messages) => messages,
+        let (messages, body_bytes) = match read_frame(shared, &mut stream, &header, from).await {
+            Ok(read) => read,
             Err(e) => {
                 if !matches!(e, LinkError::Io(_)) {
                     shared.count(|s| s.bad_frames += 1);
@@ -526,9 +685,11 @@ async fn read_frames(
             }
         };
         let count = messages.len() as u64;
+        let bytes = (FRAME_HEADER_BYTES + body_bytes) as u64;
         shared.count(|s| {
             s.frames_received += 1;
             s.messages_received += count;
+            s.bytes_received += bytes;
         });
         for (group, message) in messages {
             if inbound.send(Inbound { from, group, message }).await.is_err() {
@@ -538,14 +699,30 @@ async fn read_frames(
     }
 }
 
+/// Counts an inbound connection open while it lives (a cancelled reader task drops it too).
+struct InboundOpen<'a>(&'a Cell<usize>);
+
+impl<'a> InboundOpen<'a> {
+    fn new(open: &'a Cell<usize>) -> InboundOpen<'a> {
+        open.set(open.get() + 1);
+        InboundOpen(open)
+    }
+}
+
+impl Drop for InboundOpen<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
 /// The rest of the frame whose header was read: checked against the hand-shake's sender
-/// and decoded.
+/// and decoded; its messages and body size.
 async fn read_frame(
     shared: &Shared,
     stream: &mut TcpStream,
     header: &[u8],
     from: u64,
-) -> Result<Vec<(u64, Message)>, LinkError> {
+) -> Result<(Vec<(u64, Message)>, usize), LinkError> {
     let header = FrameHeader::decode(header).map_err(LinkError::Frame)?;
     if header.sender != from || header.shard != shared.config.shard {
         return Err(LinkError::Refused(format!(
@@ -556,5 +733,6 @@ async fn read_frame(
     // At most MAX_BODY_BYTES (FrameHeader::decode checked it).
     let mut body = vec![0u8; header.body_bytes as usize];
     stream.read_exact(&mut body).await?;
-    header.decode_body(&body).map_err(LinkError::Frame)
+    let messages = header.decode_body(&body).map_err(LinkError::Frame)?;
+    Ok((messages, body.len()))
 }

@@ -1,0 +1,251 @@
+//! `GroupHost`: one shard's replication event loop. It owns the shard's `Transport` and
+//! the raft groups the shard replicates, steps each group with the messages the transport
+//! delivers for it, ticks every group on a timer, and after every input drains the
+//! group: its messages go to the transport, its write requests, committed entries and
+//! proposal outcomes to the group's `GroupSink` (the shard log and the partitions, once
+//! docs/replication.md's steps 1, 2 and 3 of "What remains" exist).
+//!
+//! Runs on the shard that owns it, on its glommio executor; shard-local (`Rc`, `RefCell`,
+//! `Cell`; no borrow lives across an `.await`). Not a hot path yet: one call of a group
+//! per message, and every drain allocates (as `RaftGroup` does).
+//!
+//! Raft ids are node ids plus one (`raft_id`): raft-rs reserves id 0, and node 0 is a valid
+//! node.
+//!
+//! Invariants:
+//! 1. A group's outputs are drained after every input the host gives it (a message, a
+//!    tick, `durable`, a call through `with_group`), so nothing it emits waits for another
+//!    input and nothing accumulates in it.
+//! 2. A message for a group this shard does not host, or one raft refuses, is dropped and
+//!    counted, never a panic: raft tolerates lost messages, and a peer may host a group
+//!    this node does not have yet.
+//! 3. Dropping the `GroupHost` stops its tasks and its transport.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::io;
+use std::rc::Rc;
+use std::time::Duration;
+
+use glommio::channels::local_channel::LocalReceiver;
+use glommio::Task;
+use raft::eraftpb::Entry;
+
+use super::group::{Outcome, RaftGroup};
+use super::log::WriteRequest;
+use super::transport::{Inbound, Transport, TransportConfig};
+
+/// The tick interval of the broker's groups: raft-rs's elections after 10-20 ticks are
+/// then 1-2 s, heartbeats every 200 ms (`GroupConfig::new`; docs/replication.md's
+/// figures assume it).
+pub const TICK: Duration = Duration::from_millis(100);
+
+/// The raft id of node `node_id` in every group (raft-rs reserves 0).
+pub fn raft_id(node_id: u64) -> u64 {
+    node_id + 1
+}
+
+/// The node of raft id `raft_id`; `None` for raft's reserved 0.
+pub fn node_of(raft_id: u64) -> Option<u64> {
+    raft_id.checked_sub(1)
+}
+
+/// Where a hosted group's outputs other than messages go.
+pub trait GroupSink {
+    /// Takes the group's next write requests, in order, to make durable. Returns the
+    /// `number` of the last one that is durable already (a sink that keeps them in
+    /// memory), or `None` when the sink reports them later with `GroupHost::durable`.
+    fn write(&mut self, writes: Vec<WriteRequest>) -> Option<u64>;
+
+    /// Entries committed since the last call, in index order, and what became of this
+    /// replica's proposals.
+    fn apply(&mut self, committed: Vec<Entry>, outcomes: Vec<Outcome>);
+}
+
+/// Counters of a host since its start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostStats {
+    /// Ticks given to the groups (one per tick interval, whatever the number of groups).
+    pub ticks: u64,
+    /// Messages stepped into a group that accepted them.
+    pub messages_stepped: u64,
+    /// Messages for a group this shard does not host (invariant 2).
+    pub dropped_unknown_group: u64,
+    /// Messages a group refused (from a non-member, a local-only type).
+    pub dropped_refused: u64,
+    /// Messages a group addressed to a node that is not a peer (a misconfigured group).
+    pub dropped_unknown_peer: u64,
+}
+
+/// A group id hosted twice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupExists(pub u64);
+
+impl std::fmt::Display for GroupExists {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "raft group {} is hosted already", self.0)
+    }
+}
+
+impl std::error::Error for GroupExists {}
+
+/// One shard's replication event loop (module docs). Dropping it stops it (invariant 3).
+pub struct GroupHost {
+    inner: Rc<Inner>,
+    /// The receive loop and the ticker; dropping a glommio `Task` cancels it.
+    _tasks: [Task<()>; 2],
+}
+
+struct Inner {
+    transport: Transport,
+    groups: RefCell<BTreeMap<u64, Hosted>>,
+    stats: Cell<HostStats>,
+}
+
+struct Hosted {
+    group: RaftGroup,
+    sink: Box<dyn GroupSink>,
+}
+
+impl GroupHost {
+    /// Starts the transport (binding its listener) and the host's loops on the current
+    /// executor; the groups tick every `tick`.
+    pub fn start(config: TransportConfig, tick: Duration) -> io::Result<GroupHost> {
+        let (transport, inbound) = Transport::start(config)?;
+        let inner = Rc::new(Inner {
+            transport,
+            groups: RefCell::new(BTreeMap::new()),
+            stats: Cell::new(HostStats::default()),
+        });
+        let tasks = [
+            glommio::spawn_local(receive(inner.clone(), inbound)),
+            glommio::spawn_local(ticker(inner.clone(), tick)),
+        ];
+        Ok(GroupHost { inner, _tasks: tasks })
+    }
+
+    /// Hosts `group` as group `id`; its outputs go to `sink` from now on.
+    pub fn add_group(
+        &self,
+        id: u64,
+        group: RaftGroup,
+        sink: Box<dyn GroupSink>,
+    ) -> Result<(), GroupExists> {
+        let mut groups = self.inner.groups.borrow_mut();
+        if groups.contains_key(&id) {
+            return Err(GroupExists(id));
+        }
+        let hosted = groups.entry(id).or_insert(Hosted { group, sink });
+        self.inner.drain(id, hosted);
+        Ok(())
+    }
+
+    /// Calls `f` on group `id` (a proposal, a query), then drains the group (invariant
+    /// 1). `None` if the shard does not host it. `f` must not call back into the host.
+    pub fn with_group<R>(&self, id: u64, f: impl FnOnce(&mut RaftGroup) -> R) -> Option<R> {
+        let mut groups = self.inner.groups.borrow_mut();
+        let hosted = groups.get_mut(&id)?;
+        let result = f(&mut hosted.group);
+        self.inner.drain(id, hosted);
+        Some(result)
+    }
+
+    /// The sink of group `id` made its write requests up to `number` durable.
+    pub fn durable(&self, id: u64, number: u64) {
+        let hosted = self.with_group(id, |group| group.durable(number));
+        assert!(hosted.is_some(), "durable({number}) for raft group {id}, which is not hosted");
+    }
+
+    /// Groups hosted.
+    pub fn group_count(&self) -> usize {
+        self.inner.groups.borrow().len()
+    }
+
+    /// Counters since the start.
+    pub fn stats(&self) -> HostStats {
+        self.inner.stats.get()
+    }
+
+    /// The shard's transport (its counters, its address).
+    pub fn transport(&self) -> &Transport {
+        &self.inner.transport
+    }
+}
+
+impl Inner {
+    fn count(&self, change: impl FnOnce(&mut HostStats)) {
+        let mut stats = self.stats.get();
+        change(&mut stats);
+        self.stats.set(stats);
+    }
+
+    fn step(&self, inbound: Inbound) {
+        let Inbound { from, group: id, message } = inbound;
+        let mut groups = self.groups.borrow_mut();
+        let Some(hosted) = groups.get_mut(&id) else {
+            self.count(|s| s.dropped_unknown_group += 1);
+            tracing::debug!(from, group = id, "replication: a message for a group not hosted here");
+            return;
+        };
+        match hosted.group.step(message) {
+            Ok(()) => self.count(|s| s.messages_stepped += 1),
+            Err(e) => {
+                self.count(|s| s.dropped_refused += 1);
+                tracing::debug!(from, group = id, "replication: raft refused a message: {e}");
+            }
+        }
+        self.drain(id, hosted);
+    }
+
+    fn tick(&self) {
+        self.count(|s| s.ticks += 1);
+        for (&id, hosted) in self.groups.borrow_mut().iter_mut() {
+            hosted.group.tick();
+            self.drain(id, hosted);
+        }
+    }
+
+    /// Everything group `id` emitted (invariant 1).
+    fn drain(&self, id: u64, hosted: &mut Hosted) {
+        loop {
+            let writes = hosted.group.take_writes();
+            if writes.is_empty() {
+                break;
+            }
+            match hosted.sink.write(writes) {
+                // Reporting them may release held messages and emit more writes.
+                Some(number) => hosted.group.durable(number),
+                None => break,
+            }
+        }
+        for message in hosted.group.take_messages() {
+            let to = node_of(message.to);
+            let sent = to.map(|to| self.transport.send(to, id, message));
+            if !matches!(sent, Some(Ok(()))) {
+                self.count(|s| s.dropped_unknown_peer += 1);
+                tracing::warn!(group = id, ?to, "replication: a message for a node not in --peers");
+            }
+        }
+        let committed = hosted.group.take_committed();
+        let outcomes = hosted.group.take_outcomes();
+        if !committed.is_empty() || !outcomes.is_empty() {
+            hosted.sink.apply(committed, outcomes);
+        }
+    }
+}
+
+/// Steps what arrives; ends when the transport stops (its readers hold the senders).
+async fn receive(inner: Rc<Inner>, inbound: LocalReceiver<Inbound>) {
+    while let Some(message) = inbound.recv().await {
+        inner.step(message);
+    }
+}
+
+/// Ticks every group every `tick` (a timer, not a clock: a late tick is late, not
+/// doubled).
+async fn ticker(inner: Rc<Inner>, tick: Duration) {
+    loop {
+        glommio::timer::sleep(tick).await;
+        inner.tick();
+    }
+}
