@@ -10,7 +10,6 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::Path;
 use std::time::Duration;
 
 use common::*;
@@ -136,14 +135,6 @@ fn read_isolated(broker: &Broker, topic: &str, isolation: &str) -> Vec<(i64, Str
     }
 }
 
-fn segment_files(dir: &Path) -> usize {
-    let shard = dir.join("shard-000");
-    std::fs::read_dir(shard)
-        .unwrap()
-        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".log"))
-        .count()
-}
-
 /// Checks what a consumer from the beginning sees against what was acknowledged.
 fn check(seen: &[(i64, String, Option<String>)], acked: &BTreeMap<i64, (String, Option<String>)>) {
     let mut latest: HashMap<&String, (i64, &Option<String>)> = HashMap::new();
@@ -182,7 +173,7 @@ fn a_consumer_from_the_beginning_sees_each_keys_latest_value_after_cleaning_and_
     acked.extend(produce(&broker, &deletes));
     // A last value after the tombstones: the partition's last batch is never cleaned.
     acked.extend(produce(&broker, &[("key-0".to_string(), Some("last".to_string()))]));
-    let before = segment_files(&broker.data_dir());
+    let before = broker.segment_files(0);
     assert!(before >= 4, "the workload filled several segments ({before})");
 
     // Restart (kill -9) with the cleaner every 200 ms.
@@ -190,11 +181,11 @@ fn a_consumer_from_the_beginning_sees_each_keys_latest_value_after_cleaning_and_
     let alive = KEYS - DELETED.len();
     eventually(Duration::from_secs(60), "cleaning and the segments it freed", || {
         let seen = consume_all(&broker);
-        seen.len() <= alive + 1 && segment_files(&broker.data_dir()) < before
+        seen.len() <= alive + 1 && broker.segment_files(0) < before
     });
     let seen = consume_all(&broker);
     check(&seen, &acked);
-    let after = segment_files(&broker.data_dir());
+    let after = broker.segment_files(0);
     println!("segment files: {before} before cleaning, {after} after; records seen {}", seen.len());
 
     broker.kill_and_restart();
@@ -257,7 +248,7 @@ fn a_read_committed_consumer_sees_each_keys_latest_committed_value_after_cleanin
         latest.insert(key.clone(), (*offset, value.clone()));
     }
     assert_eq!(latest.len(), KEYS);
-    let before = segment_files(&broker.data_dir());
+    let before = broker.segment_files(0);
     assert!(before >= 4, "the workload filled several segments ({before})");
 
     // Restart (kill -9: the transaction state is rebuilt) with the cleaner every 200 ms.
@@ -266,7 +257,7 @@ fn a_read_committed_consumer_sees_each_keys_latest_committed_value_after_cleanin
         let committed = read_isolated(&broker, TXN_TOPIC, "read_committed");
         let uncommitted = read_isolated(&broker, TXN_TOPIC, "read_uncommitted");
         let aborted_seen = uncommitted.iter().filter(|(_, _, v)| aborted.contains(v)).count();
-        committed.len() == KEYS && aborted_seen == 0 && segment_files(&broker.data_dir()) < before
+        committed.len() == KEYS && aborted_seen == 0 && broker.segment_files(0) < before
     });
     let committed = read_isolated(&broker, TXN_TOPIC, "read_committed");
     let uncommitted = read_isolated(&broker, TXN_TOPIC, "read_uncommitted");
@@ -278,7 +269,7 @@ fn a_read_committed_consumer_sees_each_keys_latest_committed_value_after_cleanin
     let seen: BTreeMap<String, (i64, String)> =
         committed.iter().map(|(o, k, v)| (k.clone(), (*o, v.clone()))).collect();
     assert_eq!(seen, latest, "exactly each key's latest committed value, at its offset");
-    let after = segment_files(&broker.data_dir());
+    let after = broker.segment_files(0);
     println!(
         "transactional workload: {TXN_ROUNDS} transactions x {KEYS} keys (1 in 3 aborted); \
          segment files (1 MiB each): {before} before cleaning, {after} after; records \

@@ -250,6 +250,41 @@ fn a_topic_max_message_bytes_above_the_broker_default_admits_a_1_mib_record() {
     );
 }
 
+/// Kafka 3.x's smallest segment.bytes (14) is accepted, 13 refused. The value is stored
+/// and described, but a shard's one log keeps its `--segment-bytes` segments: records of
+/// such topics, many times the topic's segment.bytes, roll no segment of their own.
+#[test]
+fn a_tiny_segment_bytes_is_accepted_and_stored_and_rolls_no_segment_per_record() {
+    let broker = Broker::start(1, &[]);
+    assert_eq!(
+        create(&broker, "too-tiny", &[("segment.bytes", "13")]),
+        Err(RDKafkaErrorCode::InvalidConfig)
+    );
+    create(&broker, "tiny", &[("segment.bytes", "14")]).unwrap();
+    create(&broker, "librdkafka-0129", &[("segment.bytes", "20000")]).unwrap();
+    for (topic, value) in [("tiny", "14"), ("librdkafka-0129", "20000")] {
+        let described = describe(&broker, topic);
+        let segment_bytes = entry(&described, "segment.bytes");
+        assert_eq!(segment_bytes.value.as_deref(), Some(value), "{topic}");
+        assert_eq!(segment_bytes.source, ConfigSource::DynamicTopic, "{topic}");
+    }
+    let segments_before = broker.segment_files(0);
+    let producer = acks_all_producer(&broker);
+    let payload = vec![b's'; 500];
+    let count = 100; // 50 KB a topic: 2.5 times 20000, thousands of times 14
+    for topic in ["tiny", "librdkafka-0129"] {
+        for i in 0..count {
+            assert_eq!(send(&producer, topic, &payload, None).unwrap(), i, "{topic}");
+        }
+        let consumer = consumer(&broker, topic);
+        for i in 0..count {
+            let message = consumer.poll(TIMEOUT).expect("every record back").expect("no error");
+            assert_eq!((message.offset(), message.payload()), (i, Some(&payload[..])));
+        }
+    }
+    assert_eq!(broker.segment_files(0), segments_before, "100 KB in 8 MiB segments");
+}
+
 #[test]
 fn a_log_append_time_topic_gives_consumers_the_brokers_append_time() {
     let broker = Broker::start(1, &[]);

@@ -8,9 +8,6 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use common::{create_topic, produce_tagged, Broker, RawClient};
-use kafka_protocol::messages::list_offsets_request::{
-    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
-};
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -85,22 +82,7 @@ fn read_all(broker: &Broker, isolation: &str, topic: &str, partition: i32) -> Ve
 /// ListOffsets latest (-1) at isolation level `isolation` (0 or 1), through a raw client.
 fn latest_offset(broker: &Broker, topic: &str, partition: i32, isolation: i8) -> i64 {
     let mut client = RawClient::connect(broker.shard_addr(0));
-    let request = ListOffsetsRequest::default()
-        .with_replica_id((-1).into())
-        .with_isolation_level(isolation)
-        .with_topics(vec![ListOffsetsTopic::default()
-            .with_name(common::topic_name(topic))
-            .with_partitions(vec![ListOffsetsPartition::default()
-                .with_partition_index(partition)
-                .with_timestamp(-1)])]);
-    match client.call(ApiKey::ListOffsets, 5, RequestKind::ListOffsets(request)) {
-        ResponseKind::ListOffsets(r) => {
-            let p = &r.topics[0].partitions[0];
-            assert_eq!(p.error_code, 0);
-            p.offset
-        }
-        other => panic!("{other:?}"),
-    }
+    common::latest_offset(&mut client, topic, partition, isolation)
 }
 
 #[test]

@@ -50,7 +50,13 @@ impl MeshService for Echo {
 }
 
 fn produce_request() -> ShardRequest {
-    ShardRequest::Produce { topic: String::new(), partition: 0, records: Bytes::new(), acks: -1 }
+    ShardRequest::Produce {
+        topic: String::new(),
+        partition: 0,
+        records: Bytes::new(),
+        acks: -1,
+        transactional_id: None,
+    }
 }
 
 /// Joins the mesh with an echo service; the echo side returns once told to stop.

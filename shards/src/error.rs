@@ -39,6 +39,19 @@ pub enum PartitionError {
     InvalidRequiredAcks(i16),
     /// The topic's configs forbid the operation (DeleteRecords on a compact-only topic).
     PolicyViolation(String),
+    /// KIP-890 part 1: the transaction coordinator does not hold this partition in the
+    /// producer's open transaction (or the transaction ended while it was asked): nothing
+    /// was written.
+    NotInTransaction(String),
+    /// The coordinator knows another producer id for the transactional id, or none.
+    InvalidProducerIdMapping,
+    /// The coordinator could not confirm the partition yet (its markers are being written,
+    /// or it is not the coordinator): nothing was written, and a retry may succeed.
+    TxnNotVerified(String),
+    /// A transactional batch in a produce that names no transactional id.
+    TransactionalIdMissing,
+    /// A request field no broker accepts (an empty transactional id).
+    InvalidRequest(String),
 }
 
 /// Why a topic operation failed.

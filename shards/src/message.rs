@@ -11,7 +11,7 @@ use shardlog_storage::Offset;
 
 use crate::acl::{AclBinding, AclFilter};
 use crate::credentials::{CredentialAlteration, CredentialResults};
-use crate::error::{GroupError, PartitionError, TopicError};
+use crate::error::{GroupError, PartitionError, TopicError, TxnError};
 use crate::group::admin::{GroupDescription, ResetResults};
 use crate::metadata::{NewPartitions, NewTopic, TopicTable};
 use crate::metadata_log::ChangeRecord;
@@ -22,7 +22,15 @@ use crate::topic_config::TopicConfigChange;
 #[derive(Debug)]
 pub enum ShardRequest {
     /// Append the record batches of one partition on its owner (a forwarded Produce).
-    Produce { topic: String, partition: i32, records: Bytes, acks: i16 },
+    /// `transactional_id`: the request's, which the owner needs to verify a transaction's
+    /// first batch with its coordinator (KIP-890).
+    Produce {
+        topic: String,
+        partition: i32,
+        records: Bytes,
+        acks: i16,
+        transactional_id: Option<String>,
+    },
     /// Read partitions owned by the receiver (a forwarded Fetch); long-polls there.
     Fetch { reads: Vec<PartitionRead>, max_wait_ms: u64, min_bytes: usize, max_bytes: usize },
     /// Resolve a ListOffsets query on the partition's owner (latest is the last stable
@@ -54,6 +62,17 @@ pub enum ShardRequest {
     /// Commit or drop a transaction's pending offsets on the group's coordinator; answered
     /// once durable.
     TxnOffsetsMarker { group: String, producer_id: i64, commit: bool },
+    /// Ask the transactional id's coordinator whether (topic, partition) is in the
+    /// producer's open transaction at this epoch (KIP-890 part 1; Kafka's verify-only
+    /// AddPartitionsToTxn v4). Answered from memory, without IO, once no call on the id
+    /// is in progress (so the answer is about durable metadata).
+    VerifyTxnPartition {
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        topic: String,
+        partition: i32,
+    },
     /// Ask the controller (shard 0) to add ACL bindings (validated by the sender).
     CreateAcls { bindings: Vec<AclBinding> },
     /// Ask the controller (shard 0) to remove the ACL bindings each filter matches.
@@ -85,6 +104,7 @@ pub enum ShardReply {
     DeleteRecords(Result<Offset, PartitionError>),
     TxnMarker(Result<(), PartitionError>),
     TxnOffsetsMarker(Result<(), GroupError>),
+    VerifyTxnPartition(Result<(), TxnError>),
     CreateAcls(Result<(), TopicError>),
     /// Per filter, the bindings it removed.
     DeleteAcls(Result<Vec<Vec<AclBinding>>, TopicError>),

@@ -39,21 +39,30 @@ pub type ProduceWait = std::pin::Pin<Box<dyn Future<Output = Result<ProduceAck, 
 
 impl Shard {
     /// Produce to a partition on whichever shard owns it. Phase one (validation and
-    /// queueing, or enqueueing the forward) is done when this returns.
+    /// queueing, or enqueueing the forward) is done when this returns. `transactional_id`:
+    /// the request's (Produce v3+), for transactional batches.
     pub async fn produce(
         self: &Rc<Self>,
         topic: &str,
         partition: i32,
         records: Bytes,
         acks: i16,
+        transactional_id: Option<&str>,
     ) -> ProduceWait {
         match self.owner_of(topic, partition) {
             None => Box::pin(async { Err(PartitionError::UnknownTopicOrPartition) }),
-            Some(owner) if owner == self.id => self.produce_local(topic, partition, records),
+            Some(owner) if owner == self.id => {
+                self.produce_local(topic, partition, records, transactional_id)
+            }
             Some(owner) => {
                 self.count_forward();
-                let request =
-                    ShardRequest::Produce { topic: topic.to_string(), partition, records, acks };
+                let request = ShardRequest::Produce {
+                    topic: topic.to_string(),
+                    partition,
+                    records,
+                    acks,
+                    transactional_id: transactional_id.map(str::to_string),
+                };
                 let pending = self.mesh.send(owner, request).await;
                 Box::pin(async move {
                     match pending.wait().await {
@@ -66,7 +75,25 @@ impl Shard {
     }
 
     /// Phase one on the owner: validate and queue; the returned future waits for fdatasync.
+    /// A transaction's first batch here waits for its coordinator's word first (KIP-890,
+    /// `txn::verify`), and the produces behind it wait in line.
     pub fn produce_local(
+        self: &Rc<Self>,
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+        transactional_id: Option<&str>,
+    ) -> ProduceWait {
+        if let Some(deferred) =
+            self.defer_until_txn_verified(topic, partition, &records, transactional_id)
+        {
+            return deferred;
+        }
+        self.produce_verified(topic, partition, records)
+    }
+
+    /// Phase one of a produce that needs no (more) transaction verification.
+    pub(crate) fn produce_verified(
         self: &Rc<Self>,
         topic: &str,
         partition: i32,

@@ -14,9 +14,11 @@ use crate::shard::Shard;
 impl MeshService for Shard {
     fn handle(self: Rc<Self>, _from: usize, request: ShardRequest) -> ReplyFuture {
         match request {
-            ShardRequest::Produce { topic, partition, records, acks: _ } => {
-                // Phase one (the append) happens here, in arrival order.
-                let wait = self.produce_local(&topic, partition, records);
+            ShardRequest::Produce { topic, partition, records, acks: _, transactional_id } => {
+                // Phase one (the append, or joining its transaction's verification) happens
+                // here, in arrival order.
+                let wait =
+                    self.produce_local(&topic, partition, records, transactional_id.as_deref());
                 Box::pin(async move { ShardReply::Produce(wait.await) })
             }
             ShardRequest::Fetch { reads, max_wait_ms, min_bytes, max_bytes } => {
@@ -87,6 +89,19 @@ impl MeshService for Shard {
                     )
                 })
             }
+            ShardRequest::VerifyTxnPartition {
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                topic,
+                partition,
+            } => Box::pin(async move {
+                let partition = (topic, partition);
+                let answer = self
+                    .verify_txn_partition(&transactional_id, producer_id, producer_epoch, partition)
+                    .await;
+                ShardReply::VerifyTxnPartition(answer)
+            }),
             ShardRequest::TxnOffsetsMarker { group, producer_id, commit } => Box::pin(async move {
                 ShardReply::TxnOffsetsMarker(
                     self.resolve_txn_offsets(&group, producer_id, commit).await,

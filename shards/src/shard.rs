@@ -313,6 +313,7 @@ impl Shard {
                 self.log.drop_partition(partition);
                 self.producers.borrow_mut().drop_partition(partition);
                 self.txn.partitions.borrow_mut().remove(&partition);
+                self.txn.verified.borrow_mut().retain(|(p, _), _| *p != partition);
             }
         }
         info!(shard = self.id, topic = %meta.name, "topic deleted");

@@ -212,6 +212,10 @@ fn validate_compaction_lags(configs: &[(String, String)]) -> Result<(), TopicErr
     Ok(())
 }
 
+/// The smallest `segment.bytes` accepted: Kafka 3.x's, the overhead of one v0 record
+/// (crc 4, magic 1, attributes 1, key length 4, value length 4).
+pub const SEGMENT_BYTES_MIN: i64 = 14;
+
 fn validate_value(def: &TopicConfigDef, value: &str) -> Result<(), String> {
     let at_least = |min: i64| -> Result<(), String> {
         let parsed = match def.config_type {
@@ -237,8 +241,10 @@ fn validate_value(def: &TopicConfigDef, value: &str) -> Result<(), String> {
             Err(_) => Err("not a number".into()),
         },
         "retention.bytes" | "retention.ms" => at_least(-1),
-        // Kafka 4.0's minimum; smaller segments only multiply files.
-        "segment.bytes" => at_least(1 << 20),
+        // Kafka 3.x's minimum (LogConfig: one v0 record's overhead, 14 bytes), which
+        // clients' tests rely on (librdkafka 0129 sets 20000). Kafka 4.0 raised it to
+        // 1 MiB; here the value is stored only, so a small one costs nothing.
+        "segment.bytes" => at_least(SEGMENT_BYTES_MIN),
         "message.timestamp.type" => match value {
             "CreateTime" | "LogAppendTime" => Ok(()),
             _ => Err("must be CreateTime or LogAppendTime".into()),
@@ -493,7 +499,11 @@ mod tests {
             ("max.message.bytes", "0", true),
             ("max.message.bytes", "3000000000", false),
             ("segment.bytes", "1048576", true),
-            ("segment.bytes", "1000", false),
+            ("segment.bytes", "20000", true),
+            ("segment.bytes", "14", true),
+            ("segment.bytes", "13", false),
+            ("segment.bytes", "0", false),
+            ("segment.bytes", "2147483648", false),
             ("segment.ms", "0", false),
             ("flush.messages", "0", false),
             ("flush.messages", "1", true),
@@ -531,6 +541,8 @@ mod tests {
                 assert!(e.to_string().contains(key), "{e} does not name {key}");
             }
         }
+        let too_small = validate_topic_configs(&kv(&[("segment.bytes", "13")])).unwrap_err();
+        assert!(too_small.to_string().contains("at least 14"), "{too_small} names no minimum");
     }
 
     #[test]

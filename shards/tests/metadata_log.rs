@@ -160,7 +160,7 @@ async fn produce(shard: &Rc<Shard>, topic: &str) {
     writer.push(None, b"value");
     writer.finish();
     let owner_local = shard.owner_of(topic, 0) == Some(shard.id);
-    let acked = shard.produce(topic, 0, batch.into(), -1).await.await;
+    let acked = shard.produce(topic, 0, batch.into(), -1, None).await.await;
     assert!(acked.is_ok(), "produce to {topic} (local: {owner_local}): {acked:?}");
 }
 

@@ -686,7 +686,7 @@ async fn retry_producers(world: &Incarnation, shard: &Rc<Shard>) {
 
 /// Produces one batch (acks=all) and waits for its answer: the base offset.
 async fn send(shard: &Rc<Shard>, batch: &SentBatch) -> Result<i64, String> {
-    let wait = shard.produce(&batch.key.0, batch.key.1, batch.bytes.clone(), -1).await;
+    let wait = shard.produce(&batch.key.0, batch.key.1, batch.bytes.clone(), -1, None).await;
     wait.await.map(|ack| ack.base_offset).map_err(|e| e.to_string())
 }
 
@@ -870,7 +870,7 @@ async fn produce_loop(world: &Incarnation, shard: &Rc<Shard>, producer: usize, t
         if world.off() {
             power_gone().await;
         }
-        waits.push_back(shard.produce(&key.0, key.1, batch.bytes, -1).await);
+        waits.push_back(shard.produce(&key.0, key.1, batch.bytes, -1, None).await);
     }
 }
 

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use shardlog_benches::load::record_batch::{ProducerFields, RecordBatchWriter};
+use shardlog_benches::load::record_batch::{self, ProducerFields};
 use shardlog_shards::runtime::run_shards;
 use shardlog_shards::txn::log::TxnLogEntry;
 use shardlog_shards::txn::state::TxnState;
@@ -26,14 +26,8 @@ fn log_config() -> LogConfig {
 /// A transactional batch of `count` records (the TRANSACTIONAL attribute set, CRC redone).
 fn transactional_batch(producer_id: i64, epoch: i16, base_sequence: i32, count: usize) -> Bytes {
     let producer = ProducerFields { producer_id, producer_epoch: epoch, base_sequence };
-    let mut out = Vec::new();
-    let mut writer = RecordBatchWriter::with_producer(&mut out, 1_700_000_000_000, producer);
-    for i in 0..count {
-        writer.push(None, format!("v{i}").as_bytes());
-    }
-    writer.finish();
-    shardlog_benches::load::record_batch::set_transactional(&mut out);
-    Bytes::from(out)
+    let values = (0..count).map(|i| format!("v{i}"));
+    Bytes::from(record_batch::transactional_batch(producer, 1_700_000_000_000, values))
 }
 
 async fn start(builder: ShardMeshBuilder, disk: SimDisk) -> Rc<Shard> {
@@ -71,7 +65,7 @@ async fn prepare_and_crash(shard: Rc<Shard>, disk: SimDisk, commit: bool) -> Sim
     let (producer_id, epoch) = shard.txn_init_producer_id("tx", 60_000, None).await.unwrap();
     shard.add_to_txn("tx", producer_id, epoch, &[("t".into(), 0)], None).await.unwrap();
     let batch = transactional_batch(producer_id, epoch, 0, 3);
-    shard.produce("t", 0, batch, -1).await.await.unwrap();
+    shard.produce("t", 0, batch, -1, Some("tx")).await.await.unwrap();
     assert_eq!(read(&shard, true).await.1, 0, "the open transaction holds the LSO");
     let mut prepared = shard.txn.describe("tx").unwrap();
     prepared.state = if commit { TxnState::PrepareCommit } else { TxnState::PrepareAbort };

@@ -19,6 +19,7 @@ pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
 pub const INVALID_GROUP_ID: i16 = 24;
 pub const UNKNOWN_MEMBER_ID: i16 = 25;
 pub const INVALID_SESSION_TIMEOUT: i16 = 26;
+pub const NOT_ENOUGH_REPLICAS: i16 = 19;
 pub const REBALANCE_IN_PROGRESS: i16 = 27;
 pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
 pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
@@ -75,6 +76,14 @@ pub fn partition_error_code(error: &PartitionError) -> i16 {
         PartitionError::Storage(_) => KAFKA_STORAGE_ERROR,
         PartitionError::InvalidRequiredAcks(_) => INVALID_REQUIRED_ACKS,
         PartitionError::PolicyViolation(_) => POLICY_VIOLATION,
+        // KIP-890's translations (Kafka's ReplicaManager): a partition never added is
+        // INVALID_TXN_STATE, which clients treat as abortable; a coordinator that cannot
+        // answer yet is NOT_ENOUGH_REPLICAS, which every client retries.
+        PartitionError::NotInTransaction(_) => INVALID_TXN_STATE,
+        PartitionError::InvalidProducerIdMapping => INVALID_PRODUCER_ID_MAPPING,
+        PartitionError::TxnNotVerified(_) => NOT_ENOUGH_REPLICAS,
+        PartitionError::TransactionalIdMissing => TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        PartitionError::InvalidRequest(_) => INVALID_REQUEST,
     }
 }
 
@@ -167,7 +176,13 @@ pub fn partition_error_message(error: &PartitionError) -> String {
         }
         PartitionError::InvalidRecord(message)
         | PartitionError::CorruptMessage(message)
-        | PartitionError::PolicyViolation(message) => message.clone(),
+        | PartitionError::PolicyViolation(message)
+        | PartitionError::NotInTransaction(message)
+        | PartitionError::TxnNotVerified(message)
+        | PartitionError::InvalidRequest(message) => message.clone(),
+        PartitionError::TransactionalIdMissing => {
+            "transactional records need the request's transactional_id".to_string()
+        }
         // Kafka's wording: the count, then at most the first three.
         PartitionError::InvalidRecords { message, record_indexes } => format!(
             "One or more records have been rejected due to {} record errors in total, and only \
@@ -198,6 +213,11 @@ mod tests {
             PartitionError::Storage(String::new()),
             PartitionError::InvalidRequiredAcks(2),
             PartitionError::PolicyViolation(String::new()),
+            PartitionError::NotInTransaction(String::new()),
+            PartitionError::InvalidProducerIdMapping,
+            PartitionError::TxnNotVerified(String::new()),
+            PartitionError::TransactionalIdMissing,
+            PartitionError::InvalidRequest(String::new()),
         ];
         let mut codes: Vec<i16> = errors.iter().map(partition_error_code).collect();
         assert!(codes.iter().all(|c| *c != NONE));

@@ -34,8 +34,8 @@ pub async fn handle(
     max_records_bytes: usize,
 ) -> Reply {
     let acks = request.acks;
-    // Transactional batches need no more here than idempotent ones: the owner opens the
-    // partition's transaction at its first batch (shards' `txn::partition`).
+    // The owner verifies a transaction's first batch in a partition with the transactional
+    // id's coordinator (shards' `txn::verify`, KIP-890), so the id goes along.
     let transactional_id = request.transactional_id.as_ref().map(|id| id.0.as_str());
     let refuse_all = if !matches!(acks, -1..=1) {
         Some((errors::INVALID_REQUIRED_ACKS, "acks must be -1, 0 or 1"))
@@ -60,7 +60,7 @@ pub async fn handle(
                 (None, None) => Err((errors::CORRUPT_MESSAGE, "records are null".to_string())),
                 (None, Some(records)) if version < 3 => {
                     match legacy_format::message_set_to_record_batch(&records, max_records_bytes) {
-                        Ok(batch) => Ok(shard.produce(&name, data.index, batch, acks).await),
+                        Ok(batch) => Ok(shard.produce(&name, data.index, batch, acks, None).await),
                         Err(e) => {
                             // Produce v0-v2 responses carry no error message: say it here.
                             tracing::debug!(topic = %name, partition = data.index, "refused message set: {e}");
@@ -68,7 +68,9 @@ pub async fn handle(
                         }
                     }
                 }
-                (None, Some(records)) => Ok(shard.produce(&name, data.index, records, acks).await),
+                (None, Some(records)) => {
+                    Ok(shard.produce(&name, data.index, records, acks, transactional_id).await)
+                }
             };
             partitions.push((data.index, wait));
         }

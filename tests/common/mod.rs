@@ -107,6 +107,15 @@ impl Broker {
         }
     }
 
+    /// How many segment files shard `shard`'s log has now.
+    pub fn segment_files(&self, shard: usize) -> usize {
+        let dir = self.data_dir().join(format!("shard-{shard:03}"));
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".log"))
+            .count()
+    }
+
     pub fn log_path(&self) -> PathBuf {
         self.dir.path().join("broker.log")
     }
@@ -650,5 +659,29 @@ impl Drop for SeedOnFailure {
         if std::thread::panicking() {
             eprintln!("{} FAILED with SHARDLOG_SEED={}", self.test, self.seed);
         }
+    }
+}
+
+/// ListOffsets v5 latest (-1) of `partition` of `topic` at isolation level `isolation` (0
+/// read_uncommitted: the high watermark; 1 read_committed: the last stable offset).
+pub fn latest_offset(client: &mut RawClient, topic: &str, partition: i32, isolation: i8) -> i64 {
+    use kafka_protocol::messages::list_offsets_request::{
+        ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
+    };
+    let request = ListOffsetsRequest::default()
+        .with_replica_id((-1).into())
+        .with_isolation_level(isolation)
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(topic_name(topic))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(partition)
+                .with_timestamp(-1)])]);
+    match client.call(ApiKey::ListOffsets, 5, RequestKind::ListOffsets(request)) {
+        ResponseKind::ListOffsets(r) => {
+            let p = &r.topics[0].partitions[0];
+            assert_eq!(p.error_code, 0, "ListOffsets of {topic}-{partition}");
+            p.offset
+        }
+        other => panic!("{other:?}"),
     }
 }

@@ -127,6 +127,23 @@ impl<'a> RecordBatchWriter<'a> {
     }
 }
 
+/// A transactional batch of `producer` (TRANSACTIONAL set, CRC redone), one keyless record
+/// per value, every record at `timestamp_ms`.
+pub fn transactional_batch<V: AsRef<[u8]>>(
+    producer: ProducerFields,
+    timestamp_ms: i64,
+    values: impl IntoIterator<Item = V>,
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut writer = RecordBatchWriter::with_producer(&mut out, timestamp_ms, producer);
+    for value in values {
+        writer.push(None, value.as_ref());
+    }
+    writer.finish();
+    set_transactional(&mut out);
+    out
+}
+
 /// Sets the TRANSACTIONAL attribute of a finished batch and redoes its CRC.
 pub fn set_transactional(batch: &mut [u8]) {
     let attributes = i16::from_be_bytes([batch[ATTRIBUTES_AT], batch[ATTRIBUTES_AT + 1]]) | 0x10;

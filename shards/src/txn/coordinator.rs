@@ -242,6 +242,7 @@ impl Shard {
         let header = RecordBatchHeader::parse_unvalidated(&batch).expect("a control batch");
         let appended =
             self.log.append_batches(partition_id, &[(header, batch)]).map_err(append_error)?;
+        self.forget_txn_verification(partition_id, producer_id);
         let mut partitions = self.txn.partitions.borrow_mut();
         let state = partitions.entry(partition_id).or_default();
         state.on_marker(producer_id, commit, appended.base_offset, false);

@@ -12,6 +12,8 @@
 //! - Each owner shard tracks per partition its open and aborted transactions
 //!   (`partition`): read_committed fetches stop at the last stable offset and carry the
 //!   aborted list.
+//! - A transaction's first batch in a partition is appended only once the coordinator
+//!   confirmed the partition is in it (`verify`, KIP-890 part 1).
 //!
 //! Recovery: the stream's last snapshot plus the entries after it give the coordinator
 //! state and pending offsets; partition state is the snapshot's plus a replay of the
@@ -25,10 +27,12 @@ pub mod offsets;
 pub mod partition;
 pub mod recovery;
 pub mod state;
+pub mod verify;
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
+use glommio::channels::local_channel::{self, LocalSender};
 use shardlog_storage::PartitionId;
 
 pub use crate::group::coordinator_shard;
@@ -58,10 +62,17 @@ impl Default for TxnConfig {
 pub struct Transactions {
     pub config: TxnConfig,
     pub(crate) txns: RefCell<BTreeMap<String, TxnMetadata>>,
-    /// Transactional ids with a call in progress (Kafka's pending state).
-    pub(crate) busy: RefCell<HashSet<String>>,
+    /// Transactional ids with a call in progress (Kafka's pending state), each with the
+    /// partition verifications waiting for it to end (`verify`).
+    pub(crate) busy: RefCell<HashMap<String, Vec<LocalSender<()>>>>,
     pub(crate) pending: RefCell<PendingOffsets>,
     pub(crate) partitions: RefCell<HashMap<PartitionId, PartitionTxns>>,
+    /// Owner side of KIP-890: (partition, producer id) → the epoch whose open transaction
+    /// the coordinator confirmed holds the partition, until its marker (`verify`).
+    pub(crate) verified: RefCell<HashMap<(PartitionId, i64), i16>>,
+    /// Verifications in flight, by (partition, producer id, epoch), with the produces
+    /// waiting for them.
+    pub(crate) verifying: RefCell<HashMap<(PartitionId, i64, i16), verify::Verifying>>,
     /// Partition state is rebuilt: markers may be written.
     pub(crate) ready: Cell<bool>,
     /// The shard's log holds `Transactions` entries. Until it does, nothing transactional
@@ -88,19 +99,48 @@ impl Transactions {
 
 /// Marks a transactional id busy until dropped.
 pub(crate) struct Busy<'a> {
-    busy: &'a RefCell<HashSet<String>>,
+    busy: &'a RefCell<HashMap<String, Vec<LocalSender<()>>>>,
     id: String,
 }
 
 impl<'a> Busy<'a> {
     /// None if a call on `id` is already in progress.
-    pub(crate) fn take(busy: &'a RefCell<HashSet<String>>, id: &str) -> Option<Busy<'a>> {
-        busy.borrow_mut().insert(id.to_string()).then(|| Busy { busy, id: id.to_string() })
+    pub(crate) fn take(
+        busy: &'a RefCell<HashMap<String, Vec<LocalSender<()>>>>,
+        id: &str,
+    ) -> Option<Busy<'a>> {
+        let mut calls = busy.borrow_mut();
+        if calls.contains_key(id) {
+            return None;
+        }
+        calls.insert(id.to_string(), Vec::new());
+        Some(Busy { busy, id: id.to_string() })
+    }
+
+    /// Waits until no call on `id` is in progress. A call's new metadata is visible in
+    /// memory from the moment it is queued, before it is durable; what is read after this
+    /// returns (with no `.await` in between) is durable.
+    pub(crate) async fn settled(busy: &RefCell<HashMap<String, Vec<LocalSender<()>>>>, id: &str) {
+        loop {
+            let ended = match busy.borrow_mut().get_mut(id) {
+                None => return,
+                Some(waiting) => {
+                    let (sender, receiver) = local_channel::new_bounded(1);
+                    waiting.push(sender);
+                    receiver
+                }
+            };
+            // Another call may take the id before this task runs again: look again.
+            ended.recv().await;
+        }
     }
 }
 
 impl Drop for Busy<'_> {
     fn drop(&mut self) {
-        self.busy.borrow_mut().remove(&self.id);
+        let waiting = self.busy.borrow_mut().remove(&self.id).unwrap_or_default();
+        for sender in waiting {
+            let _ = sender.try_send(());
+        }
     }
 }

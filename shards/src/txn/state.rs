@@ -128,6 +128,32 @@ impl TxnMetadata {
         Ok(Some(next))
     }
 
+    /// KIP-890 part 1: whether a partition's owner may append a transactional batch of
+    /// (`producer_id`, `epoch`) to `partition`, i.e. the partition is in this id's open
+    /// transaction at that epoch. Kafka's `handleVerifyPartitionsInTransaction`: the call's
+    /// producer must be the current one; while markers are written the answer is
+    /// CONCURRENT_TRANSACTIONS; a partition never added is INVALID_TXN_STATE. Partitions are
+    /// held only while Ongoing or Prepare* (invariant 1), so Empty and Complete* refuse.
+    pub fn verify_partition(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        partition: &(String, i32),
+    ) -> Result<(), TxnError> {
+        self.check_producer(producer_id, epoch)?;
+        if self.state.is_prepared() {
+            return Err(TxnError::ConcurrentTransactions);
+        }
+        if !self.partitions.contains(partition) {
+            let (topic, index) = partition;
+            return Err(TxnError::InvalidTxnState(format!(
+                "partition {topic}-{index} was not added to the transaction of {}",
+                self.transactional_id
+            )));
+        }
+        Ok(())
+    }
+
     /// EndTxn: the Prepare* metadata to write, or that a retry already completed.
     pub fn end(
         &self,
@@ -268,6 +294,32 @@ mod tests {
         let fenced = open.fence_and_abort(3);
         assert_eq!((fenced.state, fenced.producer_epoch), (TxnState::PrepareAbort, 2));
         assert_eq!(fenced.complete(4).end(7, 1, false, 5), Err(TxnError::ProducerFenced));
+    }
+
+    #[test]
+    fn a_partition_verifies_only_inside_the_current_epochs_open_transaction() {
+        let empty = TxnMetadata::new("tx", 7, 60_000, 0);
+        let open = empty.add(7, 0, &[p("a", 0)], None, 1).unwrap().unwrap();
+        let prepared = open.end(7, 0, true, 2).unwrap().unwrap();
+        let done = prepared.complete(3);
+        let not_added = |r: Result<(), TxnError>| matches!(r, Err(TxnError::InvalidTxnState(_)));
+        assert_eq!(open.verify_partition(7, 0, &p("a", 0)), Ok(()));
+        assert!(not_added(open.verify_partition(7, 0, &p("a", 1))), "never added");
+        assert!(not_added(open.verify_partition(7, 0, &p("b", 0))));
+        assert!(not_added(empty.verify_partition(7, 0, &p("a", 0))), "no transaction yet");
+        assert!(not_added(done.verify_partition(7, 0, &p("a", 0))), "its marker is written");
+        assert_eq!(
+            prepared.verify_partition(7, 0, &p("a", 0)),
+            Err(TxnError::ConcurrentTransactions),
+            "markers are being written"
+        );
+        assert_eq!(
+            open.verify_partition(8, 0, &p("a", 0)),
+            Err(TxnError::InvalidProducerIdMapping)
+        );
+        assert_eq!(open.verify_partition(7, 1, &p("a", 0)), Err(TxnError::ProducerFenced));
+        let fenced = open.fence_and_abort(4);
+        assert_eq!(fenced.verify_partition(7, 0, &p("a", 0)), Err(TxnError::ProducerFenced));
     }
 
     #[test]

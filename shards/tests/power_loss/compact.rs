@@ -240,7 +240,7 @@ async fn compact_loop(world: &Incarnation, shard: &Rc<Shard>) {
             .or_default()
             .push_back((key.clone(), records));
         check_off(world).await;
-        waits.push_back(shard.produce(&key.0, key.1, bytes, -1).await);
+        waits.push_back(shard.produce(&key.0, key.1, bytes, -1, None).await);
     }
 }
 

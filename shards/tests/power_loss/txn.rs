@@ -22,6 +22,7 @@
 //!    transaction below the last stable offset, and nothing else.
 
 use super::*;
+use shardlog_benches::load::record_batch::transactional_batch;
 use shardlog_shards::txn::partition::{batch_kind, BatchKind};
 use shardlog_storage::RecordBatchHeader;
 
@@ -84,14 +85,7 @@ fn parse(value: &[u8]) -> Option<usize> {
 
 /// A transactional batch (the TRANSACTIONAL attribute set, CRC redone).
 fn batch(producer: ProducerFields, values: &[String]) -> Bytes {
-    let mut out = Vec::new();
-    let mut writer = RecordBatchWriter::with_producer(&mut out, 1_700_000_000_000, producer);
-    for v in values {
-        writer.push(None, v.as_bytes());
-    }
-    writer.finish();
-    shardlog_benches::load::record_batch::set_transactional(&mut out);
-    Bytes::from(out)
+    Bytes::from(transactional_batch(producer, 1_700_000_000_000, values))
 }
 
 pub fn spawn(world: &Arc<Incarnation>, shard: &Rc<Shard>) {
@@ -172,7 +166,9 @@ async fn txn_loop(world: &Incarnation, shard: &Rc<Shard>) {
                 ProducerFields { producer_id, producer_epoch: epoch, base_sequence: *sequence };
             *sequence += count as i32;
             world.model.lock().unwrap().txn.txns[number].records.insert(partition, count);
-            let wait = shard.produce(&topic, partition, batch(fields, &values), -1).await;
+            let wait = shard
+                .produce(&topic, partition, batch(fields, &values), -1, Some(id.as_str()))
+                .await;
             let acked = wait.await;
             check_off(world).await;
             if let Err(e) = acked {
