@@ -74,6 +74,23 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000, 3).expect("bounds")
 }
 
+/// A new O_DIRECT file at `path` and a 4 KiB block to write; with `written`, its first
+/// `ops` blocks written and synced beforehand (not just allocated).
+fn fresh_file(path: &Path, ops: usize, written: bool) -> std::io::Result<(File, AlignedBuf)> {
+    let _ = std::fs::remove_file(path);
+    let file = open_direct(path)?;
+    let mut buf = AlignedBuf::new(BLOCK);
+    buf.as_mut().fill(0xab);
+    if written {
+        let mut chunk = AlignedBuf::new(SEQ_CHUNK);
+        for i in 0..(ops * BLOCK).div_ceil(SEQ_CHUNK) {
+            file.write_all_at(chunk.as_mut(), (i * SEQ_CHUNK) as u64)?;
+        }
+        file.sync_all()?;
+    }
+    Ok((file, buf))
+}
+
 /// 4 KiB O_DIRECT write + fdatasync per op; `append` extends the file each time,
 /// otherwise the blocks were written (not just allocated) beforehand. `pace` is slept
 /// before each op (not timed).
@@ -83,17 +100,7 @@ fn sync_writes(
     append: bool,
     pace: Option<Duration>,
 ) -> std::io::Result<Histogram<u64>> {
-    let _ = std::fs::remove_file(path);
-    let file = open_direct(path)?;
-    let mut buf = AlignedBuf::new(BLOCK);
-    buf.as_mut().fill(0xab);
-    if !append {
-        let mut chunk = AlignedBuf::new(SEQ_CHUNK);
-        for i in 0..(ops * BLOCK).div_ceil(SEQ_CHUNK) {
-            file.write_all_at(chunk.as_mut(), (i * SEQ_CHUNK) as u64)?;
-        }
-        file.sync_all()?;
-    }
+    let (file, mut buf) = fresh_file(path, ops, !append)?;
     let mut h = histogram();
     for i in 0..ops {
         if let Some(pace) = pace {
@@ -129,14 +136,7 @@ fn uring_writes(
     pace: Option<Duration>,
 ) -> std::io::Result<Histogram<u64>> {
     use io_uring::{opcode, squeue, types, IoUring};
-    let _ = std::fs::remove_file(path);
-    let file = open_direct(path)?;
-    let mut buf = AlignedBuf::new(BLOCK);
-    buf.as_mut().fill(0x5a);
-    for i in 0..ops {
-        file.write_all_at(buf.as_mut(), (i * BLOCK) as u64)?;
-    }
-    file.sync_all()?;
+    let (file, mut buf) = fresh_file(path, ops, true)?;
     let fd = types::Fd(std::os::fd::AsRawFd::as_raw_fd(&file));
     let mut ring = IoUring::new(8)?;
     let ptr = buf.as_mut().as_ptr();
