@@ -95,20 +95,30 @@ selected_tests() {
   esac
 }
 
-free_port_block() {  # a port p with p..p+3 free: bootstrap, two shard ports, admin
-  local p
-  for _ in $(seq 50); do
-    p=$((20000 + RANDOM % 30000))
-    if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null \
-      && ! (exec 3<>/dev/tcp/127.0.0.1/$((p + 1))) 2>/dev/null \
-      && ! (exec 3<>/dev/tcp/127.0.0.1/$((p + 2))) 2>/dev/null \
-      && ! (exec 3<>/dev/tcp/127.0.0.1/$((p + 3))) 2>/dev/null; then
-      echo "$p"
-      return 0
-    fi
-  done
-  echo "no free ports" >&2
-  exit 1
+# A port p with p..p+3 free (bootstrap, two shard ports, admin), checked by binding them,
+# and below the kernel's ephemeral range (32768- here): a port that only a client's
+# outgoing connection holds refuses a connect yet fails the broker's bind, which is how
+# a CI run once lost test 0001 (tests/common/mod.rs's free_port_range does the same).
+free_port_block() {
+  python3 - <<'PY'
+import random, socket
+for _ in range(500):
+    p = random.randrange(12000, 32000)
+    held = []
+    try:
+        for i in range(4):
+            s = socket.socket()
+            held.append(s)
+            s.bind(("127.0.0.1", p + i))
+    except OSError:
+        continue
+    finally:
+        for s in held:
+            s.close()
+    print(p)
+    raise SystemExit(0)
+raise SystemExit("no free port block")
+PY
 }
 
 # librdkafka's test scenarios (tests/scenarios/*.json) are Kafka clusters with
@@ -118,15 +128,23 @@ start_broker() {  # auto_create: true|false
   if [ -n "$broker" ]; then
     { kill -9 "$broker" && wait "$broker"; } 2>/dev/null || true
   fi
-  port=$(free_port_block)
-  rm -rf "$work/data"
-  "$shardlog" --data-dir "$work/data" --kafka-addr "127.0.0.1:$port" \
-    --admin-addr "127.0.0.1:$((port + 3))" --cores 2 --default-partitions 4 \
-    --auto-create-topics "$1" >> "$work/broker.log" 2>&1 &
-  broker=$!
-  for _ in $(seq 100); do
-    (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break
-    sleep 0.1
+  # A port can still be taken between the check and the broker's bind: try another block.
+  local attempt
+  for attempt in 1 2 3; do
+    port=$(free_port_block)
+    rm -rf "$work/data"
+    "$shardlog" --data-dir "$work/data" --kafka-addr "127.0.0.1:$port" \
+      --admin-addr "127.0.0.1:$((port + 3))" --cores 2 --default-partitions 4 \
+      --auto-create-topics "$1" >> "$work/broker.log" 2>&1 &
+    broker=$!
+    for _ in $(seq 100); do
+      (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break
+      kill -0 "$broker" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -0 "$broker" 2>/dev/null && break
+    echo "the broker did not start on port block $port (attempt $attempt):"
+    tail -3 "$work/broker.log"
   done
   cat > "$work/test.conf" <<EOF
 bootstrap.servers=127.0.0.1:$port
