@@ -25,11 +25,12 @@ kcat_block=$(block_after "## Try it with kcat")
 [ -n "$kcat_block" ] || { echo "README has no kcat block"; exit 1; }
 command -v kcat >/dev/null || { apt-get update -qq && apt-get install -y -qq kcat >/dev/null; }
 
+source tests/lib/ports.sh
 port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 cores=$(nproc)
 base=9092
 for p in $(seq 9092 $((9092 + cores + 1))) 9644; do
-  if port_taken "$p"; then base=$((30000 + RANDOM % 20000)); break; fi
+  if port_taken "$p"; then base=$(free_port_block $((cores + 2))); break; fi
 done
 if [ "$base" != 9092 ]; then
   echo "default ports taken here; using 127.0.0.1:$base"

@@ -89,16 +89,9 @@ record_or_fail() {
 record() { record_or_fail "$@" || true; }
 rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 port_free() { ! ss -ltn | awk '{print $4}' | grep -q ":$1\$"; }
+source "$ROOT/tests/lib/ports.sh"
 # A base port with `count` free ports after it.
-pick_port() {
-  local count=$1 base
-  while true; do
-    base=$((30000 + RANDOM % 20000))
-    local ok=1
-    for i in $(seq 0 "$count"); do port_free $((base + i)) || ok=0; done
-    [ $ok = 1 ] && { echo "$base"; return; }
-  done
-}
+pick_port() { free_port_block $(($1 + 1)); }
 wait_port() {
   for _ in $(seq 1 100); do
     ! port_free "$1" && return 0

@@ -46,13 +46,8 @@ log() { echo "$*" | tee -a "$OUT"; }
 log "# $(git -C "$ROOT" rev-parse --short HEAD) $(date -u +%FT%TZ) rounds=$ROUNDS secs=$SECS rate=$RATE load=$(cut -d' ' -f1-3 /proc/loadavg)"
 
 port_free() { ! ss -ltn | awk '{print $4}' | grep -q ":$1\$"; }
-pick_port() { # a base port with the next $1 free
-  while :; do
-    local base=$((20000 + RANDOM % 30000)) ok=1
-    for i in $(seq 0 "$1"); do port_free $((base + i)) || ok=0; done
-    [ $ok = 1 ] && { echo $base; return; }
-  done
-}
+source "$ROOT/tests/lib/ports.sh"
+pick_port() { free_port_block $(($1 + 1)); } # a base port with the next $1 free
 
 # The p50 of a histogram family from a Prometheus scrape, interpolated inside its bucket,
 # summed over shards; labels as a regex on the label set.

@@ -19,6 +19,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+source "$ROOT/tests/lib/ports.sh"
 ROUNDS=3
 OUT=$ROOT/benches/results/topics-$(git -C "$ROOT" rev-parse --short HEAD).txt
 while [ $# -gt 0 ]; do
@@ -49,7 +50,7 @@ log() { echo "$*" | tee -a "$OUT"; }
 start_broker() {
   local dir=$1
   for _ in 1 2 3 4 5; do
-    PORT=$((30000 + RANDOM % 20000))
+    PORT=$(free_port_block 11)
     ADMIN=127.0.0.1:$((PORT + 10))
     "$SHARDLOG" --data-dir "$dir" --kafka-addr "127.0.0.1:$PORT" --admin-addr "$ADMIN" \
       --cores 2 >"$dir.log" 2>&1 &

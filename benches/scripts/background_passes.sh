@@ -12,6 +12,7 @@
 #   shardlog_shards::producer_log=debug it holds the checkpoint timings).
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+source "$ROOT/tests/lib/ports.sh"
 ROUNDS=${1:-2}
 VARIANTS=${2:-ret1s ckpt1s off}
 TOPICS=${TOPICS:-50000}
@@ -29,7 +30,8 @@ run() { # round variant
     off) flags="--retention-check-interval-ms $hour --checkpoint-interval-ms $hour" ;;
     *) echo "unknown variant $2" >&2; exit 2 ;;
   esac
-  local port=$((30000 + RANDOM % 20000)) dir=$W/$2
+  local port dir=$W/$2
+  port=$(free_port_block 11)
   local admin=127.0.0.1:$((port + 10))
   # shellcheck disable=SC2086
   "$B" --data-dir "$dir" --kafka-addr 127.0.0.1:$port --admin-addr $admin --cores 2 $flags \

@@ -11,13 +11,14 @@
 #   POLL_PATH, default /api/overview; POLL_EVERY seconds, default 1; LOAD_BIN; BENCH_TMP)
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+source "$ROOT/tests/lib/ports.sh"
 ROUNDS=${1:?rounds}; shift
 TOPICS=${TOPICS:-50000}
 POLL_PATH=${POLL_PATH:-/api/overview}
 POLL_EVERY=${POLL_EVERY:-1}
 L=${LOAD_BIN:-$ROOT/target/release/shardlog-load}
 W=$(mktemp -d "${BENCH_TMP:-$ROOT/target}/shardlog-console-poll.XXXXXX")
-port=$((30000 + RANDOM % 20000)); admin=127.0.0.1:$((port + 10))
+port=$(free_port_block 11); admin=127.0.0.1:$((port + 10))
 trap 'rm -rf "$W"' EXIT
 start() { # binary
   "$1" --data-dir "$W/data" --kafka-addr 127.0.0.1:$port --admin-addr $admin --cores 2 \

@@ -95,31 +95,8 @@ selected_tests() {
   esac
 }
 
-# A port p with p..p+3 free (bootstrap, two shard ports, admin), checked by binding them,
-# and below the kernel's ephemeral range (32768- here): a port that only a client's
-# outgoing connection holds refuses a connect yet fails the broker's bind, which is how
-# a CI run once lost test 0001 (tests/common/mod.rs's free_port_range does the same).
-free_port_block() {
-  python3 - <<'PY'
-import random, socket
-for _ in range(500):
-    p = random.randrange(12000, 32000)
-    held = []
-    try:
-        for i in range(4):
-            s = socket.socket()
-            held.append(s)
-            s.bind(("127.0.0.1", p + i))
-    except OSError:
-        continue
-    finally:
-        for s in held:
-            s.close()
-    print(p)
-    raise SystemExit(0)
-raise SystemExit("no free port block")
-PY
-}
+# A port p with p..p+3 free: bootstrap, two shard ports, admin.
+source tests/lib/ports.sh
 
 # librdkafka's test scenarios (tests/scenarios/*.json) are Kafka clusters with
 # num.partitions=4 and topic auto-creation on ("default") or off ("noautocreate").
@@ -131,7 +108,7 @@ start_broker() {  # auto_create: true|false
   # A port can still be taken between the check and the broker's bind: try another block.
   local attempt
   for attempt in 1 2 3; do
-    port=$(free_port_block)
+    port=$(free_port_block 4)
     rm -rf "$work/data"
     "$shardlog" --data-dir "$work/data" --kafka-addr "127.0.0.1:$port" \
       --admin-addr "127.0.0.1:$((port + 3))" --cores 2 --default-partitions 4 \

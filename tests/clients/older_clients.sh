@@ -35,7 +35,8 @@ go build -o "$work/sarama_check" ./$here/go/sarama_check
 go build -o "$work/kafkago_check" ./$here/go/kafkago_check
 cargo build --release -q
 
-port=$((20000 + RANDOM % 10000))
+source tests/lib/ports.sh
+port=$(free_port_block 4)
 export BOOTSTRAP=127.0.0.1:$port
 SHARDLOG_LOG=info,shardlog_net=debug ./target/release/shardlog --data-dir "$work/data" \
   --kafka-addr "$BOOTSTRAP" --admin-addr 127.0.0.1:$((port + 3)) --cores 2 \

@@ -38,7 +38,8 @@ tls="$work/tls"; mkdir -p "$tls"
  printf 'extendedKeyUsage=clientAuth\n' > client.ext
  openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
    -extfile client.ext -out client.pem) 2>/dev/null
-port=$((20000 + RANDOM % 10000))
+source tests/lib/ports.sh
+port=$(free_port_block 17)
 export BOOTSTRAP=127.0.0.1:$port
 # PLAINTEXT on port..port+2, the admin port, SASL_PLAINTEXT on port+4..port+6, SASL_SSL on
 # port+7..port+9; the second broker: SSL with client certificates on port+10..port+12, its

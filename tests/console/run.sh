@@ -22,7 +22,8 @@ work=$(mktemp -d)
 broker=
 readonly_broker=
 trap '[ -n "$broker" ] && kill -9 $broker 2>/dev/null; [ -n "$readonly_broker" ] && kill -9 $readonly_broker 2>/dev/null; rm -rf "$work"' EXIT
-port=$((30000 + RANDOM % 10000))
+source tests/lib/ports.sh
+port=$(free_port_block 16)
 admin=127.0.0.1:$((port + 5))
 ./target/release/shardlog --data-dir "$work/data" --kafka-addr 127.0.0.1:$port \
   --admin-addr "$admin" --cores 2 --console-write > "$work/broker.log" 2>&1 &
