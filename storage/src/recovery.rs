@@ -85,8 +85,18 @@ async fn load_checkpoint<D: Disk>(disk: &D, segments: &[SegmentFile]) -> Option<
             Err(e) => Err(e.to_string()),
         };
         let in_log = segments.iter().any(|s| s.base <= position && position <= s.base + s.len);
+        // A stream this broker does not know (a newer broker's) would be misread as
+        // another: replay from an older checkpoint, or the log, refuses it instead.
+        let streams_known = |c: &CheckpointV1| {
+            c.internal.iter().all(|i| crate::InternalStream::from_u8(i.stream).is_some())
+        };
         match loaded {
-            Ok(ckpt) if ckpt.position == position && in_log && position % PAGE_BYTES == 0 => {
+            Ok(ckpt)
+                if ckpt.position == position
+                    && in_log
+                    && position % PAGE_BYTES == 0
+                    && streams_known(&ckpt) =>
+            {
                 return Some(ckpt)
             }
             Ok(_) => tracing::warn!(position, "checkpoint does not match the log; ignored"),
