@@ -291,3 +291,41 @@ async fn truncate_after<D: Disk>(
     }
     Ok(prefix)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{InternalStream, ShardLog, SimDisk};
+
+    #[test]
+    fn a_checkpoint_carrying_a_stream_this_broker_lacks_is_ignored_not_misread() {
+        crate::fuzzing::run_local(async {
+            let disk = SimDisk::new(1);
+            let config = LogConfig {
+                segment_size_bytes: 64 << 10,
+                max_batch_bytes: 16 << 10,
+                ..LogConfig::default()
+            };
+            let (log, _, _) = ShardLog::open(disk.clone(), config.clone()).await.unwrap();
+            let durable = log.append_internal(InternalStream::Metadata, true, b"table").unwrap();
+            durable.wait().await.unwrap();
+            log.checkpoint().await.unwrap();
+            drop(log);
+            let position = disk.list_checkpoints().await.unwrap().into_iter().max().unwrap();
+            let read = disk.read_checkpoint(position).await.unwrap();
+            let mut newer = checkpoint::decode(&read).unwrap();
+            let recovered = recover(&disk, &config).await.unwrap();
+            assert_eq!(recovered.report.checkpoint_position, Some(position));
+
+            // A newer broker's stream: the checkpoint is ignored and the log replayed.
+            newer.internal[0].stream = 99;
+            disk.write_checkpoint(position, checkpoint::encode(newer)).await.unwrap();
+            let recovered = recover(&disk, &config).await.unwrap();
+            assert_eq!(recovered.report.checkpoint_position, None);
+            let internal = recovered.core.internal_entries();
+            assert_eq!(internal.len(), 1);
+            assert_eq!(internal[0].stream, InternalStream::Metadata);
+            assert_eq!(&internal[0].payload[..], b"table");
+        })
+    }
+}
