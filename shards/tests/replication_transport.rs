@@ -29,12 +29,15 @@ use futures_lite::future;
 use glommio::channels::local_channel::LocalReceiver;
 use glommio::{LocalExecutorBuilder, Placement};
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
+use shardlog_shards::replication::persist::{replay, ShardLogSink};
 use shardlog_shards::replication::{
     raft_id, Entry, GroupConfig, GroupExists, GroupHost, GroupSink, Inbound, LogImage, Message,
-    MessageType, Outcome, RaftGroup, Transport, TransportConfig, WriteRequest,
+    MessageType, Outcome, RaftGroup, Transport, TransportConfig, WriteRequest, Written,
 };
+use shardlog_storage::{LogConfig, ShardLog, SimDisk};
 
 const NODES: u64 = 3;
 const GROUP: u64 = 7;
@@ -498,31 +501,52 @@ struct Applied {
 }
 
 impl GroupSink for MemorySink {
-    fn write(&mut self, writes: Vec<WriteRequest>) -> Option<u64> {
+    fn write(&mut self, writes: Vec<WriteRequest>) -> Written {
         for write in &writes {
             self.durable.apply(write);
         }
-        writes.last().map(|w| w.number)
+        writes.last().map_or(Written::Later, |w| Written::Durable(w.number))
     }
 
     fn apply(&mut self, committed: Vec<Entry>, outcomes: Vec<Outcome>) {
-        let mut applied = self.applied.borrow_mut();
-        let data = committed.into_iter().map(|e| e.data.to_vec()).filter(|d| !d.is_empty());
-        applied.committed.extend(data);
-        applied.outcomes.extend(outcomes);
+        self.applied.borrow_mut().record(committed, outcomes);
     }
+}
+
+impl Applied {
+    fn record(&mut self, committed: Vec<Entry>, outcomes: Vec<Outcome>) {
+        let data = committed.into_iter().map(|e| e.data.to_vec()).filter(|d| !d.is_empty());
+        self.committed.extend(data);
+        self.outcomes.extend(outcomes);
+    }
+}
+
+/// Node `node_id`'s replica of a group from `image`, with the hosts' election timing.
+fn host_replica(node_id: u64, image: LogImage) -> RaftGroup {
+    let mut group_config = GroupConfig::new(raft_id(node_id));
+    group_config.election_tick = 20;
+    group_config.heartbeat_tick = 3;
+    RaftGroup::recover(&group_config, image, 0).unwrap()
 }
 
 /// Hosts group `id` of `voters` (node ids) on `host`; returns what it applies.
 fn host_group(host: &GroupHost, node_id: u64, id: u64, voters: &[u64]) -> Rc<RefCell<Applied>> {
-    let mut group_config = GroupConfig::new(raft_id(node_id));
-    group_config.election_tick = 20;
-    group_config.heartbeat_tick = 3;
     let raft_ids: Vec<u64> = voters.iter().map(|&n| raft_id(n)).collect();
-    let group = RaftGroup::recover(&group_config, LogImage::new(&raft_ids), 0).unwrap();
+    let group = host_replica(node_id, LogImage::new(&raft_ids));
+    add_recorded_group(host, id, group, |applied| {
+        Box::new(MemorySink { durable: LogImage::new(&raft_ids), applied })
+    })
+}
+
+/// Hosts `group` as `id` on `host` with the sink `sink` makes around what it applies.
+fn add_recorded_group(
+    host: &GroupHost,
+    id: u64,
+    group: RaftGroup,
+    sink: impl FnOnce(Rc<RefCell<Applied>>) -> Box<dyn GroupSink>,
+) -> Rc<RefCell<Applied>> {
     let applied = Rc::new(RefCell::new(Applied::default()));
-    let sink = MemorySink { durable: LogImage::new(&raft_ids), applied: applied.clone() };
-    host.add_group(id, group, Box::new(sink)).unwrap();
+    host.add_group(id, group, sink(applied.clone())).unwrap();
     applied
 }
 
@@ -593,11 +617,234 @@ fn dummy_group(node_id: u64) -> RaftGroup {
 struct NoSink;
 
 impl GroupSink for NoSink {
-    fn write(&mut self, _: Vec<WriteRequest>) -> Option<u64> {
+    fn write(&mut self, _: Vec<WriteRequest>) -> Written {
         unreachable!("a refused group never writes")
     }
 
     fn apply(&mut self, _: Vec<Entry>, _: Vec<Outcome>) {
         unreachable!("a refused group never applies")
     }
+}
+
+// ---- write requests on the shard log: ShardLogSink, durability from the flusher ----
+
+fn small_log() -> LogConfig {
+    LogConfig {
+        segment_size_bytes: 256 << 10,
+        tail_cache_bytes: 1 << 20,
+        max_batch_bytes: 64 << 10,
+        blocking_flush_max_bytes: 0,
+    }
+}
+
+/// Hosts group `id` on `host` from `image`, its writes on `log`; returns what it applies.
+fn host_logged_group(
+    host: &GroupHost,
+    log: &ShardLog<SimDisk>,
+    node_id: u64,
+    id: u64,
+    image: LogImage,
+) -> Rc<RefCell<Applied>> {
+    add_recorded_group(host, id, host_replica(node_id, image), |applied| {
+        let on_apply = move |committed: Vec<Entry>, outcomes: Vec<Outcome>| {
+            applied.borrow_mut().record(committed, outcomes)
+        };
+        Box::new(ShardLogSink::new(log.clone(), id, Box::new(on_apply)))
+    })
+}
+
+#[test]
+fn a_group_hears_a_write_durable_only_once_the_shard_log_flushed_it() {
+    let addrs = free_addrs(1);
+    run_local(async move {
+        let disk = SimDisk::new(1);
+        let (log, _, _) = ShardLog::open(disk.clone(), small_log()).await.unwrap();
+        let host = GroupHost::start(config(0, addrs[0], vec![]), HOST_TICK).unwrap();
+        let applied = host_logged_group(&host, &log, 0, GROUP, LogImage::new(&[raft_id(0)]));
+        let commit = || host.with_group(GROUP, |g| g.commit_index()).unwrap();
+        wait_until("the single voter to lead and commit its first entry", || {
+            host.with_group(GROUP, |g| g.is_leader() && g.commit_index() == g.last_index()).unwrap()
+        })
+        .await;
+
+        // Not at submission: the proposal's write is queued for the next flush.
+        let flushes = log.probes().flushes;
+        let proposal = host.with_group(GROUP, |g| g.propose(b"first".to_vec())).unwrap().unwrap();
+        assert!(commit() < proposal.index, "committed before the flush of its write");
+        wait_until("the proposal to commit", || {
+            applied.borrow().outcomes.contains(&Outcome::Committed(proposal))
+        })
+        .await;
+        assert!(log.probes().flushes > flushes);
+
+        // Never while the disk does not complete the write.
+        disk.stall_writes_after(0);
+        let stuck = host.with_group(GROUP, |g| g.propose(b"stuck".to_vec())).unwrap().unwrap();
+        let ticks = host.stats().ticks;
+        wait_until("30 more ticks", || host.stats().ticks >= ticks + 30).await;
+        assert!(commit() < stuck.index, "committed a write its disk never completed");
+        assert!(!applied.borrow().outcomes.contains(&Outcome::Committed(stuck)));
+    });
+}
+
+const LOGGED_GROUPS: [u64; 3] = [1, 2, 3];
+
+/// A node of the persisted cluster: its disk, shard log, host, and what each group applied
+/// in this life.
+struct LoggedNode {
+    disk: SimDisk,
+    log: ShardLog<SimDisk>,
+    host: GroupHost,
+    applied: BTreeMap<u64, Rc<RefCell<Applied>>>,
+}
+
+/// Starts node `n` from what `disk` holds: the shard log recovers, the raft stream replays
+/// into the groups' images, the groups start from them.
+async fn start_logged_node(n: u64, addrs: &[SocketAddr], disk: SimDisk) -> LoggedNode {
+    let (log, recovered, _) = ShardLog::open(disk.clone(), small_log()).await.unwrap();
+    let voters: Vec<u64> = (0..NODES).map(raft_id).collect();
+    let mut images = replay(&recovered, |_| LogImage::new(&voters)).unwrap();
+    let peers = (0..NODES).filter(|&p| p != n).map(|p| (p, addrs[p as usize])).collect();
+    let host = GroupHost::start(config(n, addrs[n as usize], peers), HOST_TICK).unwrap();
+    let applied = LOGGED_GROUPS
+        .iter()
+        .map(|&g| {
+            let image = images.remove(&g).unwrap_or_else(|| LogImage::new(&voters));
+            (g, host_logged_group(&host, &log, n, g, image))
+        })
+        .collect();
+    LoggedNode { disk, log, host, applied }
+}
+
+/// Checks at most one leader per (group, term) over everything observed so far.
+fn observe_leaders(nodes: &[LoggedNode], leaders: &RefCell<BTreeMap<(u64, u64), u64>>) {
+    for (n, node) in nodes.iter().enumerate() {
+        for &g in &LOGGED_GROUPS {
+            let (leads, term) = node.host.with_group(g, |g| (g.is_leader(), g.term())).unwrap();
+            if leads {
+                let first = *leaders.borrow_mut().entry((g, term)).or_insert(n as u64);
+                assert_eq!(first, n as u64, "group {g}: two leaders in term {term}");
+            }
+        }
+    }
+}
+
+/// Proposes `values` to group `g`'s leader (waiting for one) and waits for each one's
+/// outcome there; returns the values acknowledged (`Committed`).
+async fn propose_all(
+    nodes: &[LoggedNode],
+    leaders: &RefCell<BTreeMap<(u64, u64), u64>>,
+    g: u64,
+    values: &[Vec<u8>],
+) -> Vec<Vec<u8>> {
+    let leads = |node: &LoggedNode| node.host.with_group(g, |group| group.is_leader()).unwrap();
+    let mut acked = Vec::new();
+    for value in values {
+        wait_until(&format!("a leader of group {g}"), || {
+            observe_leaders(nodes, leaders);
+            nodes.iter().any(leads)
+        })
+        .await;
+        let leader = nodes.iter().position(leads).unwrap();
+        let proposed = nodes[leader].host.with_group(g, |group| group.propose(value.clone()));
+        let Ok(proposal) = proposed.unwrap() else { continue };
+        let outcome = || {
+            let applied = nodes[leader].applied[&g].borrow();
+            applied.outcomes.iter().copied().find(|o| match o {
+                Outcome::Committed(p) | Outcome::Abandoned(p) => *p == proposal,
+            })
+        };
+        wait_until(&format!("the outcome of a proposal to group {g}"), || {
+            observe_leaders(nodes, leaders);
+            outcome().is_some()
+        })
+        .await;
+        if outcome() == Some(Outcome::Committed(proposal)) {
+            acked.push(value.clone());
+        }
+    }
+    acked
+}
+
+/// Committed sequences never diverge: every one observed is a prefix of the longest.
+fn check_prefixes(lives: &[Rc<RefCell<Applied>>], g: u64) {
+    let sequences: Vec<Vec<Vec<u8>>> = lives.iter().map(|a| a.borrow().committed.clone()).collect();
+    let longest = sequences.iter().max_by_key(|s| s.len()).unwrap();
+    for sequence in &sequences {
+        assert_eq!(
+            sequence[..],
+            longest[..sequence.len()],
+            "group {g}: committed prefixes diverge"
+        );
+    }
+}
+
+#[test]
+fn three_groups_persist_through_shard_logs_across_crashes_and_lose_no_acknowledged_entry() {
+    let addrs = free_addrs(NODES as usize);
+    run_local(async move {
+        let leaders = RefCell::new(BTreeMap::new());
+        let mut nodes = Vec::new();
+        for n in 0..NODES {
+            nodes.push(start_logged_node(n, &addrs, SimDisk::new(n + 1)).await);
+        }
+        // Every life's applied sequences, per group, for the prefix check.
+        let mut lives: BTreeMap<u64, Vec<Rc<RefCell<Applied>>>> = BTreeMap::new();
+        let mut acked: BTreeMap<u64, Vec<Vec<u8>>> = BTreeMap::new();
+        for round in 0..NODES {
+            for &g in &LOGGED_GROUPS {
+                let values: Vec<Vec<u8>> =
+                    (0..3).map(|k| format!("g{g}-r{round}-{k}").into_bytes()).collect();
+                let done = propose_all(&nodes, &leaders, g, &values).await;
+                acked.entry(g).or_default().extend(done);
+            }
+            // A power loss on one node (unsynced writes lost, kept or torn), and its
+            // restart from what its disk kept.
+            let victim = nodes.remove(round as usize);
+            for (&g, applied) in &victim.applied {
+                lives.entry(g).or_default().push(applied.clone());
+            }
+            drop(victim.host);
+            let disk = victim.disk.crash();
+            drop(victim.log);
+            nodes.insert(round as usize, start_logged_node(round, &addrs, disk).await);
+        }
+        // All three lose power at once, restart, and the groups must elect and commit.
+        let disks: Vec<SimDisk> = nodes
+            .drain(..)
+            .map(|node| {
+                for (&g, applied) in &node.applied {
+                    lives.entry(g).or_default().push(applied.clone());
+                }
+                drop(node.host);
+                node.disk.crash()
+            })
+            .collect();
+        for (n, disk) in disks.into_iter().enumerate() {
+            nodes.push(start_logged_node(n as u64, &addrs, disk).await);
+        }
+        for &g in &LOGGED_GROUPS {
+            let last = vec![format!("g{g}-last").into_bytes()];
+            loop {
+                let done = propose_all(&nodes, &leaders, g, &last).await;
+                if !done.is_empty() {
+                    acked.get_mut(&g).unwrap().extend(done);
+                    break;
+                }
+            }
+            let everywhere =
+                || nodes.iter().all(|node| node.applied[&g].borrow().committed.ends_with(&last));
+            wait_until(&format!("every node to commit group {g}'s last value"), everywhere).await;
+            for node in &nodes {
+                let committed = node.applied[&g].borrow().committed.clone();
+                for value in &acked[&g] {
+                    assert!(committed.contains(value), "group {g}: acknowledged {value:?} lost");
+                }
+            }
+            let group_lives = lives.entry(g).or_default();
+            group_lives.extend(nodes.iter().map(|node| node.applied[&g].clone()));
+            check_prefixes(group_lives, g);
+        }
+        assert!(LOGGED_GROUPS.iter().all(|g| acked[g].len() > 3), "{acked:?}");
+    });
 }

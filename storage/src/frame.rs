@@ -74,6 +74,7 @@ impl InternalStream {
             2 => InternalStream::GroupOffsets,
             3 => InternalStream::ProducerState,
             4 => InternalStream::Transactions,
+            5 => InternalStream::Raft,
             _ => return None,
         })
     }

@@ -152,7 +152,8 @@ thread_local! {
     static EXECUTOR: RefCell<Option<glommio::LocalExecutor>> = const { RefCell::new(None) };
 }
 
-fn run_local<T, F: Future<Output = T>>(future: F) -> T {
+/// Runs `future` on this thread's executor (also for the crate's own async unit tests).
+pub(crate) fn run_local<T, F: Future<Output = T>>(future: F) -> T {
     EXECUTOR.with(|cell| {
         let mut slot = cell.borrow_mut();
         let executor = slot.get_or_insert_with(|| {

@@ -58,6 +58,10 @@ pub enum InternalStream {
     /// Transaction coordinator state, pending transactional offsets and the transaction
     /// state of partitions (shards' `txn` module).
     Transactions = 4,
+    /// Raft groups' write requests (hard state, entries, snapshot markers), one group's
+    /// request per entry (shards' `replication::persist`). A broker that predates it
+    /// refuses to open a log holding one (docs/storage.md, "Format").
+    Raft = 5,
 }
 
 /// One internal entry handed back by recovery, in log order.

@@ -85,8 +85,18 @@ async fn load_checkpoint<D: Disk>(disk: &D, segments: &[SegmentFile]) -> Option<
             Err(e) => Err(e.to_string()),
         };
         let in_log = segments.iter().any(|s| s.base <= position && position <= s.base + s.len);
+        // A stream this broker does not know (a newer broker's) would be misread as
+        // another: replay from an older checkpoint, or the log, refuses it instead.
+        let streams_known = |c: &CheckpointV1| {
+            c.internal.iter().all(|i| crate::InternalStream::from_u8(i.stream).is_some())
+        };
         match loaded {
-            Ok(ckpt) if ckpt.position == position && in_log && position % PAGE_BYTES == 0 => {
+            Ok(ckpt)
+                if ckpt.position == position
+                    && in_log
+                    && position % PAGE_BYTES == 0
+                    && streams_known(&ckpt) =>
+            {
                 return Some(ckpt)
             }
             Ok(_) => tracing::warn!(position, "checkpoint does not match the log; ignored"),
@@ -280,4 +290,42 @@ async fn truncate_after<D: Disk>(
         tracing::warn!(position = end, dropped_bytes = dropped, reason, "truncated the log");
     }
     Ok(prefix)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{InternalStream, ShardLog, SimDisk};
+
+    #[test]
+    fn a_checkpoint_carrying_a_stream_this_broker_lacks_is_ignored_not_misread() {
+        crate::fuzzing::run_local(async {
+            let disk = SimDisk::new(1);
+            let config = LogConfig {
+                segment_size_bytes: 64 << 10,
+                max_batch_bytes: 16 << 10,
+                ..LogConfig::default()
+            };
+            let (log, _, _) = ShardLog::open(disk.clone(), config.clone()).await.unwrap();
+            let durable = log.append_internal(InternalStream::Metadata, true, b"table").unwrap();
+            durable.wait().await.unwrap();
+            log.checkpoint().await.unwrap();
+            drop(log);
+            let position = disk.list_checkpoints().await.unwrap().into_iter().max().unwrap();
+            let read = disk.read_checkpoint(position).await.unwrap();
+            let mut newer = checkpoint::decode(&read).unwrap();
+            let recovered = recover(&disk, &config).await.unwrap();
+            assert_eq!(recovered.report.checkpoint_position, Some(position));
+
+            // A newer broker's stream: the checkpoint is ignored and the log replayed.
+            newer.internal[0].stream = 99;
+            disk.write_checkpoint(position, checkpoint::encode(newer)).await.unwrap();
+            let recovered = recover(&disk, &config).await.unwrap();
+            assert_eq!(recovered.report.checkpoint_position, None);
+            let internal = recovered.core.internal_entries();
+            assert_eq!(internal.len(), 1);
+            assert_eq!(internal[0].stream, InternalStream::Metadata);
+            assert_eq!(&internal[0].payload[..], b"table");
+        })
+    }
 }

@@ -190,7 +190,8 @@ impl Replayed {
         for i in &checkpoint.internal {
             replayed.keep_internal(LiveInternal {
                 position: i.position,
-                stream: InternalStream::from_u8(i.stream).unwrap_or(InternalStream::Metadata),
+                // `load_checkpoint` refuses a checkpoint with a stream this broker lacks.
+                stream: InternalStream::from_u8(i.stream).expect("a known internal stream"),
                 snapshot: i.snapshot,
                 payload: Bytes::from(i.payload.clone()),
             });

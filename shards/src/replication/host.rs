@@ -2,8 +2,10 @@
 //! the raft groups the shard replicates, steps each group with the messages the transport
 //! delivers for it, ticks every group on a timer, and after every input drains the
 //! group: its messages go to the transport, its write requests, committed entries and
-//! proposal outcomes to the group's `GroupSink` (the shard log and the partitions, once
-//! docs/replication.md's steps 1, 2 and 3 of "What remains" exist).
+//! proposal outcomes to the group's `GroupSink` (`persist::ShardLogSink`: the shard log;
+//! the partitions once docs/replication.md's steps 2 and 3 of "What remains" exist).
+//! When a sink's writes ride a shard log flush, the host's durability task reports them
+//! to the group when that flush's `Durable` resolves.
 //!
 //! Runs on the shard that owns it, on its glommio executor; shard-local (`Rc`, `RefCell`,
 //! `Cell`; no borrow lives across an `.await`). Not a hot path yet: one call of a group
@@ -20,16 +22,22 @@
 //!    counted, never a panic: raft tolerates lost messages, and a peer may host a group
 //!    this node does not have yet.
 //! 3. Dropping the `GroupHost` stops its tasks and its transport.
+//! 4. A group hears `durable(number)` for a write on the shard log only after the
+//!    flusher's `Durable` for that write's entry resolved Ok (a completed fdatasync
+//!    covers it), in log order; a write whose flush failed is never reported.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::future::poll_fn;
 use std::io;
 use std::rc::Rc;
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
 use glommio::channels::local_channel::LocalReceiver;
 use glommio::Task;
 use raft::eraftpb::Entry;
+use shardlog_storage::Durable;
 
 use super::group::{Outcome, RaftGroup};
 use super::log::WriteRequest;
@@ -50,12 +58,23 @@ pub fn node_of(raft_id: u64) -> Option<u64> {
     raft_id.checked_sub(1)
 }
 
+/// What a sink did with a group's write requests.
+pub enum Written {
+    /// They are durable already, up to this `number` (a sink that keeps them in memory).
+    Durable(u64),
+    /// The sink reports them later with `GroupHost::durable`.
+    Later,
+    /// They are entries of the shard log: durable, up to `number`, once `durable` (the
+    /// flush covering the last of them) resolves; the host reports it then (invariant 4).
+    OnFlush { number: u64, durable: Durable },
+    /// The sink could not take them (its log stopped): they are never reported durable.
+    Failed,
+}
+
 /// Where a hosted group's outputs other than messages go.
 pub trait GroupSink {
-    /// Takes the group's next write requests, in order, to make durable. Returns the
-    /// `number` of the last one that is durable already (a sink that keeps them in
-    /// memory), or `None` when the sink reports them later with `GroupHost::durable`.
-    fn write(&mut self, writes: Vec<WriteRequest>) -> Option<u64>;
+    /// Takes the group's next write requests, in order, to make durable.
+    fn write(&mut self, writes: Vec<WriteRequest>) -> Written;
 
     /// Entries committed since the last call, in index order, and what became of this
     /// replica's proposals.
@@ -92,14 +111,21 @@ impl std::error::Error for GroupExists {}
 /// One shard's replication event loop (module docs). Dropping it stops it (invariant 3).
 pub struct GroupHost {
     inner: Rc<Inner>,
-    /// The receive loop and the ticker; dropping a glommio `Task` cancels it.
-    _tasks: [Task<()>; 2],
+    /// The receive loop, the ticker and the durability task; dropping a glommio `Task`
+    /// cancels it.
+    _tasks: [Task<()>; 3],
 }
 
 struct Inner {
     transport: Transport,
     groups: RefCell<BTreeMap<u64, Hosted>>,
     stats: Cell<HostStats>,
+    /// (group, number, flush) of writes on the shard log not yet reported, in log order
+    /// (so in the order their flushes complete). Bounded by what the groups write while
+    /// one flush is in flight.
+    flushes: RefCell<VecDeque<(u64, u64, Durable)>>,
+    /// The durability task, parked on an empty `flushes`.
+    flush_waiter: RefCell<Option<Waker>>,
 }
 
 struct Hosted {
@@ -116,10 +142,13 @@ impl GroupHost {
             transport,
             groups: RefCell::new(BTreeMap::new()),
             stats: Cell::new(HostStats::default()),
+            flushes: RefCell::new(VecDeque::new()),
+            flush_waiter: RefCell::new(None),
         });
         let tasks = [
             glommio::spawn_local(receive(inner.clone(), inbound)),
             glommio::spawn_local(ticker(inner.clone(), tick)),
+            glommio::spawn_local(report_flushes(inner.clone())),
         ];
         Ok(GroupHost { inner, _tasks: tasks })
     }
@@ -214,8 +243,15 @@ impl Inner {
             }
             match hosted.sink.write(writes) {
                 // Reporting them may release held messages and emit more writes.
-                Some(number) => hosted.group.durable(number),
-                None => break,
+                Written::Durable(number) => hosted.group.durable(number),
+                Written::OnFlush { number, durable } => {
+                    self.flushes.borrow_mut().push_back((id, number, durable));
+                    if let Some(waker) = self.flush_waiter.borrow_mut().take() {
+                        waker.wake();
+                    }
+                    break;
+                }
+                Written::Later | Written::Failed => break,
             }
         }
         for message in hosted.group.take_messages() {
@@ -230,6 +266,30 @@ impl Inner {
         let outcomes = hosted.group.take_outcomes();
         if !committed.is_empty() || !outcomes.is_empty() {
             hosted.sink.apply(committed, outcomes);
+        }
+    }
+}
+
+/// Reports each write on the shard log durable once its flush is (invariant 4). Ends when
+/// a flush fails: the log is stopped for good, and nothing after it becomes durable.
+async fn report_flushes(inner: Rc<Inner>) {
+    loop {
+        let (id, number, durable) = poll_fn(|cx| match inner.flushes.borrow_mut().pop_front() {
+            Some(next) => Poll::Ready(next),
+            None => {
+                *inner.flush_waiter.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        })
+        .await;
+        if let Err(error) = durable.wait().await {
+            tracing::error!(group = id, number, %error, "replication: a raft write's flush failed");
+            return;
+        }
+        let mut groups = inner.groups.borrow_mut();
+        if let Some(hosted) = groups.get_mut(&id) {
+            hosted.group.durable(number);
+            inner.drain(id, hosted);
         }
     }
 }

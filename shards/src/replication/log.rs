@@ -91,6 +91,29 @@ impl LogImage {
         }
     }
 
+    /// Whether `apply(write)` keeps invariant 1: a replayed write that would not (a gap
+    /// before its first entry, or an entry at or below the snapshot) is refused by the
+    /// caller instead of asserted on.
+    pub fn check_applies(&self, write: &WriteRequest) -> Result<(), String> {
+        let Some(first) = write.entries.first() else { return Ok(()) };
+        let (snapshot_index, last_index) = match &write.snapshot {
+            Some(snapshot) => {
+                let metadata = snapshot.get_metadata();
+                let agrees = self.entry(metadata.index).map(|e| e.term) == Some(metadata.term);
+                let last = if agrees { self.last_index() } else { metadata.index };
+                (metadata.index, last)
+            }
+            None => (self.snapshot_index, self.last_index()),
+        };
+        if first.index <= snapshot_index || first.index > last_index.saturating_add(1) {
+            return Err(format!(
+                "append at {} to a log of ({snapshot_index}, {last_index}]",
+                first.index
+            ));
+        }
+        Ok(())
+    }
+
     /// Invariant 2: the first new entry cuts the log at its index.
     fn append(&mut self, new: &[Entry]) {
         let Some(first) = new.first() else { return };

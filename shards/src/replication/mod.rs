@@ -14,6 +14,10 @@
 //! names other nodes; it hosts no group yet (the metadata and partition groups are
 //! docs/replication.md's steps 2-3), so what arrives is counted and dropped.
 //!
+//! `persist.rs` puts a group's write requests on the shard log (`InternalStream::Raft`,
+//! one entry per request, in the shard's group commit), and rebuilds the groups'
+//! `LogImage`s from that stream at start-up.
+//!
 //! Runs on: the shard that owns the group (shard s of every node replicates with shard s
 //! of the others). The design, the measurements behind it, the simulation that checks it
 //! and what remains are in docs/replication.md.
@@ -29,10 +33,11 @@ pub mod frame;
 mod group;
 mod host;
 mod log;
+pub mod persist;
 pub mod transport;
 
 pub use group::{GroupConfig, Outcome, Proposal, ProposeError, RaftGroup};
-pub use host::{node_of, raft_id, GroupExists, GroupHost, GroupSink, HostStats, TICK};
+pub use host::{node_of, raft_id, GroupExists, GroupHost, GroupSink, HostStats, Written, TICK};
 pub use log::{LogImage, WriteRequest};
 pub use raft::eraftpb::{ConfState, Entry, HardState, Message, MessageType, Snapshot};
 pub use transport::{Inbound, Keepalive, Transport, TransportConfig, TransportStats, UnknownPeer};

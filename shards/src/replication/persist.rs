@@ -1,0 +1,556 @@
+//! Raft groups' write requests on the shard log: the `Raft` internal stream.
+//!
+//! A group's `WriteRequest` (hard state, entries, snapshot marker) becomes one entry of
+//! the shard log's `InternalStream::Raft`, appended with `ShardLog::append_internal`, so
+//! it rides the shard's group commit: one fdatasync covers every group's writes and the
+//! partitions' batches of the same flush. `ShardLogSink` is the `GroupSink` that does it;
+//! the host reports a write durable when the flusher's `Durable` for its entry resolves,
+//! never earlier. At start-up `replay` rebuilds each group's `LogImage` from the stream's
+//! entries, in log order, with `LogImage::apply`: the durable-state contract of
+//! `replication::log`.
+//!
+//! Runs on the shard that owns the groups. Not a hot path yet: `encode` allocates the
+//! payload once per write request; `decode` allocates the entry list and slices entry data
+//! out of the payload without copying.
+//!
+//! Payload of one `Raft` entry (version 1, little-endian; every length is checked against
+//! what remains before anything is allocated, and trailing bytes are refused):
+//!
+//! | size | field |
+//! |---|---|
+//! | 1 | version (= 1) |
+//! | 1 | flags: bit 0 hard state present, bit 1 snapshot marker present; others 0 |
+//! | 8 | group id |
+//! | 8 | `number` (the driver's ready number; diagnostics only: numbers restart per life) |
+//! | 24 | hard state, if bit 0: term, vote, commit |
+//! | 16 + conf | snapshot marker, if bit 1: index, term, conf state (below) |
+//! | 4 | entry count n |
+//! | n × (25 + data + context) | entry: index u64, term u64, type u8 (0 normal, 1 conf change, 2 conf change v2), data length u32, data, context length u32, context |
+//!
+//! Conf state: voters, learners, voters outgoing, learners next (each a count u32 then
+//! that many u64), auto leave u8 (0 or 1). A snapshot marker names the snapshot's index,
+//! term and voters, not its data: a Kafka partition's snapshot is its segment files (step
+//! 5 of docs/replication.md; no snapshot is sent in this slice).
+//!
+//! Invariants:
+//! 1. `decode(encode(g, w)) == (g, w)` for every write request whose snapshot carries no
+//!    data and whose entries are dense (the driver's always are) and clear `sync_log`
+//!    (deprecated in raft-rs, never set).
+//! 2. `decode` never panics: bad bytes are a `DecodeError`.
+//! 3. `replay` never panics on entries that decode: a write that `LogImage::apply` could
+//!    not take (an append that leaves a gap) is a `ReplayError`, as is an image whose
+//!    commit index passes its last entry.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Snapshot};
+use shardlog_storage::{AppendError, Disk, Durable, InternalEntry, InternalStream, ShardLog};
+
+use super::group::Outcome;
+use super::host::{GroupSink, Written};
+use super::log::{LogImage, WriteRequest};
+
+/// Version byte of a `Raft` entry's payload.
+pub const RAFT_PAYLOAD_VERSION: u8 = 1;
+const HAS_HARD_STATE: u8 = 1;
+const HAS_SNAPSHOT: u8 = 2;
+/// Bytes of an entry without its data and context.
+const ENTRY_FIXED_BYTES: usize = 8 + 8 + 1 + 4 + 4;
+
+/// Why a payload is not a write request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    /// It ends before a field it announces.
+    Truncated,
+    UnknownVersion(u8),
+    UnknownFlags(u8),
+    UnknownEntryType(u8),
+    /// `auto_leave` other than 0 or 1.
+    BadBool(u8),
+    /// Entries whose indexes are not consecutive from a first index above 0.
+    NotDense {
+        at: u64,
+    },
+    /// Bytes after the last entry.
+    Trailing(usize),
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "raft write request: {self:?}")
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// The payload of group `group`'s write request `write` (module docs).
+pub fn encode(group: u64, write: &WriteRequest) -> Vec<u8> {
+    let data: usize = write.entries.iter().map(|e| e.data.len() + e.context.len()).sum();
+    let mut out = Vec::with_capacity(64 + write.entries.len() * ENTRY_FIXED_BYTES + data);
+    out.push(RAFT_PAYLOAD_VERSION);
+    let flags = (write.hard_state.is_some() as u8 * HAS_HARD_STATE)
+        | (write.snapshot.is_some() as u8 * HAS_SNAPSHOT);
+    out.push(flags);
+    out.extend_from_slice(&group.to_le_bytes());
+    out.extend_from_slice(&write.number.to_le_bytes());
+    if let Some(hard_state) = &write.hard_state {
+        for value in [hard_state.term, hard_state.vote, hard_state.commit] {
+            out.extend_from_slice(&value.to_le_bytes());
+        }
+    }
+    if let Some(snapshot) = &write.snapshot {
+        let metadata = snapshot.get_metadata();
+        out.extend_from_slice(&metadata.index.to_le_bytes());
+        out.extend_from_slice(&metadata.term.to_le_bytes());
+        encode_conf_state(metadata.get_conf_state(), &mut out);
+    }
+    out.extend_from_slice(&(write.entries.len() as u32).to_le_bytes());
+    for entry in &write.entries {
+        out.extend_from_slice(&entry.index.to_le_bytes());
+        out.extend_from_slice(&entry.term.to_le_bytes());
+        out.push(entry.entry_type as u8);
+        for bytes in [&entry.data, &entry.context] {
+            out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+            out.extend_from_slice(bytes);
+        }
+    }
+    out
+}
+
+fn encode_conf_state(conf_state: &ConfState, out: &mut Vec<u8>) {
+    let lists = [
+        &conf_state.voters,
+        &conf_state.learners,
+        &conf_state.voters_outgoing,
+        &conf_state.learners_next,
+    ];
+    for list in lists {
+        out.extend_from_slice(&(list.len() as u32).to_le_bytes());
+        for id in list {
+            out.extend_from_slice(&id.to_le_bytes());
+        }
+    }
+    out.push(conf_state.auto_leave as u8);
+}
+
+/// The group id and write request of a `Raft` entry's payload (invariant 2).
+pub fn decode(payload: &Bytes) -> Result<(u64, WriteRequest), DecodeError> {
+    let mut reader = Reader { bytes: payload, at: 0 };
+    let version = reader.u8()?;
+    if version != RAFT_PAYLOAD_VERSION {
+        return Err(DecodeError::UnknownVersion(version));
+    }
+    let flags = reader.u8()?;
+    if flags & !(HAS_HARD_STATE | HAS_SNAPSHOT) != 0 {
+        return Err(DecodeError::UnknownFlags(flags));
+    }
+    let group = reader.u64()?;
+    let mut write = WriteRequest { number: reader.u64()?, ..WriteRequest::default() };
+    if flags & HAS_HARD_STATE != 0 {
+        let (term, vote, commit) = (reader.u64()?, reader.u64()?, reader.u64()?);
+        write.hard_state = Some(HardState { term, vote, commit, ..HardState::default() });
+    }
+    if flags & HAS_SNAPSHOT != 0 {
+        let mut snapshot = Snapshot::default();
+        let metadata = snapshot.mut_metadata();
+        metadata.index = reader.u64()?;
+        metadata.term = reader.u64()?;
+        metadata.set_conf_state(reader.conf_state()?);
+        write.snapshot = Some(snapshot);
+    }
+    let count = reader.u32()? as usize;
+    if count > reader.remaining() / ENTRY_FIXED_BYTES {
+        return Err(DecodeError::Truncated);
+    }
+    write.entries.reserve_exact(count);
+    for _ in 0..count {
+        let entry = reader.entry()?;
+        let expected = match write.entries.last() {
+            Some(last) => last.index.checked_add(1),
+            None => Some(entry.index.max(1)),
+        };
+        if Some(entry.index) != expected {
+            return Err(DecodeError::NotDense { at: entry.index });
+        }
+        write.entries.push(entry);
+    }
+    match reader.remaining() {
+        0 => Ok((group, write)),
+        left => Err(DecodeError::Trailing(left)),
+    }
+}
+
+/// A bounds-checked cursor over a payload.
+struct Reader<'a> {
+    bytes: &'a Bytes,
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn remaining(&self) -> usize {
+        self.bytes.len() - self.at
+    }
+
+    fn take(&mut self, len: usize) -> Result<Bytes, DecodeError> {
+        if len > self.remaining() {
+            return Err(DecodeError::Truncated);
+        }
+        self.at += len;
+        Ok(self.bytes.slice(self.at - len..self.at))
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        let bytes = self.take(N)?;
+        Ok(bytes[..].try_into().expect("took N bytes"))
+    }
+
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.array::<1>()?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    fn ids(&mut self) -> Result<Vec<u64>, DecodeError> {
+        let count = self.u32()? as usize;
+        if count > self.remaining() / 8 {
+            return Err(DecodeError::Truncated);
+        }
+        (0..count).map(|_| self.u64()).collect()
+    }
+
+    fn conf_state(&mut self) -> Result<ConfState, DecodeError> {
+        let (voters, learners) = (self.ids()?, self.ids()?);
+        let (voters_outgoing, learners_next) = (self.ids()?, self.ids()?);
+        let auto_leave = match self.u8()? {
+            0 => false,
+            1 => true,
+            other => return Err(DecodeError::BadBool(other)),
+        };
+        Ok(ConfState {
+            voters,
+            learners,
+            voters_outgoing,
+            learners_next,
+            auto_leave,
+            ..ConfState::default()
+        })
+    }
+
+    fn entry(&mut self) -> Result<Entry, DecodeError> {
+        let (index, term) = (self.u64()?, self.u64()?);
+        let entry_type = match self.u8()? {
+            0 => EntryType::EntryNormal,
+            1 => EntryType::EntryConfChange,
+            2 => EntryType::EntryConfChangeV2,
+            other => return Err(DecodeError::UnknownEntryType(other)),
+        };
+        let data_len = self.u32()? as usize;
+        let data = self.take(data_len)?;
+        let context_len = self.u32()? as usize;
+        let context = self.take(context_len)?;
+        Ok(Entry { entry_type, term, index, data, context, ..Entry::default() })
+    }
+}
+
+/// Why the `Raft` stream does not replay (the broker refuses to start rather than guess).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplayError {
+    /// An entry's payload does not decode.
+    Decode { entry: usize, error: DecodeError },
+    /// A snapshot entry of the stream: version 1 never writes one.
+    StreamSnapshot { entry: usize },
+    /// A write the group's image cannot take (invariant 3).
+    Inconsistent { group: u64, why: String },
+}
+
+impl fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "replaying the raft stream: {self:?}")
+    }
+}
+
+impl std::error::Error for ReplayError {}
+
+/// Rebuilds every group's image from the recovered internal entries (all streams, in log
+/// order, as `ShardLog::open` returns them): each group starts from `new_image(group)`
+/// (`LogImage::new(voters)`) and takes its write requests in order (invariant 3).
+pub fn replay(
+    recovered: &[InternalEntry],
+    mut new_image: impl FnMut(u64) -> LogImage,
+) -> Result<BTreeMap<u64, LogImage>, ReplayError> {
+    let mut images: BTreeMap<u64, LogImage> = BTreeMap::new();
+    let raft = recovered.iter().filter(|e| e.stream == InternalStream::Raft);
+    for (k, recovered) in raft.enumerate() {
+        if recovered.snapshot {
+            return Err(ReplayError::StreamSnapshot { entry: k });
+        }
+        let (group, write) =
+            decode(&recovered.payload).map_err(|error| ReplayError::Decode { entry: k, error })?;
+        let image = images.entry(group).or_insert_with(|| new_image(group));
+        image.check_applies(&write).map_err(|why| ReplayError::Inconsistent { group, why })?;
+        image.apply(&write);
+    }
+    for (&group, image) in &images {
+        image.check_recovered().map_err(|why| ReplayError::Inconsistent { group, why })?;
+    }
+    Ok(images)
+}
+
+/// Write requests appended to the shard log whose flush has not been reported yet, in log
+/// order, shared by a host's sinks and its durability task (`GroupHost`). Bounded by what
+/// the groups write while one flush is in flight: the driver hands out a group's next
+/// writes only as fast as raft-rs produces readies.
+pub type Flushes = Rc<RefCell<VecDeque<(u64, u64, Durable)>>>;
+
+/// A group's `GroupSink` over the shard log: each write request becomes one `Raft` entry
+/// (module docs); committed entries and outcomes go to `on_apply`.
+pub struct ShardLogSink<D: Disk> {
+    log: ShardLog<D>,
+    group: u64,
+    on_apply: Box<dyn FnMut(Vec<Entry>, Vec<Outcome>)>,
+}
+
+impl<D: Disk> ShardLogSink<D> {
+    pub fn new(
+        log: ShardLog<D>,
+        group: u64,
+        on_apply: Box<dyn FnMut(Vec<Entry>, Vec<Outcome>)>,
+    ) -> Self {
+        ShardLogSink { log, group, on_apply }
+    }
+}
+
+impl<D: Disk> GroupSink for ShardLogSink<D> {
+    fn write(&mut self, writes: Vec<WriteRequest>) -> Written {
+        let mut last = None;
+        for write in &writes {
+            match self.log.append_internal(InternalStream::Raft, false, &encode(self.group, write))
+            {
+                Ok(durable) => last = Some((write.number, durable)),
+                // A log that refuses an append (stopped after a failed fdatasync, closed,
+                // an entry over a segment) never makes this write durable, so the group
+                // is never told it is: raft then counts this replica as lagging, and the
+                // shard's own handling of the stopped log ends the broker.
+                Err(error) => {
+                    log_refused(self.group, write.number, &error);
+                    return Written::Failed;
+                }
+            }
+        }
+        match last {
+            Some((number, durable)) => Written::OnFlush { number, durable },
+            None => Written::Later,
+        }
+    }
+
+    fn apply(&mut self, committed: Vec<Entry>, outcomes: Vec<Outcome>) {
+        (self.on_apply)(committed, outcomes)
+    }
+}
+
+fn log_refused(group: u64, number: u64, error: &AppendError) {
+    tracing::error!(group, number, ?error, "replication: the shard log refused a raft write");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn entry(index: u64, term: u64, data: &'static [u8]) -> Entry {
+        let mut entry = Entry { index, term, ..Default::default() };
+        entry.data = Bytes::from_static(data);
+        entry
+    }
+
+    fn full_write() -> WriteRequest {
+        let mut snapshot = Snapshot::default();
+        snapshot.mut_metadata().index = 4;
+        snapshot.mut_metadata().term = 2;
+        snapshot.mut_metadata().mut_conf_state().voters = vec![1, 2, 3];
+        snapshot.mut_metadata().mut_conf_state().learners = vec![9];
+        let mut conf_change = entry(6, 3, b"cc");
+        conf_change.entry_type = EntryType::EntryConfChangeV2;
+        conf_change.context = Bytes::from_static(b"ctx");
+        WriteRequest {
+            number: 17,
+            hard_state: Some(HardState { term: 3, vote: 2, commit: 5, ..Default::default() }),
+            entries: vec![entry(5, 3, b"hello"), conf_change],
+            snapshot: Some(snapshot),
+        }
+    }
+
+    #[test]
+    fn a_write_request_round_trips_and_its_golden_prefix_holds() {
+        let write = full_write();
+        let bytes = encode(7, &write);
+        assert_eq!(&bytes[..10], &[1, 3, 7, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(&bytes[10..18], &17u64.to_le_bytes());
+        assert_eq!(decode(&Bytes::from(bytes)), Ok((7, write)));
+        let empty = WriteRequest { number: 1, ..Default::default() };
+        assert_eq!(encode(0, &empty).len(), 1 + 1 + 8 + 8 + 4);
+        assert_eq!(decode(&Bytes::from(encode(0, &empty))), Ok((0, empty)));
+    }
+
+    #[test]
+    fn every_cut_of_a_payload_is_truncated_and_bad_fields_are_named() {
+        let bytes = encode(7, &full_write());
+        for cut in 0..bytes.len() {
+            let cut = Bytes::copy_from_slice(&bytes[..cut]);
+            assert_eq!(decode(&cut), Err(DecodeError::Truncated), "cut at {}", cut.len());
+        }
+        let edited = |at: usize, value: u8| {
+            let mut b = bytes.clone();
+            b[at] = value;
+            decode(&Bytes::from(b))
+        };
+        assert_eq!(edited(0, 2), Err(DecodeError::UnknownVersion(2)));
+        assert_eq!(edited(1, 7), Err(DecodeError::UnknownFlags(7)));
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_eq!(decode(&Bytes::from(longer)), Err(DecodeError::Trailing(1)));
+        // The first entry's type byte: after the header (18), hard state (24), snapshot
+        // index and term (16), conf state (4 lists: 3 voters, 1 learner; auto leave) and
+        // the entry count (4), then index and term (16).
+        let conf = 4 * 4 + 4 * 8 + 1;
+        let first_type = 18 + 24 + 16 + conf + 4 + 16;
+        assert_eq!(edited(first_type, 3), Err(DecodeError::UnknownEntryType(3)));
+        assert_eq!(edited(18 + 24 + 16 + conf - 1, 2), Err(DecodeError::BadBool(2)));
+        let first_index = 18 + 24 + 16 + conf + 4;
+        assert_eq!(edited(first_index, 9), Err(DecodeError::NotDense { at: 6 }));
+    }
+
+    #[test]
+    fn replay_rebuilds_each_group_and_refuses_a_gap_or_a_commit_past_the_end() {
+        let raft = |group: u64, write: &WriteRequest| InternalEntry {
+            stream: InternalStream::Raft,
+            snapshot: false,
+            payload: Bytes::from(encode(group, write)),
+        };
+        let append = |number, entries: Vec<Entry>, commit| WriteRequest {
+            number,
+            hard_state: Some(HardState { term: 1, vote: 1, commit, ..Default::default() }),
+            entries,
+            snapshot: None,
+        };
+        let writes = [
+            (1, append(1, vec![entry(1, 1, b"a"), entry(2, 1, b"b")], 0)),
+            (2, append(1, vec![entry(1, 1, b"x")], 1)),
+            (1, append(2, vec![entry(2, 2, b"c")], 2)),
+        ];
+        let mut entries: Vec<InternalEntry> = writes.iter().map(|(g, w)| raft(*g, w)).collect();
+        let other = InternalEntry {
+            stream: InternalStream::Metadata,
+            snapshot: true,
+            payload: Bytes::from_static(b"not raft"),
+        };
+        entries.insert(1, other);
+        let images = replay(&entries, |_| LogImage::new(&[1, 2, 3])).unwrap();
+        let mut model: BTreeMap<u64, LogImage> = BTreeMap::new();
+        for (group, write) in &writes {
+            model.entry(*group).or_insert_with(|| LogImage::new(&[1, 2, 3])).apply(write);
+        }
+        assert_eq!(images, model);
+        assert_eq!(images[&1].entries, vec![entry(1, 1, b"a"), entry(2, 2, b"c")]);
+
+        let gap = raft(2, &append(3, vec![entry(5, 1, b"gap")], 1));
+        assert!(matches!(
+            replay(&[entries.clone(), vec![gap]].concat(), |_| LogImage::default()),
+            Err(ReplayError::Inconsistent { group: 2, .. })
+        ));
+        let past = raft(2, &append(3, vec![], 9));
+        assert!(matches!(
+            replay(&[entries, vec![past]].concat(), |_| LogImage::default()),
+            Err(ReplayError::Inconsistent { group: 2, .. })
+        ));
+    }
+
+    fn arbitrary_entry() -> impl Strategy<Value = (u64, u8, Vec<u8>, Vec<u8>)> {
+        let bytes = || proptest::collection::vec(any::<u8>(), 0..40);
+        (any::<u64>(), 0u8..3, bytes(), bytes())
+    }
+
+    fn arbitrary_write() -> impl Strategy<Value = (u64, WriteRequest)> {
+        let ids = || proptest::collection::vec(any::<u64>(), 0..4);
+        let hard_state = proptest::option::of((any::<u64>(), any::<u64>(), any::<u64>()));
+        let snapshot =
+            proptest::option::of((any::<u64>(), any::<u64>(), ids(), ids(), any::<bool>()));
+        let entries = (1u64..1 << 40, proptest::collection::vec(arbitrary_entry(), 0..6));
+        (any::<u64>(), any::<u64>(), hard_state, snapshot, entries).prop_map(
+            |(group, number, hard_state, snapshot, (first, entries))| {
+                let hard_state = hard_state.map(|(term, vote, commit)| HardState {
+                    term,
+                    vote,
+                    commit,
+                    ..Default::default()
+                });
+                let snapshot = snapshot.map(|(index, term, voters, learners, auto_leave)| {
+                    let mut snapshot = Snapshot::default();
+                    let metadata = snapshot.mut_metadata();
+                    (metadata.index, metadata.term) = (index, term);
+                    let conf_state = metadata.mut_conf_state();
+                    (conf_state.voters, conf_state.learners_next) = (voters, learners);
+                    conf_state.auto_leave = auto_leave;
+                    snapshot
+                });
+                let entries = entries
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, (term, kind, data, context))| {
+                        let mut entry =
+                            Entry { index: first + k as u64, term, ..Default::default() };
+                        entry.entry_type = match kind {
+                            0 => EntryType::EntryNormal,
+                            1 => EntryType::EntryConfChange,
+                            _ => EntryType::EntryConfChangeV2,
+                        };
+                        (entry.data, entry.context) = (data.into(), context.into());
+                        entry
+                    })
+                    .collect();
+                (group, WriteRequest { number, hard_state, entries, snapshot })
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn any_write_request_round_trips((group, write) in arbitrary_write()) {
+            let bytes = Bytes::from(encode(group, &write));
+            prop_assert_eq!(decode(&bytes), Ok((group, write)));
+        }
+
+        #[test]
+        fn arbitrary_bytes_decode_or_fail_without_panicking(
+            bytes in proptest::collection::vec(any::<u8>(), 0..512)
+        ) {
+            let _ = decode(&Bytes::from(bytes));
+        }
+
+        #[test]
+        fn edited_payloads_decode_or_fail_without_panicking(
+            (group, write) in arbitrary_write(),
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6),
+        ) {
+            let mut bytes = encode(group, &write);
+            for (at, value) in edits {
+                let len = bytes.len();
+                bytes[at % len] = value;
+            }
+            if let Ok((group, write)) = decode(&Bytes::from(bytes)) {
+                let again = Bytes::from(encode(group, &write));
+                prop_assert_eq!(decode(&again), Ok((group, write)));
+            }
+        }
+    }
+}
