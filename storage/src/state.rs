@@ -7,7 +7,12 @@
 //! 2. A segment is removed only when no partition's live batch lies in it and it ends
 //!    before the last durable checkpoint position (internal entries live on in it). The
 //!    segment holding that position, also one ending exactly there, is kept, so recovery
-//!    always finds a segment file holding the checkpoint position.
+//!    always finds a segment file holding the checkpoint position. "No live batch" counts
+//!    only trims a crash cannot take back: a segment freed by a trim (`LogStart`,
+//!    `DropPartition`) is removed once that trim's entry is durable, or, for a trim whose
+//!    entry could not be appended, once a checkpoint carries it (`DeletionRequest`). A
+//!    recovery replays the checkpoint's index without the lost trim otherwise, and its
+//!    index points into a segment that is gone.
 //! 3. `cache_bytes` is the sum of the lengths of all partitions' cached batches.
 //! 4. `core.internal` holds, per stream, every entry since the stream's latest *durable*
 //!    snapshot, in log order. A snapshot appended and not yet durable does not replace
@@ -113,6 +118,38 @@ pub(crate) struct State<B> {
     /// `Replace` entries appended and not yet durable, in log order: (position, header,
     /// payload). The flusher applies them once a completed fdatasync covers them.
     pub pending_replaces: VecDeque<(u64, EntryHeader, Bytes)>,
+    /// The trims applied so far, as deletions must wait for them (invariant 2).
+    pub trims: Trims,
+    /// Segments found free and not yet removed: waiting for the trims that freed them.
+    deletion: Option<DeletionRequest>,
+    /// Deletions were asked for again while `deletion` waited.
+    deletion_again: bool,
+}
+
+/// Where the trims applied in memory stand (invariant 2). A trim (retention, DeleteRecords,
+/// a dropped partition) changes the index at once and appends its entry, durable with a
+/// later flush; a crash before that flush recovers the index without it.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Trims {
+    /// End of the latest trim entry appended: once durable, so is every logged trim.
+    pub logged_to: u64,
+    /// Trims whose entry could not be appended (the log is closing, or full), counted.
+    /// A checkpoint whose copy started after them carries them.
+    pub unlogged: u64,
+    /// `unlogged` when the copy of the latest checkpoint written started.
+    pub checkpointed: u64,
+}
+
+/// The segments nobody needs as of the moment deletions were asked for, removed once the
+/// trims applied by then cannot be taken back by a crash (invariant 2). Waiting for later
+/// trims too would let a steady stream of them (DeleteRecords from two clients, a retention
+/// pass in turns) hold every deletion. Later changes never make the bound wrong: a batch
+/// appended or copied by the cleaner lies past every segment that can be deleted.
+#[derive(Clone, Copy, Debug)]
+struct DeletionRequest {
+    /// The oldest position any partition kept alive (`u64::MAX`: none).
+    oldest_live: u64,
+    trims: Trims,
 }
 
 /// A checkpoint's index copy, made in turns so that it never holds the shard's executor
@@ -498,6 +535,9 @@ impl Replayed {
             flusher: None,
             maintenance: None,
             pending_replaces: VecDeque::new(),
+            trims: Trims::default(),
+            deletion: None,
+            deletion_again: false,
         }
     }
 
@@ -602,7 +642,52 @@ impl<B: crate::disk::IoBuffer> State<B> {
         pinned
     }
 
-    /// Moves deletable segments (invariant 2) from `segments` to `removals`.
+    /// A trim was applied to the index; `logged`: its entry was appended (the last one).
+    pub fn note_trim(&mut self, logged: bool) {
+        match logged {
+            true => self.trims.logged_to = self.batcher.position(),
+            false => self.trims.unlogged += 1,
+        }
+    }
+
+    /// Asks for the segments nobody needs now to be removed, once the trims that freed
+    /// them are durable (`schedule_deletions`; invariant 2).
+    pub fn request_deletions(&mut self) {
+        if self.deletion.is_some() {
+            self.deletion_again = true;
+            return;
+        }
+        let oldest_live = self.core.partitions.values().filter_map(|p| p.oldest_position()).min();
+        let oldest_live = oldest_live.unwrap_or(u64::MAX);
+        self.deletion = Some(DeletionRequest { oldest_live, trims: self.trims });
+    }
+
+    /// Whether the deletion asked for can go ahead: the trim entries appended when it was
+    /// asked for are durable, and a checkpoint carries the trims that have none.
+    pub fn deletion_due(&self) -> bool {
+        self.deletion.is_some_and(|request| {
+            self.batcher.durable() >= request.trims.logged_to
+                && self.trims.checkpointed >= request.trims.unlogged
+        })
+    }
+
+    /// Moves deletable segments (invariant 2) from `segments` to `removals`, for the
+    /// deletion asked for if it is due (and then for one asked for again since).
+    pub fn schedule_deletions(&mut self) -> bool {
+        let mut scheduled = false;
+        while self.deletion_due() {
+            let request = self.deletion.take().expect("a due deletion");
+            scheduled |= self.remove_segments_before(request.oldest_live);
+            if !std::mem::take(&mut self.deletion_again) {
+                break;
+            }
+            self.request_deletions();
+        }
+        scheduled
+    }
+
+    /// Moves the segments that end at or before `oldest_live` to `removals`, except the
+    /// current one and those a checkpoint does not cover.
     ///
     /// The segment holding the checkpoint position is kept, also when the position is
     /// exactly its end: recovery uses a checkpoint only if a segment file holds its
@@ -610,8 +695,7 @@ impl<B: crate::disk::IoBuffer> State<B> {
     /// segment before maintenance has created it, and maintenance removes before it
     /// prepares). Deleting it then made a crash lose the checkpoint and every internal
     /// entry that lived only in it (seed 1241 of the broker power-loss test).
-    pub fn schedule_deletions(&mut self) -> bool {
-        let oldest_live = self.core.partitions.values().filter_map(|p| p.oldest_position()).min();
+    fn remove_segments_before(&mut self, oldest_live: u64) -> bool {
         let checkpoint = self.checkpoint_position;
         let current = self.batcher.segment_base();
         let deletable: Vec<(u64, u64)> = self
@@ -619,7 +703,7 @@ impl<B: crate::disk::IoBuffer> State<B> {
             .iter()
             .filter(|(&base, s)| {
                 let end = base + s.len;
-                base < current && end < checkpoint && oldest_live.is_none_or(|live| end <= live)
+                base < current && end < checkpoint && end <= oldest_live
             })
             .map(|(&base, s)| (base, s.len))
             .collect();
