@@ -45,6 +45,10 @@ pub struct PartitionLog {
     pub replaced: bool,
     /// Not copied yet by the checkpoint copy in progress (`state::CheckpointCopy`).
     pub checkpoint_pending: bool,
+    /// The page where `state::OldestPositions` counts this partition's oldest batch.
+    pub oldest_page: Option<u64>,
+    /// Waiting in `state::OldestPositions::stale` to be counted again.
+    pub oldest_stale: bool,
 }
 
 impl PartitionLog {

@@ -587,9 +587,9 @@ impl<D: Disk> ShardLog<D> {
         true
     }
 
-    /// Schedules the deletion of the segments no partition needs any more (linear in the
-    /// partitions and segments): once after a retention pass. They are removed once the
-    /// trims that freed them are durable (state.rs invariant 2).
+    /// Schedules the deletion of the segments no partition needs any more (state.rs
+    /// invariant 8: not a pass over the partitions), once after a retention pass. They
+    /// are removed once the trims that freed them are durable (state.rs invariant 2).
     pub fn release_segments(&self) {
         self.inner.release_segments(&mut self.inner.state.borrow_mut());
     }
@@ -736,8 +736,8 @@ impl<D: Disk> ShardLog<D> {
         for p in &older[..excess] {
             inner.disk.remove_checkpoint(*p).await?;
         }
-        // One more hold of the executor, linear in the partitions (the oldest position
-        // each keeps alive): timed with the copy's turns.
+        // One more hold of the executor, timed with the copy's turns: asking for deletions
+        // reads the oldest live position kept as partitions change (state.rs invariant 8).
         let started = std::time::Instant::now();
         let mut state = inner.state.borrow_mut();
         state.checkpoint_position = state.checkpoint_position.max(position);
