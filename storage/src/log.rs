@@ -281,7 +281,7 @@ impl<D: Disk> ShardLog<D> {
     /// partitions it owns, after `open` (partitions with data come back from recovery).
     pub fn ensure_partition(&self, partition: PartitionId) {
         let mut state = self.inner.state.borrow_mut();
-        state.core.partitions.entry(partition).or_insert_with(|| PartitionLog::starting_at(0));
+        state.core.create_partition(partition, || PartitionLog::starting_at(0));
     }
 
     /// Forgets a partition (its data stays in the segments until they are deleted) and
@@ -685,13 +685,7 @@ impl<D: Disk> ShardLog<D> {
     /// copy's turns (not part of the storage API contract).
     #[doc(hidden)]
     pub fn checkpoint_copy_pending(&self) -> Option<Vec<PartitionId>> {
-        let state = self.inner.state.borrow();
-        state.core.copy.as_ref()?;
-        let partitions = state.core.partitions.iter();
-        let mut pending: Vec<PartitionId> =
-            partitions.filter(|(_, log)| log.checkpoint_pending).map(|(&id, _)| id).collect();
-        pending.sort_unstable();
-        Some(pending)
+        self.inner.state.borrow().core.copy_pending()
     }
 
     /// Writes an index checkpoint covering everything appended before the call.

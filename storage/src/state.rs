@@ -33,7 +33,11 @@
 //!    arm of `apply`, `apply_replace`, `drop_partition`), and an append needs nothing, as
 //!    it lies at or after `P`, which a copy leaves out (`copy_at`). A partition created
 //!    after the start is not in the copy; one dropped is, and the replay of its
-//!    `DropPartition` drops it again. docs/storage.md, "Checkpoints hold the executor".
+//!    `DropPartition` drops it again. The start is not a pass: pending means existing at
+//!    the start with a `copied_generation` other than the copy's, and a partition is made
+//!    only by `partition_or_create`, which gives it the current generation; the turns
+//!    walk the ids in order (`ids`), resuming after the last one they saw.
+//!    docs/storage.md, "Checkpoints hold the executor".
 //! 8. `OldestPositions` counts every partition with a batch, in the page of its oldest
 //!    batch, or lists it as stale (a cleaned partition changed since it was counted):
 //!    every change that can move a partition's oldest batch (its first append, a trim, a
@@ -41,8 +45,9 @@
 //!    every partition without making one (`schedule_deletions` after each checkpoint held
 //!    the executor for a median 24 ms at 100,000 partitions).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{hash_map, BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::io;
+use std::ops::Bound;
 
 use bytes::Bytes;
 
@@ -162,10 +167,12 @@ struct DeletionRequest {
 /// for long (invariant 7): what is copied so far, and where the turns are.
 pub(crate) struct CheckpointCopy {
     position: u64,
-    /// Every partition the map held when the copy started; the turns walk it in order.
-    order: Vec<PartitionId>,
-    /// The next turn starts at `order[next]`.
-    next: usize,
+    /// `Replayed::copy_generation` of this copy: a partition whose `copied_generation`
+    /// differs existed at the start and is not copied yet.
+    generation: u32,
+    /// The turns walk `Replayed::ids` in order; the next one starts after this id.
+    walked_to: Option<PartitionId>,
+    walked: bool,
     done: Vec<PartitionV1>,
     internal: Vec<InternalV1>,
 }
@@ -241,6 +248,11 @@ pub(crate) struct Replayed {
     pub copy: Option<CheckpointCopy>,
     /// Where the partitions' oldest batches lie (invariant 8).
     oldest: OldestPositions,
+    /// The ids of `partitions`, in order: a copy's turns resume their walk here across
+    /// changes, which an iteration of the `HashMap` cannot (invariant 7).
+    ids: BTreeSet<PartitionId>,
+    /// Counts the checkpoint copies started (invariant 7).
+    copy_generation: u32,
     /// Position of the first entry of each stream this log has held (from the checkpoint,
     /// replay or an append); never forgotten (invariant 5).
     first_internal: HashMap<InternalStream, u64>,
@@ -256,6 +268,8 @@ impl Replayed {
             internal: Vec::new(),
             copy: None,
             oldest: OldestPositions::default(),
+            ids: BTreeSet::new(),
+            copy_generation: 0,
             first_internal: HashMap::new(),
             cache_fifo: VecDeque::new(),
             cache_bytes: 0,
@@ -284,7 +298,7 @@ impl Replayed {
             log.high_watermark = log.next_offset;
             let oldest = log.oldest_position();
             replayed.oldest.count(&mut log, oldest);
-            replayed.partitions.insert(PartitionId(p.id), log);
+            replayed.create_partition(PartitionId(p.id), || log);
         }
         for i in &checkpoint.internal {
             replayed.keep_internal(LiveInternal {
@@ -309,10 +323,13 @@ impl Replayed {
             EntryKind::RecordBatch => {
                 let batch = RecordBatchHeader::parse_unvalidated(payload)
                     .map_err(|e| StorageError::Corrupt(format!("batch at {position}: {e:?}")))?;
-                let log = self
-                    .partitions
-                    .entry(header.partition)
-                    .or_insert_with(|| PartitionLog::starting_at(batch.base_offset));
+                let log = partition_or_create(
+                    &mut self.partitions,
+                    &mut self.ids,
+                    self.copy_generation,
+                    header.partition,
+                    || PartitionLog::starting_at(batch.base_offset),
+                );
                 if batch.base_offset != log.next_offset {
                     return Err(StorageError::Corrupt(format!(
                         "partition {:?}: batch at {position} has base offset {} but {} was next",
@@ -365,7 +382,7 @@ impl Replayed {
                     log.high_watermark = log.high_watermark.max(offset);
                     self.oldest.recount(header.partition, log);
                 } else {
-                    self.partitions.insert(header.partition, PartitionLog::starting_at(offset));
+                    self.create_partition(header.partition, || PartitionLog::starting_at(offset));
                 }
             }
             EntryKind::Replace => self.apply_replace(header, position, payload)?,
@@ -448,6 +465,7 @@ impl Replayed {
     pub fn drop_partition(&mut self, partition: PartitionId) {
         self.copy_if_pending(partition);
         if let Some(log) = self.partitions.remove(&partition) {
+            self.ids.remove(&partition);
             self.cache_bytes -= log.cached.iter().map(|b| b.len()).sum::<usize>();
             self.oldest.forget(&log);
         }
@@ -509,13 +527,36 @@ impl Replayed {
     pub fn start_copy(&mut self, position: u64) {
         assert!(self.copy.is_none(), "one checkpoint copy at a time");
         let internal = self.internal_at(position);
-        let mut order = Vec::with_capacity(self.partitions.len());
-        for (&id, log) in self.partitions.iter_mut() {
-            log.checkpoint_pending = true;
-            order.push(id);
-        }
-        let done = Vec::with_capacity(order.len());
-        self.copy = Some(CheckpointCopy { position, order, next: 0, done, internal });
+        // Every partition now is pending: none has this generation yet. No pass over them.
+        self.copy_generation = self.copy_generation.wrapping_add(1);
+        self.copy = Some(CheckpointCopy {
+            position,
+            generation: self.copy_generation,
+            walked_to: None,
+            walked: false,
+            done: Vec::with_capacity(self.partitions.len()),
+            internal,
+        });
+    }
+
+    /// Makes partition `id` with `make` unless it exists (live: `ShardLog::ensure_partition`;
+    /// replay). A partition made while a copy runs is not pending (invariant 7).
+    pub fn create_partition(
+        &mut self,
+        id: PartitionId,
+        make: impl FnOnce() -> PartitionLog,
+    ) -> &mut PartitionLog {
+        partition_or_create(&mut self.partitions, &mut self.ids, self.copy_generation, id, make)
+    }
+
+    /// The partitions the copy in progress has not copied yet, in id order.
+    pub fn copy_pending(&self) -> Option<Vec<PartitionId>> {
+        let copy = self.copy.as_ref()?;
+        let pending =
+            self.partitions.iter().filter(|(_, log)| log.copied_generation != copy.generation);
+        let mut pending: Vec<PartitionId> = pending.map(|(&id, _)| id).collect();
+        pending.sort_unstable();
+        Some(pending)
     }
 
     /// One turn of the copy in progress: the next partitions of its order (those a change
@@ -524,19 +565,26 @@ impl Replayed {
     /// Returns whether every partition is copied.
     pub fn copy_turn(&mut self, turn: CopyTurn) -> bool {
         let copy = self.copy.as_mut().expect("a checkpoint copy in progress");
-        let end = copy.order.len().min(copy.next.saturating_add(turn.partitions));
-        let mut batches = 0;
-        while copy.next < end && batches < turn.batches {
-            let id = copy.order[copy.next];
-            copy.next += 1;
-            if let Some(log) = self.partitions.get_mut(&id) {
-                if std::mem::take(&mut log.checkpoint_pending) {
-                    batches += log.batches.len();
-                    copy.done.push(copy_at(id, log, copy.position));
-                }
+        let from = copy.walked_to.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut walk = self.ids.range((from, Bound::Unbounded));
+        let (mut partitions, mut batches) = (0, 0);
+        while partitions < turn.partitions && batches < turn.batches {
+            let Some(&id) = walk.next() else {
+                copy.walked = true;
+                break;
+            };
+            partitions += 1;
+            copy.walked_to = Some(id);
+            let log = self.partitions.get_mut(&id).expect("ids lists the partitions");
+            if log.copied_generation != copy.generation {
+                log.copied_generation = copy.generation;
+                batches += log.batches.len();
+                copy.done.push(copy_at(id, log, copy.position));
             }
         }
-        copy.next == copy.order.len()
+        // A turn that ends on the last id says so now, not one turn later.
+        copy.walked |= walk.next().is_none();
+        copy.walked
     }
 
     /// Copies `partition` now if the copy in progress has not yet: it is about to change
@@ -544,7 +592,8 @@ impl Replayed {
     fn copy_if_pending(&mut self, partition: PartitionId) {
         let Some(copy) = self.copy.as_mut() else { return };
         if let Some(log) = self.partitions.get_mut(&partition) {
-            if std::mem::take(&mut log.checkpoint_pending) {
+            if log.copied_generation != copy.generation {
+                log.copied_generation = copy.generation;
                 copy.done.push(copy_at(partition, log, copy.position));
             }
         }
@@ -553,7 +602,7 @@ impl Replayed {
     /// The checkpoint once every turn is done (`copy_turn` returned true).
     pub fn finish_copy(&mut self) -> CheckpointV1 {
         let copy = self.copy.take().expect("a checkpoint copy in progress");
-        assert_eq!(copy.next, copy.order.len(), "a checkpoint copy finished before its turns");
+        assert!(copy.walked, "a checkpoint copy finished before its turns");
         CheckpointV1 {
             position: copy.position,
             partitions: copy.done,
@@ -798,6 +847,26 @@ impl<B: crate::disk::IoBuffer> State<B> {
             self.removals.push((base, len));
         }
         !deletable.is_empty()
+    }
+}
+
+/// `partitions[id]`, made with `make` (and listed in `ids`, copied by the copies up to
+/// `generation`) if it does not exist: the one way a partition is created (invariant 7).
+fn partition_or_create<'a>(
+    partitions: &'a mut HashMap<PartitionId, PartitionLog>,
+    ids: &mut BTreeSet<PartitionId>,
+    generation: u32,
+    id: PartitionId,
+    make: impl FnOnce() -> PartitionLog,
+) -> &'a mut PartitionLog {
+    match partitions.entry(id) {
+        hash_map::Entry::Occupied(entry) => entry.into_mut(),
+        hash_map::Entry::Vacant(entry) => {
+            ids.insert(id);
+            let mut log = make();
+            log.copied_generation = generation;
+            entry.insert(log)
+        }
     }
 }
 
@@ -1076,13 +1145,12 @@ mod tests {
                         CopyTurn { partitions: 1 + partitions % 5, batches: 1 + batches % 7 };
                     return core.copy_turn(turn);
                 }
-                Change::Create(i) if i % 2 == 0 => {
-                    let id = PartitionId(i as u64 * 37 % 101);
-                    core.partitions.entry(id).or_insert_with(|| PartitionLog::starting_at(0));
-                }
                 Change::Create(i) => {
-                    let id = PartitionId(1_000 + i as u64);
-                    core.partitions.entry(id).or_insert_with(|| PartitionLog::starting_at(0));
+                    let id = match i % 2 {
+                        0 => PartitionId(i as u64 * 37 % 101),
+                        _ => PartitionId(1_000 + i as u64),
+                    };
+                    core.create_partition(id, || PartitionLog::starting_at(0));
                 }
                 _ if ids.is_empty() => {}
                 Change::Append(p) => entries.append(core, pick(p), 1 + p % 3),
@@ -1165,6 +1233,17 @@ mod tests {
         assert_eq!(flush(&mut state), [0, SEGMENT]);
     }
 
+    /// What a checkpoint copy at `position` stands for: one pass over every partition.
+    fn one_pass_copy(core: &Replayed, position: u64) -> CheckpointV1 {
+        let partitions = core.partitions.iter().map(|(&id, log)| copy_at(id, log, position));
+        CheckpointV1 {
+            position,
+            partitions: partitions.collect(),
+            internal: core.internal_at(position),
+            clean: false,
+        }
+    }
+
     /// What `oldest_live_page` stands for: one pass over every partition.
     fn oldest_live_page_in_one_pass(core: &Replayed) -> Option<u64> {
         let oldest = core.partitions.values().filter_map(|log| log.oldest_position()).min();
@@ -1203,22 +1282,25 @@ mod tests {
         fn a_copy_in_turns_equals_one_pass_at_its_start(
             changes in proptest::collection::vec(change(), 0..160)
         ) {
-            let (mut reference, position, _) = partitions_for_copy();
-            let expected = in_id_order(reference.snapshot(position));
-            let (mut core, _, mut entries) = partitions_for_copy();
-            core.start_copy(position);
-            let mut complete = false;
-            for change in &changes {
-                complete = change.apply(&mut core, &mut entries);
-                if complete {
-                    break;
+            let (mut core, mut position, mut entries) = partitions_for_copy();
+            // Two copies, the second over what the changes made of the partitions.
+            for _ in 0..2 {
+                let expected = in_id_order(one_pass_copy(&core, position));
+                core.start_copy(position);
+                let mut complete = false;
+                for change in &changes {
+                    complete = change.apply(&mut core, &mut entries);
+                    if complete {
+                        break;
+                    }
                 }
+                let small = CopyTurn { partitions: 3, batches: 4 };
+                while !complete {
+                    complete = core.copy_turn(small);
+                }
+                proptest::prop_assert_eq!(in_id_order(core.finish_copy()), expected);
+                position = entries.position;
             }
-            let small = CopyTurn { partitions: 3, batches: 4 };
-            while !complete {
-                complete = core.copy_turn(small);
-            }
-            proptest::prop_assert_eq!(in_id_order(core.finish_copy()), expected);
         }
     }
 }
