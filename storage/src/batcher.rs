@@ -211,6 +211,11 @@ impl<B: IoBuffer> Batcher<B> {
         })
     }
 
+    /// Everything before this position is covered by a completed fdatasync.
+    pub fn durable(&self) -> u64 {
+        self.durable
+    }
+
     /// The flush in flight completed (write + fdatasync). Returns the new durable position.
     pub fn flush_done(&mut self) -> u64 {
         let end = self.in_flight.take().expect("flush_done without a flush in flight");

@@ -43,8 +43,13 @@ pub struct PartitionLog {
     pub cached: VecDeque<Bytes>,
     /// Whether positions may be out of offset order (a batch was replaced; invariant 3).
     pub replaced: bool,
-    /// Not copied yet by the checkpoint copy in progress (`state::CheckpointCopy`).
-    pub checkpoint_pending: bool,
+    /// The latest checkpoint copy that copied this partition, or that started before it
+    /// was created (`state::CheckpointCopy::generation`).
+    pub copied_generation: u32,
+    /// The page where `state::OldestPositions` counts this partition's oldest batch.
+    pub oldest_page: Option<u64>,
+    /// Waiting in `state::OldestPositions::stale` to be counted again.
+    pub oldest_stale: bool,
 }
 
 impl PartitionLog {

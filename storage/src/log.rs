@@ -34,7 +34,7 @@ use crate::frame::{
 };
 use crate::index::{BatchEntry, PartitionLog};
 use crate::recovery::recover;
-use crate::state::{CopyTurn, LiveInternal, Segment, SegmentState, State};
+use crate::state::{CopyTurn, LiveInternal, Segment, SegmentState, State, Trims};
 use crate::*;
 
 /// Idle time after a flush before the maintenance task writes zeros.
@@ -281,7 +281,7 @@ impl<D: Disk> ShardLog<D> {
     /// partitions it owns, after `open` (partitions with data come back from recovery).
     pub fn ensure_partition(&self, partition: PartitionId) {
         let mut state = self.inner.state.borrow_mut();
-        state.core.partitions.entry(partition).or_insert_with(|| PartitionLog::starting_at(0));
+        state.core.create_partition(partition, || PartitionLog::starting_at(0));
     }
 
     /// Forgets a partition (its data stays in the segments until they are deleted) and
@@ -290,13 +290,13 @@ impl<D: Disk> ShardLog<D> {
         let mut state = self.inner.state.borrow_mut();
         if state.core.partitions.contains_key(&partition) {
             state.core.drop_partition(partition);
-            if self.inner.check_writable(&state).is_err() {
-                return;
-            }
             let header = control_header(EntryKind::DropPartition, partition);
             // Best effort: if the log cannot take the entry, a replay without checkpoint
             // may bring the partition back; the upper layer's metadata drops it again.
-            if self.inner.place_entries(&mut state, &[(header, &[])]).is_ok() {
+            let logged = self.inner.check_writable(&state).is_ok()
+                && self.inner.place_entries(&mut state, &[(header, &[])]).is_ok();
+            state.note_trim(logged);
+            if logged {
                 self.inner.wake_flusher(&mut state);
             }
         }
@@ -575,25 +575,23 @@ impl<D: Disk> ShardLog<D> {
                 || policy.retention_bytes.is_some_and(|max| size_bytes > max)
         });
         let Some(log_start_offset) = moved else { return false };
-        if inner.check_writable(state).is_ok() {
-            let payload = log_start_offset.to_le_bytes();
-            let header = control_header(EntryKind::LogStart, partition);
-            // Best effort: the checkpoint records log_start_offset as well.
-            if inner.place_entries(state, &[(header, &payload)]).is_ok() {
-                inner.wake_flusher(state);
-            }
+        let payload = log_start_offset.to_le_bytes();
+        let header = control_header(EntryKind::LogStart, partition);
+        // Best effort: the checkpoint records log_start_offset as well.
+        let logged = inner.check_writable(state).is_ok()
+            && inner.place_entries(state, &[(header, &payload)]).is_ok();
+        state.note_trim(logged);
+        if logged {
+            inner.wake_flusher(state);
         }
         true
     }
 
-    /// Schedules the deletion of the segments no partition needs any more (linear in the
-    /// partitions and segments): once after a retention pass.
+    /// Schedules the deletion of the segments no partition needs any more (state.rs
+    /// invariant 8: not a pass over the partitions), once after a retention pass. They
+    /// are removed once the trims that freed them are durable (state.rs invariant 2).
     pub fn release_segments(&self) {
-        let inner = &*self.inner;
-        let mut state = inner.state.borrow_mut();
-        if state.schedule_deletions() {
-            inner.wake_maintenance(&mut state);
-        }
+        self.inner.release_segments(&mut self.inner.state.borrow_mut());
     }
 
     /// Moves a partition's log_start_offset forward to `offset` (Kafka's DeleteRecords),
@@ -629,10 +627,9 @@ impl<D: Disk> ShardLog<D> {
             inner.place_entries(state, &[(header, &payload)]).map_err(LogStartError::Append)?[0];
         // The same code replay runs, so the live state and a recovered one agree.
         state.core.apply(&header, position, &payload, None).expect("a valid LogStart entry");
+        state.note_trim(true);
         inner.wake_flusher(state);
-        if state.schedule_deletions() {
-            inner.wake_maintenance(state);
-        }
+        inner.release_segments(state);
         let durable = Durable { signal: inner.signal.clone(), position: state.batcher.position() };
         Ok((log_start_offset, durable))
     }
@@ -688,13 +685,7 @@ impl<D: Disk> ShardLog<D> {
     /// copy's turns (not part of the storage API contract).
     #[doc(hidden)]
     pub fn checkpoint_copy_pending(&self) -> Option<Vec<PartitionId>> {
-        let state = self.inner.state.borrow();
-        state.core.copy.as_ref()?;
-        let partitions = state.core.partitions.iter();
-        let mut pending: Vec<PartitionId> =
-            partitions.filter(|(_, log)| log.checkpoint_pending).map(|(&id, _)| id).collect();
-        pending.sort_unstable();
-        Some(pending)
+        self.inner.state.borrow().core.copy_pending()
     }
 
     /// Writes an index checkpoint covering everything appended before the call.
@@ -711,7 +702,7 @@ impl<D: Disk> ShardLog<D> {
         if let Some(fatal) = inner.signal.fatal() {
             return Err(StorageError::Fatal(fatal));
         }
-        let Some(snapshot) = self.copy_in_turns(clean).await else { return Ok(()) };
+        let Some((snapshot, trims)) = self.copy_in_turns(clean).await else { return Ok(()) };
         let position = snapshot.position;
         // The snapshot is owned data: sorting, encoding and the CRC run on a blocking
         // thread while the shard serves requests. What it describes is fixed at
@@ -739,15 +730,14 @@ impl<D: Disk> ShardLog<D> {
         for p in &older[..excess] {
             inner.disk.remove_checkpoint(*p).await?;
         }
-        // One more hold of the executor, linear in the partitions (the oldest position
-        // each keeps alive): timed with the copy's turns.
+        // One more hold of the executor, timed with the copy's turns: asking for deletions
+        // reads the oldest live position kept as partitions change (state.rs invariant 8).
         let started = std::time::Instant::now();
         let mut state = inner.state.borrow_mut();
         state.checkpoint_position = state.checkpoint_position.max(position);
+        state.trims.checkpointed = state.trims.checkpointed.max(trims.unlogged);
         state.core.forget_superseded_internal(inner.signal.durable.get());
-        if state.schedule_deletions() {
-            inner.wake_maintenance(&mut state);
-        }
+        inner.release_segments(&mut state);
         let release_us = started.elapsed().as_micros() as u64;
         tracing::debug!(position, release_us, "checkpoint written");
         Ok(())
@@ -756,8 +746,9 @@ impl<D: Disk> ShardLog<D> {
     /// The index copy of a checkpoint at the durable position, made in turns
     /// (`CHECKPOINT_COPY_TURN`) that give way to the shard's other tasks between them
     /// (state.rs invariant 7; docs/storage.md, "Checkpoints hold the executor"). `close`
-    /// copies in one piece. `None`: nothing new since the last checkpoint.
-    async fn copy_in_turns(&self, clean: bool) -> Option<checkpoint::CheckpointV1> {
+    /// copies in one piece. `None`: nothing new since the last checkpoint. Also returns
+    /// the trims as of the copy's start: it carries every one applied by then.
+    async fn copy_in_turns(&self, clean: bool) -> Option<(checkpoint::CheckpointV1, Trims)> {
         let inner = &*self.inner;
         // One copy at a time. The broker never overlaps its checkpoints; a second caller
         // (a test) waits for the first.
@@ -765,14 +756,14 @@ impl<D: Disk> ShardLog<D> {
             glommio::timer::sleep(Duration::from_millis(1)).await;
         }
         let started = std::time::Instant::now();
-        let position = {
+        let (position, trims) = {
             let mut state = inner.state.borrow_mut();
             let position = inner.signal.durable.get();
             if position <= state.checkpoint_position && !clean {
                 return None;
             }
             state.core.start_copy(position);
-            position
+            (position, state.trims)
         };
         let start_us = started.elapsed().as_micros() as u64;
         let _abandon = AbandonCopyOnDrop(inner);
@@ -805,7 +796,7 @@ impl<D: Disk> ShardLog<D> {
                     copy_us = started.elapsed().as_micros() as u64,
                     "checkpoint state copied"
                 );
-                return Some(snapshot);
+                return Some((snapshot, trims));
             }
             // As `runtime::Turns` (shards): a timer lets the executor poll for I/O
             // between turns, which a yield within the task queue does not.
@@ -986,6 +977,15 @@ impl<D: Disk> Inner<D> {
             positions.push(state.batcher.append(*header, payload));
         }
         Ok(positions)
+    }
+
+    /// Asks for the segments nobody needs to be deleted (once the trims that freed them
+    /// are durable: state.rs invariant 2), and has maintenance remove those that are.
+    fn release_segments(&self, state: &mut State<D::Buffer>) {
+        state.request_deletions();
+        if state.schedule_deletions() {
+            self.wake_maintenance(state);
+        }
     }
 
     fn wake_flusher(&self, state: &mut State<D::Buffer>) {
@@ -1252,7 +1252,8 @@ async fn run_flusher<D: Disk>(weak: Weak<Inner<D>>) {
         inner.signal.flushes.set(inner.signal.flushes.get() + 1);
         inner.signal.wake_all();
         let mut state = inner.state.borrow_mut();
-        if !state.batcher.has_gathered() {
+        // Deletions that waited for this flush's trims go ahead (state.rs invariant 2).
+        if !state.batcher.has_gathered() || state.deletion_due() {
             inner.wake_maintenance(&mut state);
         }
     }
@@ -1260,6 +1261,7 @@ async fn run_flusher<D: Disk>(weak: Weak<Inner<D>>) {
 
 fn maintenance_due<B: IoBuffer>(state: &State<B>) -> bool {
     state.zero_work().is_some()
+        || state.deletion_due()
         || !state.removals.is_empty()
         || state.segments.values().any(|s| s.state.needs_preparing())
         || state.segments.range(state.batcher.segment_base() + 1..).next().is_none()
@@ -1278,7 +1280,11 @@ async fn run_maintenance<D: Disk>(weak: Weak<Inner<D>>) {
 
 /// One step of maintenance: remove a retired segment, prepare a wanted one, or zero-fill.
 async fn maintain<D: Disk>(inner: &Inner<D>) {
-    let removal = inner.state.borrow_mut().removals.pop();
+    let removal = {
+        let mut state = inner.state.borrow_mut();
+        state.schedule_deletions();
+        state.removals.pop()
+    };
     if let Some((base, len)) = removal {
         match inner.disk.remove_segment(base).await {
             Ok(()) => {

@@ -755,6 +755,187 @@ fn advancing_the_log_start_frees_the_segments_nobody_needs_any_more() {
     });
 }
 
+/// How a test trims a partition wholly: retention, DeleteRecords, a dropped partition.
+#[derive(Clone, Copy, Debug)]
+enum WholeTrim {
+    Retention,
+    DeleteRecords,
+    Drop,
+}
+
+impl WholeTrim {
+    const ALL: [WholeTrim; 3] = [WholeTrim::Retention, WholeTrim::DeleteRecords, WholeTrim::Drop];
+
+    fn apply(self, log: &ShardLog<SimDisk>, p: PartitionId) {
+        match self {
+            WholeTrim::Retention => {
+                let everything = RetentionPolicy { retention_ms: Some(0), retention_bytes: None };
+                log.apply_retention(p, everything, i64::MAX);
+                assert_eq!(log.partition_info(p).unwrap().size_bytes, 0, "{self:?}");
+            }
+            WholeTrim::DeleteRecords => {
+                let high_watermark = log.partition_info(p).unwrap().high_watermark;
+                log.advance_log_start(p, high_watermark).unwrap();
+            }
+            WholeTrim::Drop => log.drop_partition(p),
+        }
+    }
+}
+
+/// P1 fills segment 0 and part of segment 1, then P0 a few more segments; everything is
+/// durable and checkpointed (the checkpoint lists P1's batches in segment 0). Returns the
+/// log and each partition's state.
+async fn segment_0_held_by_p1(disk: &SimDisk) -> (ShardLog<SimDisk>, Vec<PartitionState>) {
+    let (log, _, _) = open(disk, small_config()).await;
+    let mut last = None;
+    for (p, batches) in [(P1, 40u64), (P0, 80)] {
+        for i in 0..batches {
+            let batch = batch_of(4, 500, i, 1_000);
+            last = Some(log.append_batches(p, &validated(&batch)).unwrap().durable);
+        }
+    }
+    last.unwrap().wait().await.unwrap();
+    log.checkpoint().await.unwrap();
+    let segment_1 = small_config().segment_size_bytes;
+    let pinned = log.pinned_segments();
+    assert_eq!(pinned, [(P0, segment_1), (P1, 0)], "P1 alone keeps segment 0");
+    let state = partitions_state(&log, &[P0, P1]).await;
+    (log, state)
+}
+
+/// `segment_0_held_by_p1` on `SimDisk::new(seed)`, then P1 trimmed wholly by `trim` and
+/// the segments released, as a retention pass ends. `stall`: the trim's flush never lands.
+async fn p1_trimmed(
+    seed: u64,
+    trim: WholeTrim,
+    stall: bool,
+) -> (SimDisk, ShardLog<SimDisk>, Vec<PartitionState>) {
+    let disk = SimDisk::new(seed);
+    let (log, before) = segment_0_held_by_p1(&disk).await;
+    if stall {
+        disk.stall_writes_after(0);
+    }
+    trim.apply(&log, P1);
+    log.release_segments();
+    (disk, log, before)
+}
+
+/// Whether segment 0's file is removed within `yields` turns of the executor.
+async fn segment_0_goes(disk: &SimDisk, yields: usize) -> bool {
+    for _ in 0..yields {
+        if disk.segment_bytes(0).is_none() {
+            return true;
+        }
+        futures_lite::future::yield_now().await;
+    }
+    disk.segment_bytes(0).is_none()
+}
+
+/// Every partition the recovered log knows has its batches in segment files that exist,
+/// and reads back whole.
+async fn assert_every_indexed_batch_reads_back(log: &ShardLog<SimDisk>, what: &str) {
+    let mut with_data: Vec<PartitionId> = [P0, P1]
+        .into_iter()
+        .filter(|&p| log.partition_info(p).is_some_and(|i| i.size_bytes > 0))
+        .collect();
+    let mut pinning: Vec<PartitionId> = log.pinned_segments().iter().map(|(p, _)| *p).collect();
+    with_data.sort_unstable();
+    pinning.sort_unstable();
+    assert_eq!(
+        pinning,
+        with_data,
+        "{what}: a partition's oldest batch lies in no segment file (segments {:?})",
+        log.segments()
+    );
+    partitions_state(log, &with_data).await;
+}
+
+/// A trim (retention's or DeleteRecords' `LogStart`, a `DropPartition`) frees segment 0,
+/// and the power goes out before the trim's entry is durable. The recovered log starts at
+/// the checkpoint, which lists P1's batches in segment 0, and replays no trim: segment 0
+/// must still be there (docs/storage.md, "Retention and pinning"; state.rs invariant 2).
+#[test]
+fn a_trim_frees_a_segment_only_once_its_entry_is_durable() {
+    for trim in WholeTrim::ALL {
+        run(move || async move {
+            let (disk, log, before) = p1_trimmed(25, trim, true).await;
+            // Time for maintenance to delete what it was told to (it did, before the fix).
+            segment_0_goes(&disk, 200).await;
+            drop(log);
+            let (log, _, report) = open(&disk.crash(), small_config()).await;
+            assert!(report.checkpoint_position.is_some());
+            let what = format!("{trim:?}, not durable");
+            assert_every_indexed_batch_reads_back(&log, &what).await;
+            assert_eq!(partitions_state(&log, &[P0, P1]).await, before, "{what}");
+        });
+    }
+}
+
+/// The same trims, made durable: then the segment goes (without waiting for another
+/// checkpoint), and a crash after that recovers the trim.
+#[test]
+fn a_durable_trim_frees_its_segment_without_another_checkpoint() {
+    for trim in WholeTrim::ALL {
+        run(move || async move {
+            let (disk, log, _) = p1_trimmed(26, trim, false).await;
+            let after = log.append_internal(InternalStream::GroupOffsets, false, b"o").unwrap();
+            after.wait().await.unwrap();
+            assert!(segment_0_goes(&disk, 1_000).await, "{trim:?}: segment 0 was not freed");
+            drop(log);
+            let (log, _, _) = open(&disk.crash(), small_config()).await;
+            let what = format!("{trim:?}, durable");
+            assert_every_indexed_batch_reads_back(&log, &what).await;
+            let p1 = log.partition_info(P1).filter(|i| i.size_bytes > 0);
+            assert!(p1.is_none(), "{what}: P1's trim was recovered: {p1:?}");
+        });
+    }
+}
+
+/// On a full disk a trim's entry can be refused (it needs a segment that cannot be
+/// created): then only a checkpoint made after the trim carries it, and the segment it
+/// freed stays until one is written (state.rs invariant 2). A crash before that recovers
+/// P1's batches from the older checkpoint; a crash after it recovers the trim.
+#[test]
+fn a_trim_the_log_cannot_take_frees_its_segment_once_a_checkpoint_carries_it() {
+    run(|| async {
+        let disk = SimDisk::new(27);
+        let (log, before) = segment_0_held_by_p1(&disk).await;
+        disk.set_full(true);
+        // Fill the current segment to its end with entries of a LogStart's size.
+        let mut i = 0;
+        while append_or_enospc(&log, &batch_of(1, 4000, 1000 + i, 0)).await.is_some() {
+            i += 1;
+        }
+        while let Ok(d) = log.append_internal(InternalStream::GroupOffsets, false, &[0; 8]) {
+            d.wait().await.unwrap();
+        }
+        WholeTrim::Retention.apply(&log, P1);
+        log.release_segments();
+        segment_0_goes(&disk, 200).await;
+        {
+            // A power loss now (on a copy of the disk; this log goes on).
+            let crashed = SimDisk::from_image(disk.image()).crash();
+            let (recovered, _, _) = open(&crashed, small_config()).await;
+            assert_every_indexed_batch_reads_back(&recovered, "a trim in no entry").await;
+            let p1 = partitions_state(&recovered, &[P1]).await;
+            assert_eq!(p1[..], before[1..], "P1 as checkpointed");
+            recovered.close().await.unwrap();
+        }
+
+        disk.set_full(false);
+        while append_or_enospc(&log, &batch_of(1, 4000, 2000 + i, 0)).await.is_none() {
+            futures_lite::future::yield_now().await; // the segment is created again
+        }
+        assert!(disk.segment_bytes(0).is_some(), "no checkpoint carries the trim yet");
+        log.checkpoint().await.unwrap();
+        assert!(segment_0_goes(&disk, 1_000).await, "the checkpoint carries the trim");
+        drop(log);
+        let (log, _, _) = open(&disk.crash(), small_config()).await;
+        assert_every_indexed_batch_reads_back(&log, "a checkpointed trim").await;
+        assert_eq!(log.partition_info(P1).unwrap().size_bytes, 0, "P1's trim recovered");
+    });
+}
+
 /// A retention pass over many partitions trims each with `trim_by_retention` and frees
 /// segments once at its end (`release_segments`): trimming alone frees nothing, the one
 /// release frees what a release after every partition would have.
