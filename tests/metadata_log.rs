@@ -10,7 +10,7 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::{raw_produce, record_batch, topic_name, Broker, RawClient};
+use common::{latest_offset, raw_produce, record_batch, topic_name, Broker, RawClient};
 use kafka_protocol::messages::create_partitions_request::{
     CreatePartitionsRequest, CreatePartitionsTopic,
 };
@@ -23,9 +23,6 @@ use kafka_protocol::messages::describe_configs_request::{
 };
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig, IncrementalAlterConfigsRequest,
-};
-use kafka_protocol::messages::list_offsets_request::{
-    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
 };
 use kafka_protocol::messages::metadata_request::MetadataRequest;
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
@@ -138,23 +135,6 @@ fn retentions(client: &mut RawClient, names: &[String]) -> BTreeMap<String, Stri
     }
 }
 
-/// The high watermark of partition 0 (ListOffsets v5 latest; forwarded to the owner).
-fn high_watermark(client: &mut RawClient, name: &str) -> i64 {
-    let partition = ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1);
-    let topic =
-        ListOffsetsTopic::default().with_name(topic_name(name)).with_partitions(vec![partition]);
-    let request =
-        ListOffsetsRequest::default().with_replica_id((-1).into()).with_topics(vec![topic]);
-    match client.call(ApiKey::ListOffsets, 5, RequestKind::ListOffsets(request)) {
-        ResponseKind::ListOffsets(r) => {
-            let p = &r.topics[0].partitions[0];
-            assert_eq!(p.error_code, 0, "ListOffsets {name}");
-            p.offset
-        }
-        other => panic!("{other:?}"),
-    }
-}
-
 /// One round of changes; `k` numbers them across rounds (names are never reused).
 fn round(client: &mut RawClient, model: &mut Model, round: usize, changes: usize) {
     for k in 0..changes {
@@ -210,7 +190,7 @@ fn check(client: &mut RawClient, model: &Model) {
         model.live.iter().map(|(n, (_, r))| (n.clone(), r.clone())).collect();
     assert_eq!(found, expected, "retention.ms of every topic");
     for (name, &count) in &model.produced {
-        assert!(high_watermark(client, name) >= count, "{name}: {count} records acknowledged");
+        assert!(latest_offset(client, name, 0, 0) >= count, "{name}: {count} records acknowledged");
     }
 }
 
