@@ -27,14 +27,12 @@
 //!    covers it), in log order; a write whose flush failed is never reported.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, VecDeque};
-use std::future::poll_fn;
+use std::collections::BTreeMap;
 use std::io;
 use std::rc::Rc;
-use std::task::{Poll, Waker};
 use std::time::Duration;
 
-use glommio::channels::local_channel::LocalReceiver;
+use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::Task;
 use raft::eraftpb::Entry;
 use shardlog_storage::Durable;
@@ -121,11 +119,9 @@ struct Inner {
     groups: RefCell<BTreeMap<u64, Hosted>>,
     stats: Cell<HostStats>,
     /// (group, number, flush) of writes on the shard log not yet reported, in log order
-    /// (so in the order their flushes complete). Bounded by what the groups write while
-    /// one flush is in flight.
-    flushes: RefCell<VecDeque<(u64, u64, Durable)>>,
-    /// The durability task, parked on an empty `flushes`.
-    flush_waiter: RefCell<Option<Waker>>,
+    /// (so in the order their flushes complete), to the durability task. Bounded by what
+    /// the groups write while one flush is in flight.
+    flushes: LocalSender<(u64, u64, Durable)>,
 }
 
 struct Hosted {
@@ -138,17 +134,17 @@ impl GroupHost {
     /// executor; the groups tick every `tick`.
     pub fn start(config: TransportConfig, tick: Duration) -> io::Result<GroupHost> {
         let (transport, inbound) = Transport::start(config)?;
+        let (flushes, flushed) = local_channel::new_unbounded();
         let inner = Rc::new(Inner {
             transport,
             groups: RefCell::new(BTreeMap::new()),
             stats: Cell::new(HostStats::default()),
-            flushes: RefCell::new(VecDeque::new()),
-            flush_waiter: RefCell::new(None),
+            flushes,
         });
         let tasks = [
             glommio::spawn_local(receive(inner.clone(), inbound)),
             glommio::spawn_local(ticker(inner.clone(), tick)),
-            glommio::spawn_local(report_flushes(inner.clone())),
+            glommio::spawn_local(report_flushes(inner.clone(), flushed)),
         ];
         Ok(GroupHost { inner, _tasks: tasks })
     }
@@ -245,10 +241,9 @@ impl Inner {
                 // Reporting them may release held messages and emit more writes.
                 Written::Durable(number) => hosted.group.durable(number),
                 Written::OnFlush { number, durable } => {
-                    self.flushes.borrow_mut().push_back((id, number, durable));
-                    if let Some(waker) = self.flush_waiter.borrow_mut().take() {
-                        waker.wake();
-                    }
+                    // Refused only once the durability task ended on a failed flush:
+                    // nothing after it is ever reported (invariant 4).
+                    let _ = self.flushes.try_send((id, number, durable));
                     break;
                 }
                 Written::Later | Written::Failed => break,
@@ -272,16 +267,8 @@ impl Inner {
 
 /// Reports each write on the shard log durable once its flush is (invariant 4). Ends when
 /// a flush fails: the log is stopped for good, and nothing after it becomes durable.
-async fn report_flushes(inner: Rc<Inner>) {
-    loop {
-        let (id, number, durable) = poll_fn(|cx| match inner.flushes.borrow_mut().pop_front() {
-            Some(next) => Poll::Ready(next),
-            None => {
-                *inner.flush_waiter.borrow_mut() = Some(cx.waker().clone());
-                Poll::Pending
-            }
-        })
-        .await;
+async fn report_flushes(inner: Rc<Inner>, flushed: LocalReceiver<(u64, u64, Durable)>) {
+    while let Some((id, number, durable)) = flushed.recv().await {
         if let Err(error) = durable.wait().await {
             tracing::error!(group = id, number, %error, "replication: a raft write's flush failed");
             return;
