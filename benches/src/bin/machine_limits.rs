@@ -11,7 +11,10 @@
 //!   ways dirty the inode (ctime) on this journal-less ext4 (docs/tuning.md).
 //! - with `--uring` as well, the paced overwrite through one io_uring: write then
 //!   fdatasync as two submissions (the broker's flusher), write linked to fdatasync in one
-//!   submission, and one RWF_DSYNC write.
+//!   submission, and one RWF_DSYNC write; then the two-step and linked ways again on a
+//!   ring with a kernel submission thread (IORING_SETUP_SQPOLL, idle timeout twice the
+//!   pace, so the thread is still polling when the next op comes: its best case, at the
+//!   cost of a CPU spinning in the kernel).
 //! - sequential O_DIRECT writes of 1 MiB, queue depth 1 (bandwidth).
 //! - loopback TCP round trip, 64 B and 1 KiB ping-pong with TCP_NODELAY.
 //!
@@ -127,18 +130,35 @@ enum UringMode {
     Dsync,
 }
 
+/// The ring the ops go through.
+#[derive(Clone, Copy)]
+enum Ring {
+    /// Submitted by `io_uring_enter` from this thread, as glommio does.
+    Plain,
+    /// Picked up by a kernel thread polling the submission queue (SQPOLL), which sleeps
+    /// after `idle` of nothing to do.
+    SqPoll { idle: Duration },
+}
+
 /// Overwrites of written blocks through io_uring, one at a time, with `pace` of idle
 /// before each (not timed).
 fn uring_writes(
     path: &Path,
     ops: usize,
     mode: UringMode,
+    ring: Ring,
     pace: Option<Duration>,
 ) -> std::io::Result<Histogram<u64>> {
     use io_uring::{opcode, squeue, types, IoUring};
     let (file, mut buf) = fresh_file(path, ops, true)?;
     let fd = types::Fd(std::os::fd::AsRawFd::as_raw_fd(&file));
-    let mut ring = IoUring::new(8)?;
+    let mut ring = match ring {
+        Ring::Plain => IoUring::new(8)?,
+        Ring::SqPoll { idle } => {
+            let idle_ms = idle.as_millis().clamp(1, u32::MAX as u128) as u32;
+            IoUring::builder().setup_sqpoll(idle_ms).build(8)?
+        }
+    };
     let ptr = buf.as_mut().as_ptr();
     let mut h = histogram();
     for i in 0..ops {
@@ -253,13 +273,16 @@ fn main() -> std::io::Result<()> {
     let pace = Some(Duration::from_micros(pace_us));
     let mut uring_figures = Vec::new();
     if uring && pace_us > 0 {
+        let sqpoll = Ring::SqPoll { idle: Duration::from_micros(2 * pace_us) };
         let modes = [
-            ("uring_2step_p50_us", UringMode::TwoSteps),
-            ("uring_linked_p50_us", UringMode::Linked),
-            ("uring_dsync_p50_us", UringMode::Dsync),
+            ("uring_2step_p50_us", UringMode::TwoSteps, Ring::Plain),
+            ("uring_linked_p50_us", UringMode::Linked, Ring::Plain),
+            ("uring_dsync_p50_us", UringMode::Dsync, Ring::Plain),
+            ("uring_sqpoll_2step_p50_us", UringMode::TwoSteps, sqpoll),
+            ("uring_sqpoll_linked_p50_us", UringMode::Linked, sqpoll),
         ];
-        for (name, mode) in modes {
-            let h = uring_writes(&path, paced_ops, mode, pace)?;
+        for (name, mode, ring) in modes {
+            let h = uring_writes(&path, paced_ops, mode, ring, pace)?;
             uring_figures.push((name, h.value_at_quantile(0.5)));
         }
     }
