@@ -239,6 +239,61 @@ fn a_pipelining_client_over_the_in_flight_limit_gets_every_answer_in_order() {
     assert_eq!(read_all(&mut client, "piped", 0).len(), 30);
 }
 
+/// Requests read through the connection's receive buffer (8 KiB, `READ_BUFFER_BYTES`):
+/// frames smaller than it, around its size and several times it, written all at once (many
+/// frames in one buffer, frames straddling its end, reads that bypass it) and then in
+/// 7-byte pieces (a frame split over many reads). Every answer comes back in order and
+/// every record is written whole.
+#[test]
+fn frames_of_every_size_around_the_read_buffer_are_read_whole_in_order() {
+    let broker = Broker::start(1, &[]);
+    let mut client = RawClient::connect(broker.shard_addr(0));
+    create_topic(&mut client, "buffered", 1);
+    let sizes = [10, 7_950, 8_000, 8_050, 8_100, 20_000, 50, 16_384, 3];
+    let mut expected = Vec::new();
+    for pieces in [None, Some(7)] {
+        let mut bytes = BytesMut::new();
+        let mut sent = Vec::new();
+        for (i, size) in sizes.iter().enumerate() {
+            let seed = (expected.len() + i) as u32;
+            let batch = batch_of_size(seed, *size);
+            let request = produce_request("buffered", 0, -1, batch.clone());
+            let (correlation_id, frame) = client.frame(ApiKey::Produce, 9, &request);
+            bytes.extend_from_slice(&frame);
+            sent.push((ApiKey::Produce, 9, correlation_id));
+            let versions = RequestKind::ApiVersions(ApiVersionsRequest::default());
+            let (correlation_id, frame) = client.frame(ApiKey::ApiVersions, 3, &versions);
+            bytes.extend_from_slice(&frame);
+            sent.push((ApiKey::ApiVersions, 3, correlation_id));
+            expected.push(batch);
+        }
+        match pieces {
+            None => client.send_raw(&bytes),
+            Some(n) => {
+                client.stream().set_nodelay(true).unwrap();
+                for piece in bytes.chunks(n) {
+                    client.send_raw(piece);
+                }
+            }
+        }
+        let mut next_offset = (expected.len() - sizes.len()) as i64;
+        for (api_key, version, correlation_id) in sent {
+            // `receive` asserts the correlation id: answers come back in request order.
+            let response = client.receive(api_key, version, correlation_id);
+            if api_key == ApiKey::Produce {
+                assert_eq!(produce_result(response), (0, next_offset));
+                next_offset += 1;
+            }
+        }
+    }
+    let written = read_all(&mut client, "buffered", 0);
+    assert_eq!(written.len(), expected.len());
+    for (got, want) in written.iter().zip(&expected) {
+        // The stored batch without its base offset, as `read_all` returns it.
+        assert_eq!(got[..], want[8..], "a batch changed on its way in");
+    }
+}
+
 /// A long-poll fetch, then a produce that would wake it, both sent before reading: with
 /// one request in flight the broker must not read the produce until the fetch is answered.
 fn fetch_then_produce_pipelined(max_in_flight: &str) -> (i64, usize) {

@@ -10,6 +10,12 @@
 //! Back-pressure: a connection reads no further frame while `max_in_flight` of its
 //! responses are pending, and reads no Produce body until the shard's `ProduceBudget` has
 //! room for it; either way the socket is left unread and TCP slows the client down.
+//!
+//! Reads: a plaintext connection reads through glommio's receive buffer
+//! (`READ_BUFFER_BYTES`), so a request that fits in it (length, api key and body) costs one
+//! `recv` instead of three; a read at least that large bypasses the buffer into its frame.
+//! So a connection holds at most `READ_BUFFER_BYTES` of bytes it has not framed yet beyond
+//! what the budget accounts for. A TLS connection reads through its TLS layer's buffer.
 
 use std::future::Future;
 use std::io;
@@ -20,7 +26,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel;
-use glommio::net::TcpStream;
+use glommio::net::{Preallocated, TcpStream};
 use glommio::sync::{Semaphore, StaticPermit};
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 use tracing::{debug, error, warn};
@@ -120,6 +126,9 @@ struct InFlight {
     raw: bool,
 }
 
+/// The receive buffer of a plaintext connection (module docs, "Reads").
+pub const READ_BUFFER_BYTES: usize = 8 << 10;
+
 /// Serves one accepted plaintext connection until the peer closes it or sends a bad frame.
 /// Produce requests take their bytes from `budget`, the shard's, until they are answered.
 /// With `sasl` (a SASL_PLAINTEXT listener) the client must authenticate first.
@@ -131,6 +140,7 @@ pub async fn serve_connection<H: RequestHandler>(
     sasl: Option<Rc<SaslConfig>>,
 ) -> io::Result<()> {
     let peer = prepare_socket(&stream, &limits)?;
+    let stream = stream.buffered_with(Preallocated::new(READ_BUFFER_BYTES));
     serve_stream(stream, peer, None, handler, limits, budget, sasl).await
 }
 

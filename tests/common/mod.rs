@@ -271,6 +271,14 @@ impl RawClient {
     }
 
     pub fn send(&mut self, api_key: ApiKey, version: i16, body: &RequestKind) -> i32 {
+        let (correlation_id, frame) = self.frame(api_key, version, body);
+        self.stream.write_all(&frame).unwrap();
+        correlation_id
+    }
+
+    /// The next request as the bytes `send` would write (length prefix included), and its
+    /// correlation id, for tests that write several requests at once or in pieces.
+    pub fn frame(&mut self, api_key: ApiKey, version: i16, body: &RequestKind) -> (i32, BytesMut) {
         let correlation_id = self.next_correlation_id;
         self.next_correlation_id += 1;
         let header = RequestHeader::default()
@@ -279,10 +287,12 @@ impl RawClient {
             .with_correlation_id(correlation_id)
             .with_client_id(Some(StrBytes::from_static_str("raw-test")));
         let mut frame = BytesMut::new();
+        frame.put_i32(0);
         header.encode(&mut frame, api_key.request_header_version(version)).unwrap();
         body.encode(&mut frame, version).unwrap();
-        self.send_frame(&frame);
-        correlation_id
+        let len = (frame.len() - 4) as i32;
+        frame[..4].copy_from_slice(&len.to_be_bytes());
+        (correlation_id, frame)
     }
 
     pub fn send_frame(&mut self, frame: &[u8]) {
