@@ -20,6 +20,7 @@ use shardlog_net::tls::{serve_tls_connection, HandshakeError, SharedTlsConfig, T
 use shardlog_net::{serve_connection, ConnectionLimits, ConnectionSlots, ProduceBudget};
 use shardlog_shards::compaction::CleanerConfig;
 use shardlog_shards::group::GroupConfig;
+use shardlog_shards::metadata::{SINGLE_NODE, SINGLE_NODE_LIST};
 use shardlog_shards::metadata_log::users::StoredScramCredential;
 use shardlog_shards::metadata_log::SnapshotPolicy;
 use shardlog_shards::replication::{GroupHost, TransportConfig};
@@ -309,6 +310,8 @@ async fn start_shard(
             enabled: config.authorizer,
             super_users: config.super_users.clone(),
         },
+        node_id: cluster.as_ref().map_or(SINGLE_NODE, Cluster::node),
+        nodes: cluster.as_ref().map_or(SINGLE_NODE_LIST.to_vec(), Cluster::nodes),
         metadata_snapshot: SnapshotPolicy {
             max_changes: config.metadata_snapshot_max_changes.max(1),
             min_change_bytes: config.metadata_snapshot_min_change_bytes,

@@ -70,6 +70,19 @@ impl Cluster {
         self.peers.iter().map(|n| (n.id, addr(n))).collect()
     }
 
+    /// This node's id as the topic table records it (`MAX_NODE_ID` fits a u32).
+    pub fn node(&self) -> u32 {
+        self.node_id as u32
+    }
+
+    /// Every node's id, this one included, sorted: where partitions are placed.
+    pub fn nodes(&self) -> Vec<u32> {
+        let mut nodes: Vec<u32> = self.peers.iter().map(|n| n.id as u32).collect();
+        nodes.push(self.node());
+        nodes.sort_unstable();
+        nodes
+    }
+
     /// Every other node's (id, bootstrap address), for the start-up line.
     pub fn peer_bootstraps(&self) -> Vec<(u64, SocketAddr)> {
         self.peers.iter().map(|n| (n.id, n.bootstrap)).collect()

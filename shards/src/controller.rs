@@ -106,7 +106,7 @@ impl Shard {
         assert_eq!(self.id, CONTROLLER_SHARD);
         let permit = self.controller_permit().await;
         let table = self.table();
-        let mut pending = PendingTable::new(&table);
+        let mut pending = PendingTable::placing_on(&table, &self.config.nodes);
         let mut results = Vec::with_capacity(topics.len());
         for mut topic in topics {
             if topic.num_partitions == -1 {
@@ -256,7 +256,8 @@ fn validate_new_topic(table: &PendingTable, topic: &NewTopic) -> Result<(), Topi
     }
     if topic.replication_factor != 1 && topic.replication_factor != -1 {
         return Err(TopicError::InvalidReplicationFactor(format!(
-            "replication factor {} is not supported: this broker has no replication yet (use 1)",
+            "replication factor {} is not supported yet: partitions have one replica until \
+             replication's partition groups exist (docs/replication.md, step 3; use 1)",
             topic.replication_factor
         )));
     }

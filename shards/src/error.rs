@@ -9,6 +9,9 @@ use std::fmt;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PartitionError {
     UnknownTopicOrPartition,
+    /// The partition is placed on another node of the cluster (Kafka's
+    /// NOT_LEADER_OR_FOLLOWER: the client refreshes its metadata and goes there).
+    NotLeaderOrFollower,
     /// The batch failed validation (CRC, lengths, magic): nothing was written.
     CorruptMessage(String),
     /// The batch is well formed but not acceptable (e.g. counts, unsupported features).

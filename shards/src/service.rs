@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use glommio::channels::local_channel;
 
-use crate::error::PartitionError;
 use crate::mesh::{MeshService, ReplyFuture};
 use crate::message::{PartitionData, PartitionRead, ShardReply, ShardRequest};
 use crate::shard::Shard;
@@ -136,19 +135,19 @@ impl Shard {
     ) -> Vec<PartitionData> {
         // The common case (clients follow metadata): every partition is ours, so no task
         // per owner and no regrouping.
-        if reads.iter().all(|r| self.owner_of(&r.topic, r.partition) == Some(self.id)) {
+        if reads.iter().all(|r| self.owner_of(&r.topic, r.partition) == Ok(self.id)) {
             return self.fetch_local(&reads, max_wait, min_bytes, max_bytes).await;
         }
         let mut by_owner: BTreeMap<usize, Vec<(usize, PartitionRead)>> = BTreeMap::new();
         let mut results: Vec<Option<PartitionData>> = vec![None; reads.len()];
         for (index, read) in reads.into_iter().enumerate() {
             match self.owner_of(&read.topic, read.partition) {
-                Some(owner) => by_owner.entry(owner).or_default().push((index, read)),
-                None => {
+                Ok(owner) => by_owner.entry(owner).or_default().push((index, read)),
+                Err(error) => {
                     results[index] = Some(PartitionData {
                         topic: read.topic,
                         partition: read.partition,
-                        result: Err(PartitionError::UnknownTopicOrPartition),
+                        result: Err(error),
                     })
                 }
             }

@@ -140,12 +140,11 @@ fn topic_by_id(handler: &KafkaHandler, caller: &Caller, id: Uuid) -> MetadataRes
 }
 
 fn topic_response(meta: &TopicMeta) -> MetadataResponseTopic {
-    let partitions = meta
-        .partition_shards
-        .iter()
+    let placed = meta.partition_shards.iter().zip(&meta.partition_replicas);
+    let partitions = placed
         .enumerate()
-        .map(|(index, shard)| {
-            let leader = BrokerId(*shard as i32);
+        .map(|(index, (shard, replicas))| {
+            let leader = BrokerId(broker_id(replicas[0], *shard));
             MetadataResponsePartition::default()
                 .with_partition_index(index as i32)
                 .with_leader_id(leader)
@@ -159,3 +158,12 @@ fn topic_response(meta: &TopicMeta) -> MetadataResponseTopic {
         .with_topic_id(Uuid::from_bytes(meta.topic_id))
         .with_partitions(partitions)
 }
+
+/// The broker id of shard `shard` of node `node`: `node * 1024 + shard` (on a single
+/// node, node 0: the shard id). `cluster.rs` keeps it within an int32.
+pub fn broker_id(node: u32, shard: u32) -> i32 {
+    (node * BROKERS_PER_NODE + shard) as i32
+}
+
+/// Broker ids leave this many per node (`cluster.rs`, invariant 1).
+const BROKERS_PER_NODE: u32 = 1024;
