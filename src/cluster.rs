@@ -53,6 +53,15 @@ pub struct Cluster {
     bootstrap_port: u16,
 }
 
+impl Node {
+    /// The host of its entry as written (a name or an IP, without brackets): where
+    /// clients are told to reach its shards.
+    pub fn host(&self) -> &str {
+        let host = self.written.rsplit_once(':').map_or(self.written.as_str(), |(h, _)| h);
+        host.trim_start_matches('[').trim_end_matches(']')
+    }
+}
+
 impl Cluster {
     /// Where this node's shard `shard` listens for its peers.
     pub fn listen_addr(&self, shard: usize) -> SocketAddr {

@@ -157,12 +157,29 @@ impl Shard {
     /// anyone is answered; if that fails, every result that succeeded fails with it.
     /// Called under the controller lock (`permit`), with no copy of the table held
     /// (shard 0 applies the record in place).
+    ///
+    /// In a cluster (`metadata_group.rs`) a node that is not the controller answers every
+    /// result NOT_CONTROLLER, and the record goes through the metadata group, which
+    /// applies it (and writes the snapshots).
     pub(crate) async fn commit_changes(
         self: &Rc<Self>,
         permit: StaticPermit,
         record: Option<ChangeRecord>,
         results: Vec<Result<(), TopicError>>,
     ) -> Vec<Result<(), TopicError>> {
+        if let Some(group) = self.metadata_group() {
+            let committed = match (self.check_controller(), record) {
+                (Err(e), _) => Err(e),
+                (Ok(()), None) => Ok(()),
+                (Ok(()), Some(record)) => self.propose_change(&group, record).await,
+            };
+            drop(permit);
+            return match committed {
+                Ok(()) => results,
+                // Kafka answers NOT_CONTROLLER whatever the request held.
+                Err(e) => results.into_iter().map(|_| Err(e.clone())).collect(),
+            };
+        }
         let Some(record) = record else { return results };
         match self.persist_and_publish(record).await {
             Ok(()) => {
@@ -175,7 +192,10 @@ impl Shard {
         }
     }
 
-    async fn persist_and_publish(self: &Rc<Self>, record: ChangeRecord) -> Result<(), TopicError> {
+    pub(crate) async fn persist_and_publish(
+        self: &Rc<Self>,
+        record: ChangeRecord,
+    ) -> Result<(), TopicError> {
         let payload = record.encode();
         let durable = self
             .log

@@ -72,6 +72,9 @@ pub enum TopicError {
     InvalidReplicaAssignment(String),
     /// The caller's ACLs do not allow the operation on the topic (decided by the handler).
     AuthorizationFailed(String),
+    /// This node is not the cluster's controller (the metadata group's leader), none is
+    /// elected, or the change did not commit: retriable at the controller.
+    NotController(String),
 }
 
 impl fmt::Display for TopicError {
@@ -86,7 +89,8 @@ impl fmt::Display for TopicError {
             | TopicError::UnknownTopic(m)
             | TopicError::Storage(m)
             | TopicError::InvalidReplicaAssignment(m)
-            | TopicError::AuthorizationFailed(m) => f.write_str(m),
+            | TopicError::AuthorizationFailed(m)
+            | TopicError::NotController(m) => f.write_str(m),
         }
     }
 }

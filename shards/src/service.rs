@@ -50,6 +50,10 @@ impl MeshService for Shard {
                 self.apply_changes(&record);
                 Box::pin(async { ShardReply::ApplyTopicChanges })
             }
+            ShardRequest::ControllerNode => {
+                let node = self.metadata_group().and_then(|g| g.leader_node());
+                Box::pin(async move { ShardReply::ControllerNode(node) })
+            }
             ShardRequest::AlterTopicConfigs { changes, validate_only } => Box::pin(async move {
                 let results = self.controller_alter_topic_configs(changes, validate_only).await;
                 ShardReply::AlterTopicConfigs(results)

@@ -196,6 +196,8 @@ pub struct Shard {
     /// This shard's replication event loop and transport, when the node has peers
     /// (`--peers`).
     replication: RefCell<Option<Rc<GroupHost>>>,
+    /// The metadata raft group (shard 0 of a node with peers; `metadata_group.rs`).
+    pub(crate) metadata_group: RefCell<Option<Rc<crate::metadata_group::MetadataGroup>>>,
 }
 
 impl Shard {
@@ -222,6 +224,7 @@ impl Shard {
             metadata_snapshots: RefCell::default(),
             unsynced_acks: RefCell::new(UnsyncedAcks::default()),
             replication: RefCell::new(None),
+            metadata_group: RefCell::new(None),
         })
     }
 

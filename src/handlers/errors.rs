@@ -21,6 +21,7 @@ pub const UNKNOWN_MEMBER_ID: i16 = 25;
 pub const INVALID_SESSION_TIMEOUT: i16 = 26;
 pub const NOT_ENOUGH_REPLICAS: i16 = 19;
 pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+pub const NOT_CONTROLLER: i16 = 41;
 pub const REBALANCE_IN_PROGRESS: i16 = 27;
 pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
 pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
@@ -124,6 +125,7 @@ pub fn topic_error_code(error: &TopicError) -> i16 {
         TopicError::Storage(_) => KAFKA_STORAGE_ERROR,
         TopicError::InvalidReplicaAssignment(_) => INVALID_REPLICA_ASSIGNMENT,
         TopicError::AuthorizationFailed(_) => TOPIC_AUTHORIZATION_FAILED,
+        TopicError::NotController(_) => NOT_CONTROLLER,
     }
 }
 
