@@ -103,6 +103,52 @@ fn raw_create_topic(broker: &Broker, name: &str) -> i16 {
     }
 }
 
+/// FindCoordinator v3 of group `group` asked of `broker`: (error, broker id, port).
+fn find_coordinator(broker: &Broker, group: &str) -> (i16, i32, i32) {
+    use kafka_protocol::messages::find_coordinator_request::FindCoordinatorRequest;
+    let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
+    let request = FindCoordinatorRequest::default().with_key(group.to_string().into());
+    match client.call(ApiKey::FindCoordinator, 3, RequestKind::FindCoordinator(request)) {
+        ResponseKind::FindCoordinator(r) => (r.error_code, r.node_id.0, r.port),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Heartbeat v3 of an unknown member of `group` to `broker`: its error code.
+fn heartbeat(broker: &Broker, group: &str) -> i16 {
+    use kafka_protocol::messages::heartbeat_request::HeartbeatRequest;
+    let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
+    let request = HeartbeatRequest::default()
+        .with_group_id(kafka_protocol::messages::GroupId(group.to_string().into()))
+        .with_generation_id(1)
+        .with_member_id("nobody".to_string().into());
+    match client.call(ApiKey::Heartbeat, 3, RequestKind::Heartbeat(request)) {
+        ResponseKind::Heartbeat(r) => r.error_code,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Every node names the same coordinator for each of a few groups, on all three nodes
+/// between them; only that node accepts the group's requests (others: NOT_COORDINATOR).
+fn check_coordinators(cluster: &[Broker]) {
+    let mut coordinator_nodes = Vec::new();
+    for g in 0..12 {
+        let group = format!("group-{g}");
+        let answers: Vec<_> = cluster.iter().map(|b| find_coordinator(b, &group)).collect();
+        assert!(answers.iter().all(|a| *a == answers[0] && a.0 == 0), "{group}: {answers:?}");
+        let node = node_of(answers[0].1);
+        assert_eq!(answers[0].2, cluster[node - 1].port as i32 + 1, "{group}'s port");
+        for (n, broker) in cluster.iter().enumerate() {
+            let expected = if n + 1 == node { 25 } else { 16 }; // UNKNOWN_MEMBER_ID, NOT_COORDINATOR
+            assert_eq!(heartbeat(broker, &group), expected, "{group} on node {}", n + 1);
+        }
+        coordinator_nodes.push(node);
+    }
+    coordinator_nodes.sort();
+    coordinator_nodes.dedup();
+    assert_eq!(coordinator_nodes, vec![1, 2, 3], "groups spread over the nodes");
+}
+
 #[test]
 fn three_nodes_are_one_cluster_for_metadata_across_a_controller_kill() {
     let base = free_port_range(NODES * PORTS_PER_NODE);
@@ -125,6 +171,7 @@ fn three_nodes_are_one_cluster_for_metadata_across_a_controller_kill() {
         (0..NODES).map(|n| ((n as i32 + 1) * 1024, port(n) as i32 + 1)).collect();
     assert_eq!(first.brokers, ids, "every node's shard, at its own port");
     let controller = node_of(first.controller) - 1;
+    check_coordinators(&cluster);
 
     // A node that is not the controller refuses to change the table itself.
     let follower = (controller + 1) % NODES;

@@ -39,7 +39,7 @@ impl Shard {
         if transactional_id.is_empty() {
             return Err(TxnError::EmptyTransactionalId);
         }
-        if coordinator_shard(transactional_id, self.nr_shards) != self.id {
+        if !self.coordinates(transactional_id) {
             return Err(TxnError::NotCoordinator);
         }
         Ok(())
