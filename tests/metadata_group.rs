@@ -18,8 +18,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::{
-    create_topic, free_port_range, produce_tagged, raw_produce, read_topic, record_batch, Broker,
-    RawClient,
+    create_topic, produce_tagged, raw_produce, read_topic, record_batch, Broker, RawClient,
 };
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
 use kafka_protocol::messages::metadata_request::MetadataRequest;
@@ -151,24 +150,16 @@ fn check_coordinators(cluster: &[Broker]) {
 
 #[test]
 fn three_nodes_are_one_cluster_for_metadata_across_a_controller_kill() {
-    let base = free_port_range(NODES * PORTS_PER_NODE);
-    let port = |node: usize| base + (node * PORTS_PER_NODE) as u16;
     // Node ids 1..=3: broker ids 1024, 2048, 3072.
-    let peers: Vec<String> =
-        (0..NODES).map(|n| format!("{}=127.0.0.1:{}", n + 1, port(n))).collect();
-    let peers = peers.join(",");
-    let mut cluster: Vec<Broker> = (0..NODES)
-        .map(|n| {
-            let args =
-                vec!["--node-id".into(), (n + 1).to_string(), "--peers".into(), peers.clone()];
-            Broker::start_at(1, port(n), port(n) + 3, args)
-        })
-        .collect();
+    let mut cluster = Broker::start_cluster(NODES, 1, PORTS_PER_NODE);
     let all = [0, 1, 2];
     wait_for(&cluster, &all, "every node to name the same controller", one_controller);
     let first = view(&cluster[0]).unwrap();
-    let ids: Vec<(i32, i32)> =
-        (0..NODES).map(|n| ((n as i32 + 1) * 1024, port(n) as i32 + 1)).collect();
+    let ids: Vec<(i32, i32)> = cluster
+        .iter()
+        .enumerate()
+        .map(|(n, b)| ((n as i32 + 1) * 1024, b.port as i32 + 1))
+        .collect();
     assert_eq!(first.brokers, ids, "every node's shard, at its own port");
     let controller = node_of(first.controller) - 1;
     check_coordinators(&cluster);
@@ -226,7 +217,7 @@ fn three_nodes_are_one_cluster_for_metadata_across_a_controller_kill() {
     assert_eq!(restarted.leaders["spread"], leaders, "the same placement after the restart");
 
     // A partition request to a node the partition is not on: NOT_LEADER_OR_FOLLOWER.
-    let own = (controller + 1) as usize;
+    let own = controller + 1;
     let elsewhere = leaders.iter().position(|l| node_of(*l) != own).unwrap() as i32;
     let mut client = RawClient::connect(cluster[controller].shard_addr(0));
     let batch = record_batch(&[(&b"k"[..], &b"v"[..])], 0);

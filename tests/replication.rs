@@ -89,19 +89,7 @@ fn wait_for_peers(cluster: &[Broker], nodes: &[usize], connected: f64, what: &st
 
 #[test]
 fn three_brokers_connect_every_shard_notice_a_killed_node_and_reconnect_it() {
-    let base = free_port_range(NODES * PORTS_PER_NODE);
-    let port = |node: usize| base + (node * PORTS_PER_NODE) as u16;
-    let peers: Vec<String> =
-        (0..NODES).map(|n| format!("{}=127.0.0.1:{}", n + 1, port(n))).collect();
-    let peers = peers.join(",");
-    let mut cluster: Vec<Broker> = (0..NODES)
-        .map(|n| {
-            let admin_port = port(n) + 1 + 2 * CORES as u16;
-            let args =
-                vec!["--node-id".into(), (n + 1).to_string(), "--peers".into(), peers.clone()];
-            Broker::start_at(CORES, port(n), admin_port, args)
-        })
-        .collect();
+    let mut cluster = Broker::start_cluster(NODES, CORES, PORTS_PER_NODE);
 
     wait_for_peers(&cluster, &[0, 1, 2], 2.0, "every shard of every node to connect both peers");
     let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"))
@@ -133,7 +121,7 @@ fn three_brokers_connect_every_shard_notice_a_killed_node_and_reconnect_it() {
     cluster[2].kill();
     wait_for_peers(&cluster, &[0, 1], 1.0, "nodes 1 and 2 to see node 3 gone");
     // The kernel may keep a dead broker's io_uring listeners for a moment.
-    let replication_port = port(2) + 1 + CORES as u16;
+    let replication_port = cluster[2].port + 1 + CORES as u16;
     common::eventually(DEADLINE, "node 3's replication ports to close", || {
         (0..CORES as u16).all(|s| TcpStream::connect(("127.0.0.1", replication_port + s)).is_err())
     });

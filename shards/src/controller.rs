@@ -209,6 +209,22 @@ impl Shard {
         Ok(())
     }
 
+    /// Encodes the table on a blocking thread and appends it as a snapshot; nobody waits
+    /// for it to be durable. The caller keeps any change record from being appended
+    /// meanwhile (`metadata_log` invariant 1).
+    pub(crate) async fn write_metadata_snapshot(&self) {
+        let table = self.table();
+        let payload = glommio::executor().spawn_blocking(move || table.encode()).await;
+        match self.log.append_internal(InternalStream::Metadata, true, &payload) {
+            Ok(_durable) => {
+                self.metadata_snapshots.borrow_mut().snapshot_taken(payload.len());
+                info!(bytes = payload.len(), "topic table snapshot written");
+            }
+            // Tried again after the next change (a full disk, a log closing).
+            Err(e) => warn!(error = ?e, "topic table snapshot not written"),
+        }
+    }
+
     /// Sends the table to every other shard, waits for each to apply it, applies it here
     /// (start-up).
     async fn publish_table(self: &Rc<Self>, table: TopicTable) {
@@ -247,16 +263,7 @@ impl Shard {
     fn spawn_metadata_snapshot(self: &Rc<Self>, permit: StaticPermit) {
         let shard = self.clone();
         glommio::spawn_local(async move {
-            let table = shard.table();
-            let payload = glommio::executor().spawn_blocking(move || table.encode()).await;
-            match shard.log.append_internal(InternalStream::Metadata, true, &payload) {
-                Ok(_durable) => {
-                    shard.metadata_snapshots.borrow_mut().snapshot_taken(payload.len());
-                    info!(bytes = payload.len(), "topic table snapshot written");
-                }
-                // Tried again after the next change (a full disk, a log closing).
-                Err(e) => warn!(error = ?e, "topic table snapshot not written"),
-            }
+            shard.write_metadata_snapshot().await;
             drop(permit);
         })
         .detach();

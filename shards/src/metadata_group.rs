@@ -43,8 +43,7 @@ use std::time::Duration;
 
 use futures_lite::FutureExt;
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
-use shardlog_storage::{InternalEntry, InternalStream};
-use tracing::{info, warn};
+use shardlog_storage::InternalEntry;
 
 use crate::controller::CONTROLLER_SHARD;
 use crate::error::TopicError;
@@ -247,19 +246,6 @@ impl Shard {
             self.write_metadata_snapshot().await;
         }
         Applied::Yes
-    }
-
-    /// Writes a snapshot of the table now (the applier, between two records).
-    async fn write_metadata_snapshot(&self) {
-        let table = self.table();
-        let payload = glommio::executor().spawn_blocking(move || table.encode()).await;
-        match self.log.append_internal(InternalStream::Metadata, true, &payload) {
-            Ok(_durable) => {
-                self.metadata_snapshots.borrow_mut().snapshot_taken(payload.len());
-                info!(bytes = payload.len(), "topic table snapshot written");
-            }
-            Err(e) => warn!(error = ?e, "topic table snapshot not written"),
-        }
     }
 }
 
