@@ -20,6 +20,8 @@ use shardlog_net::tls::{serve_tls_connection, HandshakeError, SharedTlsConfig, T
 use shardlog_net::{serve_connection, ConnectionLimits, ConnectionSlots, ProduceBudget};
 use shardlog_shards::compaction::CleanerConfig;
 use shardlog_shards::group::GroupConfig;
+use shardlog_shards::metadata::{SINGLE_NODE, SINGLE_NODE_LIST};
+use shardlog_shards::metadata_group::recover_image;
 use shardlog_shards::metadata_log::users::StoredScramCredential;
 use shardlog_shards::metadata_log::SnapshotPolicy;
 use shardlog_shards::replication::{GroupHost, TransportConfig};
@@ -59,6 +61,12 @@ pub fn run(mut config: Config) -> Result<(), String> {
     }
     check_admin_addr(&config, &listeners, nr_shards)?;
     let cluster = crate::cluster::resolve(&config, &listeners, nr_shards)?;
+    if cluster.is_some() && config.sasl_bootstrap_user.is_some() {
+        // It would be written by each node alone, outside the metadata group.
+        return Err("sasl_bootstrap_user is not supported with --peers yet: create the user \
+                    through the controller (AlterUserScramCredentials)"
+            .into());
+    }
     if let Some(cluster) = &cluster {
         let addrs: Vec<SocketAddr> = (0..nr_shards).map(|s| cluster.listen_addr(s)).collect();
         check_addrs_free(&addrs)?;
@@ -309,6 +317,8 @@ async fn start_shard(
             enabled: config.authorizer,
             super_users: config.super_users.clone(),
         },
+        node_id: cluster.as_ref().map_or(SINGLE_NODE, Cluster::node),
+        nodes: cluster.as_ref().map_or(SINGLE_NODE_LIST.to_vec(), Cluster::nodes),
         metadata_snapshot: SnapshotPolicy {
             max_changes: config.metadata_snapshot_max_changes.max(1),
             min_change_bytes: config.metadata_snapshot_min_change_bytes,
@@ -327,6 +337,10 @@ async fn start_shard(
     }
     shard.wait_for_table().await;
     shard.rebuild_producer_state(&internal).await.map_err(|e| format!("shard {id}: {e}"))?;
+    let metadata_image = match &cluster {
+        Some(cluster) if id == 0 => Some(recover_image(&internal, &cluster.nodes())?),
+        _ => None,
+    };
     drop(internal);
     release_recovery_memory();
     let checkpoints = spawn_checkpoints(shard.clone(), stop.clone());
@@ -343,6 +357,7 @@ async fn start_shard(
         stop: stop.clone(),
         fetch_max_bytes: config.fetch_max_bytes,
         max_records_bytes: config.max_request_bytes,
+        peers: Rc::new(cluster.as_ref().map_or(Vec::new(), |c| c.peers.clone())),
     };
     let limits = ConnectionLimits {
         max_frame_bytes: config.max_request_bytes,
@@ -368,6 +383,10 @@ async fn start_shard(
     });
     if let Some(cluster) = &cluster {
         start_replication(&shard, cluster)?;
+    }
+    if let (Some(image), Some(host)) = (metadata_image, shard.replication()) {
+        shard.start_metadata_group(host, image)?;
+        info!(node_id = shard.config.node_id, "metadata group started");
     }
     let mut accept_loops = Vec::new();
     for listener in &listeners {
@@ -404,9 +423,9 @@ async fn start_shard(
 /// Starts this shard's replication host: its transport listens on the shard's
 /// replication port and keeps a connection to shard `id` of every peer
 /// (docs/replication.md); what arrives is stepped into the shard's raft groups and what
-/// they emit is sent. The broker creates no group yet (docs/replication.md, "What
-/// remains", steps 2-3), so the host counts what arrives and drops it. A bind failure is
-/// a start-up error.
+/// they emit is sent. Shard 0 hosts the metadata group (`metadata_group.rs`); other
+/// shards host no group yet (partition groups are docs/replication.md's step 3), so their
+/// hosts count what arrives and drop it. A bind failure is a start-up error.
 fn start_replication(shard: &Rc<Shard>, cluster: &Cluster) -> Result<(), String> {
     let id = shard.id;
     let listen = cluster.listen_addr(id);

@@ -53,6 +53,15 @@ pub struct Cluster {
     bootstrap_port: u16,
 }
 
+impl Node {
+    /// The host of its entry as written (a name or an IP, without brackets): where
+    /// clients are told to reach its shards.
+    pub fn host(&self) -> &str {
+        let host = self.written.rsplit_once(':').map_or(self.written.as_str(), |(h, _)| h);
+        host.trim_start_matches('[').trim_end_matches(']')
+    }
+}
+
 impl Cluster {
     /// Where this node's shard `shard` listens for its peers.
     pub fn listen_addr(&self, shard: usize) -> SocketAddr {
@@ -68,6 +77,19 @@ impl Cluster {
             )
         };
         self.peers.iter().map(|n| (n.id, addr(n))).collect()
+    }
+
+    /// This node's id as the topic table records it (`MAX_NODE_ID` fits a u32).
+    pub fn node(&self) -> u32 {
+        self.node_id as u32
+    }
+
+    /// Every node's id, this one included, sorted: where partitions are placed.
+    pub fn nodes(&self) -> Vec<u32> {
+        let mut nodes: Vec<u32> = self.peers.iter().map(|n| n.id as u32).collect();
+        nodes.push(self.node());
+        nodes.sort_unstable();
+        nodes
     }
 
     /// Every other node's (id, bootstrap address), for the start-up line.

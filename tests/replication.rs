@@ -2,8 +2,9 @@
 //! transport in the broker"): three real broker processes on 127.0.0.1, each with its own
 //! temp dir and free ports, listing each other in `--peers`. Every shard of every node
 //! must report both peers connected in /metrics; a node killed with SIGKILL must be
-//! reported disconnected by the others, and reconnected once it restarts. No raft group
-//! runs in the broker yet, so nothing but connections is checked here.
+//! reported disconnected by the others, and reconnected once it restarts. Shard 0 hosts
+//! the metadata group (tests/metadata_group.rs checks what it does); the other shards
+//! host no group yet, so nothing but their connections is checked here.
 //!
 //! Also: a bad peer list, and a replication port that cannot be bound, stop the start
 //! with exit status 1 and the reason.
@@ -88,19 +89,7 @@ fn wait_for_peers(cluster: &[Broker], nodes: &[usize], connected: f64, what: &st
 
 #[test]
 fn three_brokers_connect_every_shard_notice_a_killed_node_and_reconnect_it() {
-    let base = free_port_range(NODES * PORTS_PER_NODE);
-    let port = |node: usize| base + (node * PORTS_PER_NODE) as u16;
-    let peers: Vec<String> =
-        (0..NODES).map(|n| format!("{}=127.0.0.1:{}", n + 1, port(n))).collect();
-    let peers = peers.join(",");
-    let mut cluster: Vec<Broker> = (0..NODES)
-        .map(|n| {
-            let admin_port = port(n) + 1 + 2 * CORES as u16;
-            let args =
-                vec!["--node-id".into(), (n + 1).to_string(), "--peers".into(), peers.clone()];
-            Broker::start_at(CORES, port(n), admin_port, args)
-        })
-        .collect();
+    let mut cluster = Broker::start_cluster(NODES, CORES, PORTS_PER_NODE);
 
     wait_for_peers(&cluster, &[0, 1, 2], 2.0, "every shard of every node to connect both peers");
     let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"))
@@ -111,14 +100,17 @@ fn three_brokers_connect_every_shard_notice_a_killed_node_and_reconnect_it() {
         assert_eq!(per_shard(&figures, "shardlog_replication_peers"), vec![Some(2.0); CORES]);
         let refused = per_shard(&figures, "shardlog_replication_refused_handshakes_total");
         assert_eq!(refused, vec![Some(0.0); CORES], "node {node}: a hand-shake was refused");
-        // No raft group runs in the broker yet, and the connections carry nothing else.
+        // Shard 0 hosts the metadata group, the others no group yet: their connections
+        // carry nothing.
+        let groups = per_shard(&figures, "shardlog_replication_groups");
+        assert_eq!(groups, [vec![Some(1.0)], vec![Some(0.0); CORES - 1]].concat(), "node {node}");
         for name in [
-            "shardlog_replication_groups",
             "shardlog_replication_frames_sent_total",
             "shardlog_replication_frames_received_total",
             "shardlog_replication_dropped_messages_total",
         ] {
-            assert_eq!(per_shard(&figures, name), vec![Some(0.0); CORES], "node {node}: {name}");
+            let quiet = &per_shard(&figures, name)[1..];
+            assert_eq!(quiet, vec![Some(0.0); CORES - 1], "node {node}: {name}");
         }
         assert!(broker.log().contains("shard replicating"), "node {node}");
         for name in figures.values().flat_map(|f| f.keys()) {
@@ -129,7 +121,7 @@ fn three_brokers_connect_every_shard_notice_a_killed_node_and_reconnect_it() {
     cluster[2].kill();
     wait_for_peers(&cluster, &[0, 1], 1.0, "nodes 1 and 2 to see node 3 gone");
     // The kernel may keep a dead broker's io_uring listeners for a moment.
-    let replication_port = port(2) + 1 + CORES as u16;
+    let replication_port = cluster[2].port + 1 + CORES as u16;
     common::eventually(DEADLINE, "node 3's replication ports to close", || {
         (0..CORES as u16).all(|s| TcpStream::connect(("127.0.0.1", replication_port + s)).is_err())
     });

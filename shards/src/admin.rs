@@ -56,13 +56,13 @@ impl Shard {
         assert_eq!(self.id, CONTROLLER_SHARD);
         let permit = self.controller_permit().await;
         let table = self.table();
-        let mut pending = PendingTable::new(&table);
+        let mut pending = PendingTable::placing_on(&table, &self.config.nodes);
         let mut results = Vec::with_capacity(topics.len());
         for request in &topics {
             let placed = place_new_partitions(&pending, request);
-            if let Ok(shards) = &placed {
+            if let Ok((shards, replicas)) = &placed {
                 if !validate_only {
-                    pending.add_partitions(&request.topic, shards);
+                    pending.add_partitions(&request.topic, shards, replicas);
                     tracing::info!(topic = %request.topic, partitions = request.count,
                         "partitions added");
                 }
@@ -82,11 +82,11 @@ impl Shard {
         offset: Offset,
     ) -> Result<Offset, PartitionError> {
         match self.owner_of(topic, partition) {
-            None => Err(PartitionError::UnknownTopicOrPartition),
-            Some(owner) if owner == self.id => {
+            Err(e) => Err(e),
+            Ok(owner) if owner == self.id => {
                 self.delete_records_local(topic, partition, offset).await
             }
-            Some(owner) => {
+            Ok(owner) => {
                 self.count_forward();
                 let request =
                     ShardRequest::DeleteRecords { topic: topic.to_string(), partition, offset };
@@ -137,12 +137,12 @@ impl Shard {
     }
 }
 
-/// Checks one CreatePartitions request against the table; the owner shard of each new
-/// partition if it is valid.
+/// Checks one CreatePartitions request against the table; the owner shard and replica
+/// nodes of each new partition if it is valid.
 fn place_new_partitions(
     table: &PendingTable,
     request: &NewPartitions,
-) -> Result<Vec<u32>, TopicError> {
+) -> Result<(Vec<u32>, Vec<Vec<u32>>), TopicError> {
     let name = &request.topic;
     let meta = table
         .topic(name)
@@ -162,7 +162,7 @@ fn place_new_partitions(
     }
     let new = (current as u32)..(request.count as u32);
     let Some(assignments) = &request.assignments else {
-        return Ok(new.map(|p| table.placement(meta.topic_number, p)).collect());
+        return Ok(new.map(|p| table.placement(meta.topic_number, p)).unzip());
     };
     if assignments.len() != new.len() {
         return Err(TopicError::InvalidReplicaAssignment(format!(
@@ -171,20 +171,36 @@ fn place_new_partitions(
             assignments.len()
         )));
     }
-    assignments.iter().map(|brokers| assigned_shard(table.nr_shards(), brokers)).collect()
+    let placed: Result<Vec<(u32, Vec<u32>)>, TopicError> = assignments
+        .iter()
+        .map(|brokers| assigned_broker(table.nr_shards(), table.nodes(), brokers))
+        .collect();
+    Ok(placed?.into_iter().unzip())
 }
 
-/// The shard an explicit assignment names: exactly one broker id (no replication yet),
-/// which must be a shard of this broker (node id = shard id).
-fn assigned_shard(nr_shards: u32, brokers: &[i32]) -> Result<u32, TopicError> {
-    match brokers {
-        [broker] if (0..nr_shards as i64).contains(&(*broker as i64)) => Ok(*broker as u32),
-        [broker] => Err(TopicError::InvalidReplicaAssignment(format!(
-            "broker {broker} does not exist: the brokers are shards 0..{nr_shards}"
-        ))),
-        _ => Err(TopicError::InvalidReplicaAssignment(format!(
-            "assignment {brokers:?} has {} replicas; this broker has no replication yet (use 1)",
+/// The shard and node an explicit assignment names: exactly one broker id (partitions
+/// have one replica until partition groups exist), `node_id * 1024 + shard` of a node
+/// and shard of the cluster (on a single node, a shard id).
+fn assigned_broker(
+    nr_shards: u32,
+    nodes: &[u32],
+    brokers: &[i32],
+) -> Result<(u32, Vec<u32>), TopicError> {
+    let [broker] = brokers else {
+        return Err(TopicError::InvalidReplicaAssignment(format!(
+            "assignment {brokers:?} has {} replicas; partitions have one replica until \
+             replication's partition groups exist (use 1)",
             brokers.len()
+        )));
+    };
+    let (node, shard) = (broker.div_euclid(1024), broker.rem_euclid(1024));
+    match u32::try_from(node) {
+        Ok(node) if nodes.contains(&node) && (shard as u32) < nr_shards => {
+            Ok((shard as u32, vec![node]))
+        }
+        _ => Err(TopicError::InvalidReplicaAssignment(format!(
+            "broker {broker} does not exist: the brokers are node_id * 1024 + shard for nodes \
+             {nodes:?} and shards 0..{nr_shards}"
         ))),
     }
 }
@@ -214,8 +230,9 @@ mod tests {
     fn new_partitions_continue_the_default_placement() {
         let table = table_with(2);
         let placed = place_new_partitions(&PendingTable::new(&table), &request(5, None)).unwrap();
-        let whole = table_with(5).topic("t").unwrap().partition_shards.clone();
-        assert_eq!(placed, whole[2..], "as if the topic had been created with 5");
+        let whole = table_with(5).topic("t").unwrap().clone();
+        assert_eq!(placed.0, whole.partition_shards[2..], "as if created with 5");
+        assert_eq!(placed.1, whole.partition_replicas[2..], "as if created with 5");
     }
 
     #[test]
@@ -237,6 +254,15 @@ mod tests {
         }
         let pending = PendingTable::new(&table);
         let assigned = place_new_partitions(&pending, &request(4, Some(vec![vec![2], vec![0]])));
-        assert_eq!(assigned.unwrap(), vec![2, 0], "explicit shards are honoured");
+        let assigned = assigned.unwrap();
+        assert_eq!(assigned, (vec![2, 0], vec![vec![0], vec![0]]), "explicit shards are honoured");
+        let nodes = [0, 3];
+        let cluster = PendingTable::placing_on(&table, &nodes);
+        let remote = place_new_partitions(&cluster, &request(4, Some(vec![vec![3073], vec![1]])));
+        assert_eq!(remote.unwrap(), (vec![1, 1], vec![vec![3], vec![0]]), "node 3's shard 1");
+        for broker in [1025, 3075] {
+            let refused = place_new_partitions(&cluster, &request(3, Some(vec![vec![broker]])));
+            assert!(matches!(refused, Err(TopicError::InvalidReplicaAssignment(_))), "{broker}");
+        }
     }
 }

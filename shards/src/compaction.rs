@@ -156,11 +156,8 @@ impl Shard {
         let mut best: Option<(f64, PartitionId, TopicCleaning)> = None;
         for meta in table.topics.values() {
             let Some(topic) = TopicCleaning::of(meta) else { continue };
-            for (index, shard) in meta.partition_shards.iter().enumerate() {
-                if *shard as usize != self.id {
-                    continue;
-                }
-                let partition = PartitionId::new(meta.topic_number, index as u32);
+            for index in self.partitions_here(meta) {
+                let partition = PartitionId::new(meta.topic_number, index);
                 let Some(info) = self.log.partition_info(partition) else { continue };
                 let state = passes.entry(partition).or_default();
                 let from = state.cleaned_to.max(info.log_start_offset);

@@ -106,7 +106,7 @@ impl Shard {
         assert_eq!(self.id, CONTROLLER_SHARD);
         let permit = self.controller_permit().await;
         let table = self.table();
-        let mut pending = PendingTable::new(&table);
+        let mut pending = PendingTable::placing_on(&table, &self.config.nodes);
         let mut results = Vec::with_capacity(topics.len());
         for mut topic in topics {
             if topic.num_partitions == -1 {
@@ -157,12 +157,29 @@ impl Shard {
     /// anyone is answered; if that fails, every result that succeeded fails with it.
     /// Called under the controller lock (`permit`), with no copy of the table held
     /// (shard 0 applies the record in place).
+    ///
+    /// In a cluster (`metadata_group.rs`) a node that is not the controller answers every
+    /// result NOT_CONTROLLER, and the record goes through the metadata group, which
+    /// applies it (and writes the snapshots).
     pub(crate) async fn commit_changes(
         self: &Rc<Self>,
         permit: StaticPermit,
         record: Option<ChangeRecord>,
         results: Vec<Result<(), TopicError>>,
     ) -> Vec<Result<(), TopicError>> {
+        if let Some(group) = self.metadata_group() {
+            let committed = match (self.check_controller(), record) {
+                (Err(e), _) => Err(e),
+                (Ok(()), None) => Ok(()),
+                (Ok(()), Some(record)) => self.propose_change(&group, record).await,
+            };
+            drop(permit);
+            return match committed {
+                Ok(()) => results,
+                // Kafka answers NOT_CONTROLLER whatever the request held.
+                Err(e) => results.into_iter().map(|_| Err(e.clone())).collect(),
+            };
+        }
         let Some(record) = record else { return results };
         match self.persist_and_publish(record).await {
             Ok(()) => {
@@ -175,7 +192,10 @@ impl Shard {
         }
     }
 
-    async fn persist_and_publish(self: &Rc<Self>, record: ChangeRecord) -> Result<(), TopicError> {
+    pub(crate) async fn persist_and_publish(
+        self: &Rc<Self>,
+        record: ChangeRecord,
+    ) -> Result<(), TopicError> {
         let payload = record.encode();
         let durable = self
             .log
@@ -187,6 +207,22 @@ impl Shard {
         }
         self.publish_changes(Arc::new(record)).await;
         Ok(())
+    }
+
+    /// Encodes the table on a blocking thread and appends it as a snapshot; nobody waits
+    /// for it to be durable. The caller keeps any change record from being appended
+    /// meanwhile (`metadata_log` invariant 1).
+    pub(crate) async fn write_metadata_snapshot(&self) {
+        let table = self.table();
+        let payload = glommio::executor().spawn_blocking(move || table.encode()).await;
+        match self.log.append_internal(InternalStream::Metadata, true, &payload) {
+            Ok(_durable) => {
+                self.metadata_snapshots.borrow_mut().snapshot_taken(payload.len());
+                info!(bytes = payload.len(), "topic table snapshot written");
+            }
+            // Tried again after the next change (a full disk, a log closing).
+            Err(e) => warn!(error = ?e, "topic table snapshot not written"),
+        }
     }
 
     /// Sends the table to every other shard, waits for each to apply it, applies it here
@@ -227,16 +263,7 @@ impl Shard {
     fn spawn_metadata_snapshot(self: &Rc<Self>, permit: StaticPermit) {
         let shard = self.clone();
         glommio::spawn_local(async move {
-            let table = shard.table();
-            let payload = glommio::executor().spawn_blocking(move || table.encode()).await;
-            match shard.log.append_internal(InternalStream::Metadata, true, &payload) {
-                Ok(_durable) => {
-                    shard.metadata_snapshots.borrow_mut().snapshot_taken(payload.len());
-                    info!(bytes = payload.len(), "topic table snapshot written");
-                }
-                // Tried again after the next change (a full disk, a log closing).
-                Err(e) => warn!(error = ?e, "topic table snapshot not written"),
-            }
+            shard.write_metadata_snapshot().await;
             drop(permit);
         })
         .detach();
@@ -256,7 +283,8 @@ fn validate_new_topic(table: &PendingTable, topic: &NewTopic) -> Result<(), Topi
     }
     if topic.replication_factor != 1 && topic.replication_factor != -1 {
         return Err(TopicError::InvalidReplicationFactor(format!(
-            "replication factor {} is not supported: this broker has no replication yet (use 1)",
+            "replication factor {} is not supported yet: partitions have one replica until \
+             replication's partition groups exist (docs/replication.md, step 3; use 1)",
             topic.replication_factor
         )));
     }

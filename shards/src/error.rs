@@ -9,6 +9,9 @@ use std::fmt;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PartitionError {
     UnknownTopicOrPartition,
+    /// The partition is placed on another node of the cluster (Kafka's
+    /// NOT_LEADER_OR_FOLLOWER: the client refreshes its metadata and goes there).
+    NotLeaderOrFollower,
     /// The batch failed validation (CRC, lengths, magic): nothing was written.
     CorruptMessage(String),
     /// The batch is well formed but not acceptable (e.g. counts, unsupported features).
@@ -69,6 +72,9 @@ pub enum TopicError {
     InvalidReplicaAssignment(String),
     /// The caller's ACLs do not allow the operation on the topic (decided by the handler).
     AuthorizationFailed(String),
+    /// This node is not the cluster's controller (the metadata group's leader), none is
+    /// elected, or the change did not commit: retriable at the controller.
+    NotController(String),
 }
 
 impl fmt::Display for TopicError {
@@ -83,7 +89,8 @@ impl fmt::Display for TopicError {
             | TopicError::UnknownTopic(m)
             | TopicError::Storage(m)
             | TopicError::InvalidReplicaAssignment(m)
-            | TopicError::AuthorizationFailed(m) => f.write_str(m),
+            | TopicError::AuthorizationFailed(m)
+            | TopicError::NotController(m) => f.write_str(m),
         }
     }
 }

@@ -24,6 +24,7 @@ pub mod group;
 pub mod mesh;
 pub mod message;
 pub mod metadata;
+pub mod metadata_group;
 pub mod metadata_log;
 pub mod metrics;
 pub mod ops;

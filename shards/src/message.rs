@@ -45,6 +45,8 @@ pub enum ShardRequest {
     /// A change record of the metadata log, durable on the controller; every shard applies
     /// it to its copy (the change travels, not the table).
     ApplyTopicChanges(Arc<ChangeRecord>),
+    /// Which node leads the metadata group, as shard 0 knows it.
+    ControllerNode,
     /// Ask the controller (shard 0) to change topics' configs.
     AlterTopicConfigs { changes: Vec<TopicConfigChange>, validate_only: bool },
     /// A snapshot of the receiver's counters, of the parts `MetricsScope` names (the admin
@@ -96,6 +98,7 @@ pub enum ShardReply {
     DeleteTopics(Vec<Result<(), TopicError>>),
     ApplyTopicTable,
     ApplyTopicChanges,
+    ControllerNode(Option<u64>),
     AlterTopicConfigs(Vec<Result<(), TopicError>>),
     Metrics(Box<ShardMetrics>),
     Health(Option<String>),

@@ -5,15 +5,20 @@
 //! then a snapshot of the whole table (fdatasync'd before any shard sees a change). Every
 //! shard holds a read-only copy, built by applying the same change records.
 //!
-//! On-disk format of the snapshot payload: one version byte (`TABLE_FORMAT_VERSION`, 3)
-//! followed by the rkyv archive of [`TopicTable`]. Version 1 is the table before ACLs
-//! and SASL users (no `acls`, no `users`), still read: it restores with neither. (Version
-//! 2 is the change records', `metadata_log/change.rs`.)
+//! On-disk format of the snapshot payload: one version byte (`TABLE_FORMAT_VERSION`, 4)
+//! followed by the rkyv archive of [`TopicTable`]. Older versions are still read:
+//! version 3 is the table before placement over nodes (no `partition_replicas`: every
+//! partition restores on node 0, the only node a data dir of that version can come
+//! from), version 1 the table before ACLs and SASL users (no `acls`, no `users`, and no
+//! placement over nodes). (Versions 2 and 5 are the change records',
+//! `metadata_log/change.rs`.)
 //!
 //! Invariants:
 //! 1. Topic numbers are never reused, so a log entry of a deleted topic can never be
 //!    mistaken for one of a newer topic with the same name.
-//! 2. `nr_shards` is fixed when the data dir is created; partitions name their owner shard.
+//! 2. `nr_shards` is fixed when the data dir is created; partitions name their owner shard
+//!    within their node, and their replicas' nodes (`partition_replicas`, the leader
+//!    first; one node until partition groups exist, docs/replication.md).
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -30,7 +35,9 @@ use crate::topic_config::topic_config_def;
 pub use crate::topic_config::validate_topic_configs;
 
 /// Version byte in front of the rkyv archive.
-pub const TABLE_FORMAT_VERSION: u8 = 3;
+pub const TABLE_FORMAT_VERSION: u8 = 4;
+/// The snapshot format before placement over nodes: read, never written.
+const TABLE_FORMAT_VERSION_3: u8 = 3;
 /// The snapshot format before ACLs and SASL users: read, never written.
 const TABLE_FORMAT_VERSION_1: u8 = 1;
 
@@ -92,12 +99,49 @@ impl Borrow<str> for ByName {
 
 /// A snapshot of format version 1 (before ACLs and users), read and converted.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
-struct TopicTableV1 {
-    version: u64,
-    nr_shards: u32,
-    next_topic_number: u32,
-    topics: BTreeMap<String, TopicMeta>,
+pub(crate) struct TopicTableV1 {
+    pub(crate) version: u64,
+    pub(crate) nr_shards: u32,
+    pub(crate) next_topic_number: u32,
+    pub(crate) topics: BTreeMap<String, TopicMetaV3>,
 }
+
+/// A snapshot of format version 3 (before placement over nodes), read and converted.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub(crate) struct TopicTableV3 {
+    pub(crate) version: u64,
+    pub(crate) nr_shards: u32,
+    pub(crate) next_topic_number: u32,
+    pub(crate) topics: BTreeMap<String, TopicMetaV3>,
+    pub(crate) acls: AclTable,
+    pub(crate) users: UserCredentials,
+}
+
+/// A topic as formats 1 and 3 (and change records of format 2) archived it: every
+/// partition on the one node there was.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+pub(crate) struct TopicMetaV3 {
+    pub(crate) name: String,
+    pub(crate) topic_number: u32,
+    pub(crate) topic_id: [u8; 16],
+    pub(crate) partition_shards: Vec<u32>,
+    pub(crate) configs: Vec<(String, String)>,
+}
+
+impl From<TopicMetaV3> for TopicMeta {
+    fn from(old: TopicMetaV3) -> TopicMeta {
+        let TopicMetaV3 { name, topic_number, topic_id, partition_shards, configs } = old;
+        let partition_replicas = vec![vec![SINGLE_NODE]; partition_shards.len()];
+        TopicMeta { name, topic_number, topic_id, partition_shards, partition_replicas, configs }
+    }
+}
+
+/// The node id of a broker without `--peers` (broker ids = shards), and the node every
+/// partition of a data dir written before placement over nodes is on.
+pub const SINGLE_NODE: u32 = 0;
+
+/// The nodes a single node places partitions on: itself.
+pub const SINGLE_NODE_LIST: &[u32] = &[SINGLE_NODE];
 
 /// One topic.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
@@ -105,8 +149,12 @@ pub struct TopicMeta {
     pub name: String,
     pub topic_number: u32,
     pub topic_id: [u8; 16],
-    /// Owner shard of each partition, by partition index.
+    /// Owner shard of each partition, by partition index (the same shard on every
+    /// replica's node: shard s replicates with shard s).
     pub partition_shards: Vec<u32>,
+    /// Node ids of each partition's replicas, by partition index, the leader first: one
+    /// node until partition groups exist (docs/replication.md, step 3).
+    pub partition_replicas: Vec<Vec<u32>>,
     /// Configs set explicitly (at creation or by AlterConfigs; others take the defaults of
     /// `topic_config::TOPIC_CONFIGS`).
     pub configs: Vec<(String, String)>,
@@ -127,7 +175,8 @@ pub struct NewPartitions {
     pub topic: String,
     /// The new total number of partitions.
     pub count: i32,
-    /// Broker ids (= shard ids) per new partition, or None to place them as CreateTopics does.
+    /// Broker ids (`node_id * 1024 + shard`; on a single node, shard ids) per new
+    /// partition, or None to place them as CreateTopics does.
     pub assignments: Option<Vec<Vec<i32>>>,
 }
 
@@ -141,6 +190,20 @@ impl TopicMeta {
     pub fn owner(&self, partition: i32) -> Option<usize> {
         let index = usize::try_from(partition).ok()?;
         self.partition_shards.get(index).map(|s| *s as usize)
+    }
+
+    /// The node a partition is led from (its first replica).
+    pub fn leader_node(&self, partition: i32) -> Option<u32> {
+        let index = usize::try_from(partition).ok()?;
+        self.partition_replicas.get(index).and_then(|replicas| replicas.first().copied())
+    }
+
+    /// Indexes of the partitions led by shard `shard` of node `node`.
+    pub fn partitions_on(&self, node: u32, shard: usize) -> impl Iterator<Item = u32> + '_ {
+        let placed = self.partition_shards.iter().zip(&self.partition_replicas);
+        (0u32..).zip(placed).filter_map(move |(index, (s, replicas))| {
+            (*s as usize == shard && replicas.first() == Some(&node)).then_some(index)
+        })
     }
 
     /// A config set explicitly on this topic.
@@ -194,37 +257,64 @@ impl TopicTable {
 
     pub fn decode(bytes: &[u8]) -> Result<TopicTable, String> {
         const WHAT: &str = "topic table snapshot";
-        let mut table: TopicTable = if bytes.first() != Some(&TABLE_FORMAT_VERSION_1) {
-            decode_versioned(TABLE_FORMAT_VERSION, WHAT, bytes)?
-        } else {
-            let old: TopicTableV1 = decode_versioned(TABLE_FORMAT_VERSION_1, WHAT, bytes)?;
-            let TopicTableV1 { version, nr_shards, next_topic_number, topics } = old;
-            let topics = topics.into_iter().map(|(name, meta)| (name, Arc::new(meta))).collect();
-            TopicTable { version, nr_shards, next_topic_number, topics, ..Default::default() }
+        let converted =
+            |topics: BTreeMap<String, TopicMetaV3>| -> BTreeMap<String, Arc<TopicMeta>> {
+                topics.into_iter().map(|(name, meta)| (name, Arc::new(meta.into()))).collect()
+            };
+        let mut table: TopicTable = match bytes.first() {
+            Some(&TABLE_FORMAT_VERSION_1) => {
+                let old: TopicTableV1 = decode_versioned(TABLE_FORMAT_VERSION_1, WHAT, bytes)?;
+                let TopicTableV1 { version, nr_shards, next_topic_number, topics } = old;
+                let topics = converted(topics);
+                TopicTable { version, nr_shards, next_topic_number, topics, ..Default::default() }
+            }
+            Some(&TABLE_FORMAT_VERSION_3) => {
+                let old: TopicTableV3 = decode_versioned(TABLE_FORMAT_VERSION_3, WHAT, bytes)?;
+                let TopicTableV3 { version, nr_shards, next_topic_number, topics, acls, users } =
+                    old;
+                let topics = converted(topics);
+                TopicTable {
+                    version,
+                    nr_shards,
+                    next_topic_number,
+                    topics,
+                    acls,
+                    users,
+                    ..Default::default()
+                }
+            }
+            _ => decode_versioned(TABLE_FORMAT_VERSION, WHAT, bytes)?,
         };
         table.ids = table.topics.values().map(|t| (t.topic_id, t.name.clone())).collect();
         table.by_name = table.topics.values().map(|t| ByName(t.clone())).collect();
         Ok(table)
     }
 
-    /// Adds a validated topic with the next topic number, placed by default.
+    /// Adds a validated topic with the next topic number, placed by default on a single
+    /// node.
     pub fn add_topic(&mut self, topic: &NewTopic, topic_id: [u8; 16]) -> &TopicMeta {
-        let meta = self.new_topic_meta(topic, self.next_topic_number, topic_id);
+        let meta = self.new_topic_meta(topic, self.next_topic_number, topic_id, SINGLE_NODE_LIST);
         self.insert_topic(meta);
         &self.topics[&topic.name]
     }
 
-    /// A validated topic numbered `topic_number`; partitions are placed round-robin
-    /// starting at a shard that depends on the topic number, so many small topics still
-    /// spread over all shards.
-    pub fn new_topic_meta(&self, topic: &NewTopic, topic_number: u32, id: [u8; 16]) -> TopicMeta {
-        let partition_shards =
-            (0..topic.num_partitions as u32).map(|p| self.placement(topic_number, p)).collect();
+    /// A validated topic numbered `topic_number`, placed over `nodes` (`placement`).
+    pub fn new_topic_meta(
+        &self,
+        topic: &NewTopic,
+        topic_number: u32,
+        id: [u8; 16],
+        nodes: &[u32],
+    ) -> TopicMeta {
+        let placed =
+            (0..topic.num_partitions as u32).map(|p| self.placement(topic_number, p, nodes));
+        let (partition_shards, partition_replicas) = placed.unzip();
         TopicMeta {
             name: topic.name.clone(),
             topic_number,
             topic_id: id,
             partition_shards,
+            partition_replicas,
             configs: topic.configs.clone(),
         }
     }
@@ -269,16 +359,30 @@ impl TopicTable {
         self.version += 1;
     }
 
-    /// The shard of a partition placed by default: round-robin from a shard that depends
-    /// on the topic number (CreateTopics and CreatePartitions alike).
-    pub fn placement(&self, topic_number: u32, partition: u32) -> u32 {
-        (topic_number + partition) % self.nr_shards
+    /// The (shard, replica nodes) of a partition placed by default over `nodes` (sorted
+    /// node ids, never empty): round-robin over the nodes from one that depends on the
+    /// topic number, so leaders spread over nodes even for one-partition topics, and
+    /// within a node round-robin over its shards from a shard that depends on the topic
+    /// number (on a single node, `(topic_number + partition) % nr_shards` as always).
+    /// CreateTopics and CreatePartitions alike.
+    pub fn placement(&self, topic_number: u32, partition: u32, nodes: &[u32]) -> (u32, Vec<u32>) {
+        assert!(!nodes.is_empty(), "placement over no node");
+        let n = nodes.len() as u64;
+        let (topic_number, partition) = (topic_number as u64, partition as u64);
+        let node = nodes[((topic_number + partition) % n) as usize];
+        let shard = (topic_number + partition / n) % self.nr_shards as u64;
+        (shard as u32, vec![node])
     }
 
-    /// Appends partitions to an existing topic, owned by `shards` (validated before).
-    pub fn add_partitions(&mut self, name: &str, shards: &[u32]) {
-        self.update_topic(name, |meta| meta.partition_shards.extend_from_slice(shards))
-            .expect("add_partitions to an existing topic");
+    /// Appends partitions to an existing topic, owned by `shards` on `replicas` (validated
+    /// before).
+    pub fn add_partitions(&mut self, name: &str, shards: &[u32], replicas: &[Vec<u32>]) {
+        assert_eq!(shards.len(), replicas.len(), "one shard and one replica list per partition");
+        self.update_topic(name, |meta| {
+            meta.partition_shards.extend_from_slice(shards);
+            meta.partition_replicas.extend_from_slice(replicas);
+        })
+        .expect("add_partitions to an existing topic");
         self.version += 1;
     }
 
@@ -344,10 +448,84 @@ mod tests {
             version: table.version,
             nr_shards: 2,
             next_topic_number: table.next_topic_number,
-            topics: plain_topics(&table),
+            topics: topics_v3(&table),
         };
         let bytes = encode_versioned(TABLE_FORMAT_VERSION_1, &old);
         assert_eq!(TopicTable::decode(&bytes).unwrap(), table);
+    }
+
+    /// A data dir written before placement over nodes (format 3, what every broker
+    /// before this change wrote) restores with every partition on node 0, on the same
+    /// shards, with its ACLs and users.
+    #[test]
+    fn a_snapshot_written_before_placement_over_nodes_restores_on_node_0() {
+        let mut table = TopicTable::new(3);
+        let topic = NewTopic {
+            name: "t".into(),
+            num_partitions: 4,
+            replication_factor: 1,
+            configs: vec![("retention.ms".into(), "7".into())],
+        };
+        table.add_topic(&topic, [1; 16]);
+        table.users.apply(&test_credential()).unwrap();
+        table.version += 1;
+        let old = TopicTableV3 {
+            version: table.version,
+            nr_shards: 3,
+            next_topic_number: table.next_topic_number,
+            topics: topics_v3(&table),
+            acls: table.acls.clone(),
+            users: table.users.clone(),
+        };
+        let restored = TopicTable::decode(&encode_versioned(TABLE_FORMAT_VERSION_3, &old)).unwrap();
+        assert_eq!(restored, table);
+        let meta = restored.topic("t").unwrap();
+        assert_eq!(meta.partition_shards, vec![1, 2, 0, 1]);
+        assert_eq!(meta.partition_replicas, vec![vec![0]; 4]);
+        assert_eq!(meta.partitions_on(0, 1).collect::<Vec<_>>(), vec![0, 3]);
+        assert_eq!(meta.partitions_on(1, 1).count(), 0, "nothing on another node");
+    }
+
+    fn test_credential() -> crate::metadata_log::users::CredentialChange {
+        use crate::metadata_log::users::{CredentialChange, StoredScramCredential, SCRAM_SHA_256};
+        let credential = StoredScramCredential {
+            mechanism: SCRAM_SHA_256,
+            iterations: 4096,
+            salt: vec![1; 16],
+            stored_key: vec![2; 32],
+            server_key: vec![3; 32],
+        };
+        CredentialChange::Upsert { user: "alice".into(), credential }
+    }
+
+    /// Placement over three nodes: leaders round-robin over the nodes from a start that
+    /// depends on the topic number, each node's shards round-robin too; over one node it
+    /// is the single node's placement.
+    #[test]
+    fn partitions_spread_over_nodes_and_their_shards() {
+        let table = TopicTable::new(2);
+        let placed: Vec<_> = (0..6).map(|p| table.placement(1, p, &[0, 1, 2])).collect();
+        let nodes: Vec<u32> = placed.iter().map(|(_, r)| r[0]).collect();
+        let shards: Vec<u32> = placed.iter().map(|(s, _)| *s).collect();
+        assert_eq!(nodes, vec![1, 2, 0, 1, 2, 0]);
+        assert_eq!(shards, vec![1, 1, 1, 0, 0, 0]);
+        let starts: Vec<u32> = (1..4).map(|t| table.placement(t, 0, &[0, 1, 2]).1[0]).collect();
+        assert_eq!(starts, vec![1, 2, 0], "one-partition topics spread over the nodes");
+        for p in 0..5 {
+            assert_eq!(table.placement(3, p, &[0]), ((3 + p) % 2, vec![0]));
+        }
+    }
+
+    /// The topics as formats 1 and 3 archived them.
+    fn topics_v3(table: &TopicTable) -> BTreeMap<String, TopicMetaV3> {
+        let old = |m: &TopicMeta| TopicMetaV3 {
+            name: m.name.clone(),
+            topic_number: m.topic_number,
+            topic_id: m.topic_id,
+            partition_shards: m.partition_shards.clone(),
+            configs: m.configs.clone(),
+        };
+        table.topics.iter().map(|(name, meta)| (name.clone(), old(meta))).collect()
     }
 
     /// The topics as the table held them before the indexes: by name, inline.
@@ -357,12 +535,12 @@ mod tests {
 
     /// The indexes (by id, by name) are not part of the archive, and the shared
     /// `Arc<TopicMeta>` is archived inline: a snapshot is byte for byte what the table
-    /// without them wrote (format 3 as written before the indexes, with a plain
-    /// `BTreeMap<String, TopicMeta>`), and decoding rebuilds them.
+    /// without them wrote (the format with a plain `BTreeMap<String, TopicMeta>`), and
+    /// decoding rebuilds them.
     #[test]
     fn topic_ids_are_indexed_without_changing_the_snapshot_bytes() {
         #[derive(rkyv::Archive, rkyv::Serialize)]
-        struct TopicTableV3 {
+        struct PlainTable {
             version: u64,
             nr_shards: u32,
             next_topic_number: u32,
@@ -381,9 +559,9 @@ mod tests {
             table.add_topic(&topic, id);
         }
         table.remove_topic("b");
-        table.add_partitions("c", &[0, 1]);
+        table.add_partitions("c", &[0, 1], &[vec![0], vec![0]]);
         table.replace_topic_configs("a", vec![("retention.ms".into(), "5".into())]);
-        let before_index = TopicTableV3 {
+        let before_index = PlainTable {
             version: table.version,
             nr_shards: table.nr_shards,
             next_topic_number: table.next_topic_number,
@@ -455,7 +633,9 @@ mod tests {
                     t.add_topic(&topic, id);
                 }
                 0 | 1 => assert_eq!(t.remove_topic(name), before),
-                2 if t.topic(name).is_some() => t.add_partitions(name, &[(step % 3) as u32]),
+                2 if t.topic(name).is_some() => {
+                    t.add_partitions(name, &[(step % 3) as u32], &[vec![0]])
+                }
                 3 => {
                     let configs = vec![("retention.ms".into(), step.to_string())];
                     assert_eq!(t.set_topic_configs(name, configs), before.is_some());

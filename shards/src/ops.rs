@@ -50,11 +50,11 @@ impl Shard {
         transactional_id: Option<&str>,
     ) -> ProduceWait {
         match self.owner_of(topic, partition) {
-            None => Box::pin(async { Err(PartitionError::UnknownTopicOrPartition) }),
-            Some(owner) if owner == self.id => {
+            Err(e) => Box::pin(async { Err(e) }),
+            Ok(owner) if owner == self.id => {
                 self.produce_local(topic, partition, records, transactional_id)
             }
-            Some(owner) => {
+            Ok(owner) => {
                 self.count_forward();
                 let request = ShardRequest::Produce {
                     topic: topic.to_string(),
@@ -441,11 +441,11 @@ impl Shard {
         read_committed: bool,
     ) -> Result<(Offset, i64), PartitionError> {
         match self.owner_of(topic, partition) {
-            None => Err(PartitionError::UnknownTopicOrPartition),
-            Some(owner) if owner == self.id => {
+            Err(e) => Err(e),
+            Ok(owner) if owner == self.id => {
                 self.list_offsets_local(topic, partition, timestamp_ms, read_committed).await
             }
-            Some(owner) => {
+            Ok(owner) => {
                 self.count_forward();
                 let topic = topic.to_string();
                 let request =

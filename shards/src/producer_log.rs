@@ -215,11 +215,7 @@ impl Shard {
         let table = self.table();
         let mut out = Vec::new();
         for meta in table.topics.values() {
-            for (index, shard) in meta.partition_shards.iter().enumerate() {
-                if *shard as usize == self.id {
-                    out.push(PartitionId::new(meta.topic_number, index as u32));
-                }
-            }
+            out.extend(self.partitions_here(meta).map(|i| PartitionId::new(meta.topic_number, i)));
         }
         out
     }

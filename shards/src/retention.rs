@@ -46,12 +46,10 @@ impl Shard {
             if policy.retention_ms.is_none() && policy.retention_bytes.is_none() {
                 continue;
             }
-            for (index, shard) in meta.partition_shards.iter().enumerate() {
-                if *shard as usize == self.id {
-                    let partition = PartitionId::new(meta.topic_number, index as u32);
-                    moved |= self.log.trim_by_retention(partition, policy, now_ms);
-                    turns.step().await;
-                }
+            for index in self.partitions_here(meta) {
+                let partition = PartitionId::new(meta.topic_number, index);
+                moved |= self.log.trim_by_retention(partition, policy, now_ms);
+                turns.step().await;
             }
         }
         // Once per pass: finding what no partition needs looks at every partition.

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use glommio::channels::local_channel;
 
-use crate::error::PartitionError;
 use crate::mesh::{MeshService, ReplyFuture};
 use crate::message::{PartitionData, PartitionRead, ShardReply, ShardRequest};
 use crate::shard::Shard;
@@ -50,6 +49,10 @@ impl MeshService for Shard {
             ShardRequest::ApplyTopicChanges(record) => {
                 self.apply_changes(&record);
                 Box::pin(async { ShardReply::ApplyTopicChanges })
+            }
+            ShardRequest::ControllerNode => {
+                let node = self.metadata_group().and_then(|g| g.leader_node());
+                Box::pin(async move { ShardReply::ControllerNode(node) })
             }
             ShardRequest::AlterTopicConfigs { changes, validate_only } => Box::pin(async move {
                 let results = self.controller_alter_topic_configs(changes, validate_only).await;
@@ -136,19 +139,19 @@ impl Shard {
     ) -> Vec<PartitionData> {
         // The common case (clients follow metadata): every partition is ours, so no task
         // per owner and no regrouping.
-        if reads.iter().all(|r| self.owner_of(&r.topic, r.partition) == Some(self.id)) {
+        if reads.iter().all(|r| self.owner_of(&r.topic, r.partition) == Ok(self.id)) {
             return self.fetch_local(&reads, max_wait, min_bytes, max_bytes).await;
         }
         let mut by_owner: BTreeMap<usize, Vec<(usize, PartitionRead)>> = BTreeMap::new();
         let mut results: Vec<Option<PartitionData>> = vec![None; reads.len()];
         for (index, read) in reads.into_iter().enumerate() {
             match self.owner_of(&read.topic, read.partition) {
-                Some(owner) => by_owner.entry(owner).or_default().push((index, read)),
-                None => {
+                Ok(owner) => by_owner.entry(owner).or_default().push((index, read)),
+                Err(error) => {
                     results[index] = Some(PartitionData {
                         topic: read.topic,
                         partition: read.partition,
-                        result: Err(PartitionError::UnknownTopicOrPartition),
+                        result: Err(error),
                     })
                 }
             }

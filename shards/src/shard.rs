@@ -14,6 +14,7 @@ use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use shardlog_storage::{AnyDisk, Durable, Histogram, PartitionId, ShardLog, STAGE_BOUNDS_US};
 use tracing::info;
 
+use crate::error::PartitionError;
 use crate::group::{GroupConfig, GroupCoordinator};
 use crate::mesh::Mesh;
 use crate::metadata::{TopicMeta, TopicTable};
@@ -52,6 +53,11 @@ pub struct ShardConfig {
     pub metadata_snapshot: SnapshotPolicy,
     /// ACL checking (`authorizer`, `super_users`).
     pub authorizer: crate::acl::AuthorizerConfig,
+    /// This node's id (`--node-id` with `--peers`; `SINGLE_NODE` without).
+    pub node_id: u32,
+    /// Every node of the cluster, this one included, sorted: where new partitions are
+    /// placed (`[SINGLE_NODE]` without `--peers`).
+    pub nodes: Vec<u32>,
 }
 
 impl Default for ShardConfig {
@@ -70,6 +76,8 @@ impl Default for ShardConfig {
             cleaner: Default::default(),
             metadata_snapshot: SnapshotPolicy::default(),
             authorizer: Default::default(),
+            node_id: crate::metadata::SINGLE_NODE,
+            nodes: crate::metadata::SINGLE_NODE_LIST.to_vec(),
         }
     }
 }
@@ -188,6 +196,8 @@ pub struct Shard {
     /// This shard's replication event loop and transport, when the node has peers
     /// (`--peers`).
     replication: RefCell<Option<Rc<GroupHost>>>,
+    /// The metadata raft group (shard 0 of a node with peers; `metadata_group.rs`).
+    pub(crate) metadata_group: RefCell<Option<Rc<crate::metadata_group::MetadataGroup>>>,
 }
 
 impl Shard {
@@ -214,6 +224,7 @@ impl Shard {
             metadata_snapshots: RefCell::default(),
             unsynced_acks: RefCell::new(UnsyncedAcks::default()),
             replication: RefCell::new(None),
+            metadata_group: RefCell::new(None),
         })
     }
 
@@ -296,25 +307,26 @@ impl Shard {
         }
     }
 
+    /// Indexes of a topic's partitions this shard leads (on this node).
+    pub fn partitions_here<'a>(&self, meta: &'a TopicMeta) -> impl Iterator<Item = u32> + 'a {
+        meta.partitions_on(self.config.node_id, self.id)
+    }
+
     /// Opens this shard's partitions of a topic, from partition index `first` on.
     fn ensure_local_partitions(&self, meta: &TopicMeta, first: usize) {
-        for (index, shard) in meta.partition_shards.iter().enumerate().skip(first) {
-            if *shard as usize == self.id {
-                self.log.ensure_partition(PartitionId::new(meta.topic_number, index as u32));
-            }
+        for index in self.partitions_here(meta).filter(|i| *i as usize >= first) {
+            self.log.ensure_partition(PartitionId::new(meta.topic_number, index));
         }
     }
 
     /// Forgets this shard's partitions of a deleted topic.
     fn drop_local_partitions(&self, meta: &TopicMeta) {
-        for (index, shard) in meta.partition_shards.iter().enumerate() {
-            if *shard as usize == self.id {
-                let partition = PartitionId::new(meta.topic_number, index as u32);
-                self.log.drop_partition(partition);
-                self.producers.borrow_mut().drop_partition(partition);
-                self.txn.partitions.borrow_mut().remove(&partition);
-                self.txn.verified.borrow_mut().retain(|(p, _), _| *p != partition);
-            }
+        for index in self.partitions_here(meta) {
+            let partition = PartitionId::new(meta.topic_number, index);
+            self.log.drop_partition(partition);
+            self.producers.borrow_mut().drop_partition(partition);
+            self.txn.partitions.borrow_mut().remove(&partition);
+            self.txn.verified.borrow_mut().retain(|(p, _), _| *p != partition);
         }
         info!(shard = self.id, topic = %meta.name, "topic deleted");
     }
@@ -336,21 +348,36 @@ impl Shard {
         }
     }
 
-    /// The shard that owns a partition, if the topic and partition exist.
-    pub fn owner_of(&self, topic: &str, partition: i32) -> Option<usize> {
-        self.locate(topic, partition).map(|(_, owner)| owner)
+    /// The shard of this node that owns a partition; `UnknownTopicOrPartition` if the
+    /// topic or partition does not exist, `NotLeaderOrFollower` if it is placed on
+    /// another node (its client asks Metadata again and goes there).
+    pub fn owner_of(&self, topic: &str, partition: i32) -> Result<usize, PartitionError> {
+        let (_, owner, node) =
+            self.placed(topic, partition).ok_or(PartitionError::UnknownTopicOrPartition)?;
+        match node == self.config.node_id {
+            true => Ok(owner),
+            false => Err(PartitionError::NotLeaderOrFollower),
+        }
     }
 
-    /// A partition's log id and owner shard, looked up in place (the hot paths call this
-    /// per partition: no copy of the topic's metadata).
+    /// A partition's log id and owner shard, wherever it is placed (its node may be
+    /// another): for checks that a partition exists.
     pub fn locate(&self, topic: &str, partition: i32) -> Option<(PartitionId, usize)> {
+        self.placed(topic, partition).map(|(id, owner, _)| (id, owner))
+    }
+
+    /// A partition's log id, owner shard and leader node, looked up in place (the hot
+    /// paths call this per partition: one lookup in the table, no copy of the topic's
+    /// metadata).
+    fn placed(&self, topic: &str, partition: i32) -> Option<(PartitionId, usize, u32)> {
         let table = self.table.borrow();
         let meta = table.topic(topic)?;
-        Some((meta.partition_id(partition)?, meta.owner(partition)?))
+        Some((meta.partition_id(partition)?, meta.owner(partition)?, meta.leader_node(partition)?))
     }
 
-    /// The log id of a partition this shard owns.
+    /// The log id of a partition this shard owns (on this node).
     pub fn local_partition(&self, topic: &str, partition: i32) -> Option<PartitionId> {
-        self.locate(topic, partition).filter(|(_, owner)| *owner == self.id).map(|(id, _)| id)
+        let (id, owner, node) = self.placed(topic, partition)?;
+        (owner == self.id && node == self.config.node_id).then_some(id)
     }
 }

@@ -566,6 +566,7 @@ mod tests {
             topic_number: 1,
             topic_id: [0; 16],
             partition_shards: vec![0],
+            partition_replicas: vec![vec![0]],
             configs: kv(configs),
         };
         let policy = |configs: &[(&str, &str)]| {

@@ -159,7 +159,7 @@ async fn produce(shard: &Rc<Shard>, topic: &str) {
     let mut writer = RecordBatchWriter::new(&mut batch, 1_700_000_000_000);
     writer.push(None, b"value");
     writer.finish();
-    let owner_local = shard.owner_of(topic, 0) == Some(shard.id);
+    let owner_local = shard.owner_of(topic, 0) == Ok(shard.id);
     let acked = shard.produce(topic, 0, batch.into(), -1, None).await.await;
     assert!(acked.is_ok(), "produce to {topic} (local: {owner_local}): {acked:?}");
 }

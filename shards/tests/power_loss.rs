@@ -497,7 +497,7 @@ async fn check_partitions(world: &Incarnation, shard: &Shard) {
     };
     for (topic, partitions) in topics {
         for partition in 0..partitions {
-            if shard.owner_of(&topic, partition) != Some(shard.id) {
+            if shard.owner_of(&topic, partition) != Ok(shard.id) {
                 continue;
             }
             let key = (topic.clone(), partition);

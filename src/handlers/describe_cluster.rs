@@ -1,5 +1,6 @@
-//! DescribeCluster (v0-v1): the cluster id, the controller (shard 0) and every shard as a
-//! broker, with the same host and port as Metadata advertises. Authorized operations are
+//! DescribeCluster (v0-v1): the cluster id, the controller (shard 0 of the metadata
+//! group's leader, `metadata.rs`) and every shard of every node as a broker, with the
+//! same host and port as Metadata advertises. Authorized operations are
 //! not computed (the response carries Kafka's "not requested" value, i32::MIN).
 
 use std::rc::Rc;
@@ -12,7 +13,7 @@ use kafka_protocol::messages::{BrokerId, ResponseKind};
 use shardlog_net::Reply;
 
 use super::errors;
-use super::metadata::CLUSTER_ID;
+use super::metadata::{advertised_brokers, controller_id, CLUSTER_ID};
 use super::{str_bytes, KafkaHandler};
 
 /// DescribeCluster's endpoint types (v1+).
@@ -23,7 +24,7 @@ pub fn handle(handler: Rc<KafkaHandler>, request: DescribeClusterRequest, versio
     Box::pin(async move {
         let response = DescribeClusterResponse::default()
             .with_cluster_id(str_bytes(CLUSTER_ID))
-            .with_controller_id(BrokerId(0));
+            .with_controller_id(BrokerId(controller_id(&handler.shard).await));
         let response = match request.endpoint_type {
             BROKERS_ENDPOINT => response.with_brokers(brokers(&handler)),
             // Kafka brokers answer the same: controllers are reached through a controller.
@@ -47,12 +48,13 @@ pub fn handle(handler: Rc<KafkaHandler>, request: DescribeClusterRequest, versio
 }
 
 fn brokers(handler: &KafkaHandler) -> Vec<DescribeClusterBroker> {
-    (0..handler.shard.nr_shards)
-        .map(|s| {
+    advertised_brokers(handler)
+        .into_iter()
+        .map(|b| {
             DescribeClusterBroker::default()
-                .with_broker_id(BrokerId(s as i32))
-                .with_host(str_bytes(&handler.listener.host))
-                .with_port(handler.listener.shard_port(s) as i32)
+                .with_broker_id(BrokerId(b.id))
+                .with_host(str_bytes(&b.host))
+                .with_port(b.port)
         })
         .collect()
 }

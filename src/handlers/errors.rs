@@ -20,6 +20,8 @@ pub const INVALID_GROUP_ID: i16 = 24;
 pub const UNKNOWN_MEMBER_ID: i16 = 25;
 pub const INVALID_SESSION_TIMEOUT: i16 = 26;
 pub const NOT_ENOUGH_REPLICAS: i16 = 19;
+pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+pub const NOT_CONTROLLER: i16 = 41;
 pub const REBALANCE_IN_PROGRESS: i16 = 27;
 pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
 pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
@@ -65,6 +67,7 @@ pub const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
 pub fn partition_error_code(error: &PartitionError) -> i16 {
     match error {
         PartitionError::UnknownTopicOrPartition => UNKNOWN_TOPIC_OR_PARTITION,
+        PartitionError::NotLeaderOrFollower => NOT_LEADER_OR_FOLLOWER,
         PartitionError::CorruptMessage(_) => CORRUPT_MESSAGE,
         PartitionError::InvalidRecord(_) | PartitionError::InvalidRecords { .. } => INVALID_RECORD,
         PartitionError::MessageTooLarge { .. } => MESSAGE_TOO_LARGE,
@@ -122,6 +125,7 @@ pub fn topic_error_code(error: &TopicError) -> i16 {
         TopicError::Storage(_) => KAFKA_STORAGE_ERROR,
         TopicError::InvalidReplicaAssignment(_) => INVALID_REPLICA_ASSIGNMENT,
         TopicError::AuthorizationFailed(_) => TOPIC_AUTHORIZATION_FAILED,
+        TopicError::NotController(_) => NOT_CONTROLLER,
     }
 }
 

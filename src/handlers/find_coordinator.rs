@@ -1,5 +1,6 @@
-//! FindCoordinator (v0-v6): a group's coordinator is the shard `coordinator_shard(group)`,
-//! advertised as its own broker, so group traffic goes straight to that core. v4 asks for
+//! FindCoordinator (v0-v6): a group's coordinator is the shard `coordinator_shard(group)`
+//! of the node `coordinator_node(group)` (this node on a single node), advertised as its
+//! own broker, so group traffic goes straight to that core; every node names the same. v4 asks for
 //! several keys at once; v5 only adds an error code; v6 adds share-group keys (KIP-932),
 //! which get INVALID_REQUEST, as from a Kafka without share groups. A transactional id's
 //! coordinator (key type 1) is placed the same way, `coordinator_shard(transactional_id)`.
@@ -11,12 +12,13 @@ use kafka_protocol::messages::find_coordinator_response::{Coordinator, FindCoord
 use kafka_protocol::messages::{BrokerId, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 use shardlog_net::Reply;
-use shardlog_shards::group::coordinator_shard;
+use shardlog_shards::group::{coordinator_node, coordinator_shard};
 
 use shardlog_shards::acl::AclOperation;
 
 use super::authz::Caller;
 use super::errors;
+use super::metadata::{advertised_brokers, broker_id};
 use super::{str_bytes, KafkaHandler};
 
 const KEY_TYPE_GROUP: i8 = 0;
@@ -89,9 +91,13 @@ fn coordinator(
         let code = errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
         return refused(code, "DESCRIBE on the transactional id is needed");
     }
-    let shard = coordinator_shard(key.as_str(), handler.shard.nr_shards);
+    let shard = &handler.shard;
+    let node = coordinator_node(key.as_str(), &shard.config.nodes, shard.nr_shards);
+    let id = broker_id(node, coordinator_shard(key.as_str(), shard.nr_shards) as u32);
+    let broker = advertised_brokers(handler).into_iter().find(|b| b.id == id);
+    let broker = broker.expect("the coordinator is one of the advertised brokers");
     base.with_error_code(errors::NONE)
-        .with_node_id(BrokerId(shard as i32))
-        .with_host(str_bytes(&handler.listener.host))
-        .with_port(handler.listener.shard_port(shard) as i32)
+        .with_node_id(BrokerId(id))
+        .with_host(str_bytes(&broker.host))
+        .with_port(broker.port)
 }

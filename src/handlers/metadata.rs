@@ -1,6 +1,8 @@
-//! Metadata (v0-v12): every shard is a broker (node id = shard id, its own port), and each
-//! partition's leader is its owner shard, so clients send each partition's traffic
-//! straight to the core that owns it.
+//! Metadata (v0-v12): every shard of every node is a broker (broker id `node_id * 1024 +
+//! shard`, its own port; on a single node the shard id), and each partition's leader is
+//! its owner shard on its node, so clients send each partition's traffic straight to the
+//! core that owns it. The controller is shard 0 of the metadata group's leader
+//! (`metadata_group.rs`; -1 while none is known).
 //!
 //! Unknown topics are created on the spot when the request allows it (v4+, always before)
 //! and the broker's auto-create setting is on, as Kafka's auto.create.topics.enable.
@@ -60,18 +62,19 @@ pub fn handle(
                 out
             }
         };
-        let brokers = (0..shard.nr_shards)
-            .map(|s| {
+        let brokers = advertised_brokers(&handler)
+            .into_iter()
+            .map(|b| {
                 MetadataResponseBroker::default()
-                    .with_node_id(BrokerId(s as i32))
-                    .with_host(str_bytes(&handler.listener.host))
-                    .with_port(handler.listener.shard_port(s) as i32)
+                    .with_node_id(BrokerId(b.id))
+                    .with_host(str_bytes(&b.host))
+                    .with_port(b.port)
             })
             .collect();
         let response = MetadataResponse::default()
             .with_brokers(brokers)
             .with_cluster_id(Some(str_bytes(CLUSTER_ID)))
-            .with_controller_id(BrokerId(0))
+            .with_controller_id(BrokerId(controller_id(shard).await))
             .with_topics(topics);
         Some(ResponseKind::Metadata(response))
     })
@@ -140,12 +143,11 @@ fn topic_by_id(handler: &KafkaHandler, caller: &Caller, id: Uuid) -> MetadataRes
 }
 
 fn topic_response(meta: &TopicMeta) -> MetadataResponseTopic {
-    let partitions = meta
-        .partition_shards
-        .iter()
+    let placed = meta.partition_shards.iter().zip(&meta.partition_replicas);
+    let partitions = placed
         .enumerate()
-        .map(|(index, shard)| {
-            let leader = BrokerId(*shard as i32);
+        .map(|(index, (shard, replicas))| {
+            let leader = BrokerId(broker_id(replicas[0], *shard));
             MetadataResponsePartition::default()
                 .with_partition_index(index as i32)
                 .with_leader_id(leader)
@@ -159,3 +161,50 @@ fn topic_response(meta: &TopicMeta) -> MetadataResponseTopic {
         .with_topic_id(Uuid::from_bytes(meta.topic_id))
         .with_partitions(partitions)
 }
+
+/// One broker (a shard of a node) as clients reach it.
+pub struct AdvertisedBroker {
+    pub id: i32,
+    pub host: String,
+    pub port: i32,
+}
+
+/// Every broker of the cluster, by node then shard: this node's shards at this listener's
+/// advertised host and shard ports, each other node's at its `--peers` host and the shard
+/// ports that follow from its bootstrap port (`P + 1 + s`, as `listeners.rs` gives them).
+pub fn advertised_brokers(handler: &KafkaHandler) -> Vec<AdvertisedBroker> {
+    let shards = handler.shard.nr_shards;
+    let own = handler.shard.config.node_id;
+    let mut brokers = Vec::with_capacity(shards * (1 + handler.peers.len()));
+    for node in &handler.shard.config.nodes {
+        for s in 0..shards {
+            let (host, port) = match handler.peers.iter().find(|p| p.id == *node as u64) {
+                Some(peer) if *node != own => {
+                    (peer.host().to_string(), peer.bootstrap.port() as i32 + 1 + s as i32)
+                }
+                _ => (handler.listener.host.clone(), handler.listener.shard_port(s) as i32),
+            };
+            brokers.push(AdvertisedBroker { id: broker_id(*node, s as u32), host, port });
+        }
+    }
+    brokers
+}
+
+/// The controller's broker id: shard 0 of the metadata group's leader, -1 while none is
+/// known; on a single node, shard 0.
+pub async fn controller_id(shard: &shardlog_shards::Shard) -> i32 {
+    match shard.controller_node().await {
+        Ok(Some(node)) => broker_id(node as u32, 0),
+        Ok(None) => -1,
+        Err(()) => broker_id(shard.config.node_id, 0),
+    }
+}
+
+/// The broker id of shard `shard` of node `node`: `node * 1024 + shard` (on a single
+/// node, node 0: the shard id). `cluster.rs` keeps it within an int32.
+pub fn broker_id(node: u32, shard: u32) -> i32 {
+    (node * BROKERS_PER_NODE + shard) as i32
+}
+
+/// Broker ids leave this many per node (`cluster.rs`, invariant 1).
+const BROKERS_PER_NODE: u32 = 1024;

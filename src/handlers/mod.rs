@@ -139,6 +139,9 @@ pub struct KafkaHandler {
     /// What the compressed records of a message format v0/v1 conversion may decompress to
     /// (--max-request-bytes: no topic accepts a larger batch).
     pub max_records_bytes: usize,
+    /// The other nodes of the cluster (`--peers`), whose shards Metadata also advertises;
+    /// empty on a single node.
+    pub peers: Rc<Vec<crate::cluster::Node>>,
 }
 
 impl RequestHandler for KafkaHandler {

@@ -452,6 +452,25 @@ impl Broker {
         broker
     }
 
+    /// Starts `nodes` brokers of `cores` shards as one cluster on 127.0.0.1: node ids 1..,
+    /// each on its own block of `ports_per_node` free ports (bootstrap first, admin last),
+    /// all listed in every node's `--peers`.
+    pub fn start_cluster(nodes: usize, cores: usize, ports_per_node: usize) -> Vec<Broker> {
+        let base = free_port_range(nodes * ports_per_node);
+        let port = |node: usize| base + (node * ports_per_node) as u16;
+        let peers: Vec<String> =
+            (0..nodes).map(|n| format!("{}=127.0.0.1:{}", n + 1, port(n))).collect();
+        let peers = peers.join(",");
+        (0..nodes)
+            .map(|n| {
+                let admin_port = port(n) + ports_per_node as u16 - 1;
+                let args =
+                    vec!["--node-id".into(), (n + 1).to_string(), "--peers".into(), peers.clone()];
+                Broker::start_at(cores, port(n), admin_port, args)
+            })
+            .collect()
+    }
+
     /// Starts a broker whose data dir is `data_dir` (e.g. on a small file system) instead
     /// of one inside its temp dir.
     pub fn start_with_data_dir(data_dir: PathBuf, cores: usize, extra_args: &[&str]) -> Broker {

@@ -264,15 +264,22 @@ fn summary(group: &Group) -> GroupSummary {
 }
 
 impl Shard {
-    /// NOT_COORDINATOR unless this shard coordinates `group_id`.
+    /// NOT_COORDINATOR unless this shard of this node coordinates `group_id`.
     pub fn check_coordinator(&self, group_id: &str) -> Result<(), GroupError> {
         if group_id.is_empty() {
             return Err(GroupError::InvalidGroupId);
         }
-        if super::coordinator_shard(group_id, self.nr_shards) != self.id {
+        if !self.coordinates(group_id) {
             return Err(GroupError::NotCoordinator);
         }
         Ok(())
+    }
+
+    /// Whether this shard of this node coordinates `key` (a group or transactional id).
+    pub(crate) fn coordinates(&self, key: &str) -> bool {
+        super::coordinator_shard(key, self.nr_shards) == self.id
+            && super::coordinator_node(key, &self.config.nodes, self.nr_shards)
+                == self.config.node_id
     }
 
     /// JoinGroup: answered now, or parked until the rebalance completes.

@@ -7,11 +7,13 @@
 use std::collections::BTreeMap;
 
 use super::change::{ChangeRecord, TopicChange};
-use crate::metadata::{NewTopic, TopicMeta, TopicTable};
+use crate::metadata::{NewTopic, TopicMeta, TopicTable, SINGLE_NODE_LIST};
 
 /// The table plus the changes of one request, not yet written.
 pub struct PendingTable<'a> {
     table: &'a TopicTable,
+    /// The nodes new partitions are placed on (sorted; this node alone on a single node).
+    nodes: &'a [u32],
     /// Topics this request created, changed (`Some`) or deleted (`None`).
     touched: BTreeMap<String, Option<TopicMeta>>,
     next_topic_number: u32,
@@ -19,9 +21,17 @@ pub struct PendingTable<'a> {
 }
 
 impl<'a> PendingTable<'a> {
+    /// A request on a single node: new partitions are placed on it.
     pub fn new(table: &'a TopicTable) -> Self {
+        PendingTable::placing_on(table, SINGLE_NODE_LIST)
+    }
+
+    /// A request whose new partitions are placed over `nodes` (sorted node ids).
+    pub fn placing_on(table: &'a TopicTable, nodes: &'a [u32]) -> Self {
+        assert!(!nodes.is_empty(), "partitions placed on no node");
         PendingTable {
             table,
+            nodes,
             touched: BTreeMap::new(),
             next_topic_number: table.next_topic_number,
             changes: Vec::new(),
@@ -40,14 +50,20 @@ impl<'a> PendingTable<'a> {
         self.table.nr_shards
     }
 
-    /// The default owner shard of a partition (`TopicTable::placement`).
-    pub fn placement(&self, topic_number: u32, partition: u32) -> u32 {
-        self.table.placement(topic_number, partition)
+    /// The nodes partitions are placed on.
+    pub fn nodes(&self) -> &[u32] {
+        self.nodes
+    }
+
+    /// The default owner shard and replica nodes of a partition
+    /// (`TopicTable::placement`).
+    pub fn placement(&self, topic_number: u32, partition: u32) -> (u32, Vec<u32>) {
+        self.table.placement(topic_number, partition, self.nodes)
     }
 
     /// Creates a validated topic with the next topic number, placed by default.
     pub fn create(&mut self, topic: &NewTopic, topic_id: [u8; 16]) {
-        let meta = self.table.new_topic_meta(topic, self.next_topic_number, topic_id);
+        let meta = self.table.new_topic_meta(topic, self.next_topic_number, topic_id, self.nodes);
         self.next_topic_number += 1;
         self.touched.insert(meta.name.clone(), Some(meta.clone()));
         self.changes.push(TopicChange::Create(meta));
@@ -63,14 +79,17 @@ impl<'a> PendingTable<'a> {
         true
     }
 
-    /// Appends partitions owned by `shards` to an existing topic (validated before).
-    pub fn add_partitions(&mut self, name: &str, shards: &[u32]) {
+    /// Appends partitions owned by `shards` on `replicas` to an existing topic (validated
+    /// before).
+    pub fn add_partitions(&mut self, name: &str, shards: &[u32], replicas: &[Vec<u32>]) {
         let mut meta = self.topic(name).cloned().expect("add_partitions to an existing topic");
         meta.partition_shards.extend_from_slice(shards);
+        meta.partition_replicas.extend_from_slice(replicas);
         self.changes.push(TopicChange::AddPartitions {
             name: name.to_string(),
             topic_number: meta.topic_number,
             partition_shards: shards.to_vec(),
+            partition_replicas: replicas.to_vec(),
         });
         self.touched.insert(name.to_string(), Some(meta));
     }

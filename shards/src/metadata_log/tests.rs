@@ -41,7 +41,7 @@ fn change_records_replayed_after_the_newest_snapshot_give_the_controllers_table(
     log.push(change(&mut table, |p| assert!(p.delete("a"))));
     log.push(entry(true, table.encode()));
     log.push(change(&mut table, |p| p.create(&new_topic("a", 4), [3; 16])));
-    log.push(change(&mut table, |p| p.add_partitions("b", &[2, 0])));
+    log.push(change(&mut table, |p| p.add_partitions("b", &[2, 0], &[vec![0], vec![0]])));
     log.push(change(&mut table, |p| p.set_configs("b", vec![("retention.ms".into(), "5".into())])));
     let (restored, schedule) = restore(&log).unwrap().unwrap();
     assert_eq!(restored, table);
@@ -50,6 +50,60 @@ fn change_records_replayed_after_the_newest_snapshot_give_the_controllers_table(
     assert_eq!(restored.topic("b").unwrap().config("retention.ms"), Some("5"));
     assert_eq!(schedule.changes_since, 3);
     assert_eq!(restored.version, 6, "one version per change, as the table's own methods");
+}
+
+/// What every broker before placement over nodes wrote (snapshot format 3, change
+/// records format 2: encoded here with copies of those types) restores to the table the
+/// same requests give now, every partition on node 0; a data dir then carries on with
+/// records of the new format after them.
+#[test]
+fn a_data_dir_written_before_placement_over_nodes_restores_on_node_0() {
+    use super::change::{ChangeRecordV2, TopicChangeV2};
+    use crate::metadata::{TopicMetaV3, TopicTableV3};
+    let old_meta = |name: &str, number: u32, shards: Vec<u32>| TopicMetaV3 {
+        name: name.into(),
+        topic_number: number,
+        topic_id: [number as u8; 16],
+        partition_shards: shards,
+        configs: vec![("retention.ms".into(), "1000".into())],
+    };
+    let snapshot = TopicTableV3 {
+        version: 1,
+        nr_shards: 3,
+        next_topic_number: 2,
+        topics: [("a".to_string(), old_meta("a", 1, vec![1, 2]))].into(),
+        acls: Default::default(),
+        users: Default::default(),
+    };
+    let records = [
+        ChangeRecordV2 {
+            base_version: 1,
+            changes: vec![TopicChangeV2::Create(old_meta("b", 2, vec![2, 0, 1]))],
+        },
+        ChangeRecordV2 {
+            base_version: 2,
+            changes: vec![TopicChangeV2::AddPartitions {
+                name: "a".into(),
+                topic_number: 1,
+                partition_shards: vec![0],
+            }],
+        },
+    ];
+    let mut log = vec![entry(true, crate::codec::encode_versioned(3, &snapshot))];
+    log.extend(records.iter().map(|r| entry(false, r.encode())));
+    // The same requests today, on one node.
+    let mut table = TopicTable::new(3);
+    table.add_topic(&new_topic("a", 2), [1; 16]);
+    table.add_topic(&new_topic("b", 3), [2; 16]);
+    table.add_partitions("a", &[0], &[vec![0]]);
+    let (restored, _) = restore(&log).unwrap().unwrap();
+    assert_eq!(restored, table);
+    assert_eq!(restored.topic("a").unwrap().partition_replicas, vec![vec![0]; 3]);
+    // And new records follow the old ones.
+    log.push(change(&mut table, |p| p.create(&new_topic("c", 1), [3; 16])));
+    let (restored, schedule) = restore(&log).unwrap().unwrap();
+    assert_eq!(restored, table);
+    assert_eq!(schedule.changes_since, 3);
 }
 
 #[test]
@@ -83,7 +137,7 @@ fn recovery_refuses_a_change_record_that_does_not_follow_its_table() {
     assert!(orphan.contains("no snapshot"), "{orphan}");
     // A change payload read as a snapshot (an older broker) is refused by its version byte.
     let old_reader = TopicTable::decode(&second.payload).unwrap_err();
-    assert!(old_reader.contains("format version 2 is not supported"), "{old_reader}");
+    assert!(old_reader.contains("format version 5 is not supported"), "{old_reader}");
 }
 
 #[test]

@@ -11,8 +11,9 @@
 //! executor. `GroupHost` (`host.rs`) is the shard's replication event loop: it owns the
 //! transport and the shard's groups, steps each group with what arrives for it, ticks
 //! them, and sends what they emit. The broker starts one on every shard when `--peers`
-//! names other nodes; it hosts no group yet (the metadata and partition groups are
-//! docs/replication.md's steps 2-3), so what arrives is counted and dropped.
+//! names other nodes; shard 0's hosts the metadata group (`crate::metadata_group`), the
+//! others no group yet (partition groups are docs/replication.md's step 3), so what
+//! arrives there is counted and dropped.
 //!
 //! `persist.rs` puts a group's write requests on the shard log (`InternalStream::Raft`,
 //! one entry per request, in the shard's group commit), and rebuilds the groups'

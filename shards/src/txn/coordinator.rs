@@ -39,7 +39,7 @@ impl Shard {
         if transactional_id.is_empty() {
             return Err(TxnError::EmptyTransactionalId);
         }
-        if coordinator_shard(transactional_id, self.nr_shards) != self.id {
+        if !self.coordinates(transactional_id) {
             return Err(TxnError::NotCoordinator);
         }
         Ok(())
@@ -172,7 +172,9 @@ impl Shard {
         // Phase one for every partition, so all markers share fdatasyncs; then wait.
         let mut marking = Vec::with_capacity(prepared.partitions.len());
         for (topic, partition) in &prepared.partitions {
-            let Some(owner) = self.owner_of(topic, *partition) else { continue };
+            // A partition on another node gets no marker yet: transactions span one node
+            // until partition groups exist (docs/replication.md).
+            let Ok(owner) = self.owner_of(topic, *partition) else { continue };
             marking.push(if owner == self.id {
                 Marking::Local(self.queue_txn_marker(topic, *partition, producer_id, epoch, commit))
             } else {

@@ -334,7 +334,7 @@ pub async fn check(world: &Incarnation, shard: &Shard) {
             continue;
         }
         for partition in 0..PARTITIONS {
-            if shard.owner_of(&topic, partition) != Some(shard.id) {
+            if shard.owner_of(&topic, partition) != Ok(shard.id) {
                 continue;
             }
             let key = (topic.clone(), partition);

@@ -200,7 +200,7 @@ async fn txn_loop(world: &Incarnation, shard: &Rc<Shard>) {
 /// Remembers the last stable offset of this shard's own partitions of `topic`.
 async fn note_stable_offsets(world: &Incarnation, shard: &Shard, topic: &str) {
     for partition in 0..PARTITIONS {
-        if shard.owner_of(topic, partition) != Some(shard.id) {
+        if shard.owner_of(topic, partition) != Ok(shard.id) {
             continue;
         }
         let Ok(fetched) = fetch(shard, topic, partition, true).await else { continue };
@@ -291,7 +291,7 @@ pub async fn check(world: &Incarnation, shard: &Rc<Shard>) {
             continue;
         }
         for partition in 0..PARTITIONS {
-            if shard.owner_of(&topic, partition) == Some(shard.id) {
+            if shard.owner_of(&topic, partition) == Ok(shard.id) {
                 if let Err(problem) = check_partition(world, shard, &topic, partition).await {
                     world.fail(format!("{topic}/{partition}: {problem}"));
                 }

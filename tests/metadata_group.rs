@@ -1,0 +1,229 @@
+//! The metadata raft group (docs/replication.md, "What exists: the metadata group"): three
+//! broker processes on 127.0.0.1 (`--cores 1` each, temp dirs, free ports) are one
+//! cluster for metadata. A topic created through librdkafka's admin API appears in every
+//! node's Metadata with the same placement, spread over the three nodes; an acks=all
+//! producer writes to every partition and a consumer reads every record back exactly once,
+//! in order; a node that is not the controller answers CreateTopics NOT_CONTROLLER; the
+//! controller's node is killed with SIGKILL, a new controller is elected and a second
+//! topic created; the killed node restarts, catches up (it missed a record, and replays
+//! the ones it had applied without applying them twice) and answers a partition request
+//! for a partition placed elsewhere NOT_LEADER_OR_FOLLOWER.
+//!
+//! Every wait has a deadline that fails with what it waited for; nothing asserts on speed.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::{
+    create_topic, produce_tagged, raw_produce, read_topic, record_batch, Broker, RawClient,
+};
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
+use kafka_protocol::messages::metadata_request::MetadataRequest;
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+
+const NODES: usize = 3;
+/// Bootstrap, one Kafka shard port, one replication port, the admin port.
+const PORTS_PER_NODE: usize = 4;
+/// Each wait's deadline: generous, the machine is shared; a hang fails, slowness does not.
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// What one node's Metadata says: the controller and each topic's partition leaders.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct View {
+    controller: i32,
+    brokers: Vec<(i32, i32)>,
+    leaders: BTreeMap<String, Vec<i32>>,
+}
+
+fn view(broker: &Broker) -> Option<View> {
+    let addr: SocketAddr = broker.bootstrap().parse().unwrap();
+    let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    drop(stream);
+    let mut client = RawClient::connect(addr);
+    let request = MetadataRequest::default().with_topics(None);
+    let ResponseKind::Metadata(r) =
+        client.call(ApiKey::Metadata, 12, RequestKind::Metadata(request))
+    else {
+        panic!("not a Metadata response")
+    };
+    let leaders = r
+        .topics
+        .iter()
+        .map(|t| {
+            let name = t.name.as_ref().unwrap().0.to_string();
+            (name, t.partitions.iter().map(|p| p.leader_id.0).collect())
+        })
+        .collect();
+    let brokers = r.brokers.iter().map(|b| (b.node_id.0, b.port)).collect();
+    Some(View { controller: r.controller_id.0, brokers, leaders })
+}
+
+/// Polls `what` until it holds, or fails after the deadline with the last views.
+fn wait_for(cluster: &[Broker], nodes: &[usize], what: &str, done: impl Fn(&[View]) -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let views: Vec<Option<View>> = nodes.iter().map(|&n| view(&cluster[n])).collect();
+        if views.iter().all(Option::is_some) {
+            let views: Vec<View> = views.iter().flatten().cloned().collect();
+            if done(&views) {
+                return;
+            }
+        }
+        if Instant::now() > deadline {
+            panic!("waited {DEADLINE:?} for {what}; last views (nodes {nodes:?}): {views:#?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Every view names the same controller, a known one.
+fn one_controller(views: &[View]) -> bool {
+    views[0].controller >= 0 && views.iter().all(|v| v.controller == views[0].controller)
+}
+
+fn node_of(broker_id: i32) -> usize {
+    broker_id as usize / 1024
+}
+
+/// CreateTopics v5 of one topic straight to `broker`: its error code.
+fn raw_create_topic(broker: &Broker, name: &str) -> i16 {
+    let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
+    let topic = CreatableTopic::default()
+        .with_name(common::topic_name(name))
+        .with_num_partitions(1)
+        .with_replication_factor(1);
+    let request = CreateTopicsRequest::default().with_topics(vec![topic]).with_timeout_ms(10_000);
+    match client.call(ApiKey::CreateTopics, 5, RequestKind::CreateTopics(request)) {
+        ResponseKind::CreateTopics(r) => r.topics[0].error_code,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// FindCoordinator v3 of group `group` asked of `broker`: (error, broker id, port).
+fn find_coordinator(broker: &Broker, group: &str) -> (i16, i32, i32) {
+    use kafka_protocol::messages::find_coordinator_request::FindCoordinatorRequest;
+    let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
+    let request = FindCoordinatorRequest::default().with_key(group.to_string().into());
+    match client.call(ApiKey::FindCoordinator, 3, RequestKind::FindCoordinator(request)) {
+        ResponseKind::FindCoordinator(r) => (r.error_code, r.node_id.0, r.port),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Heartbeat v3 of an unknown member of `group` to `broker`: its error code.
+fn heartbeat(broker: &Broker, group: &str) -> i16 {
+    use kafka_protocol::messages::heartbeat_request::HeartbeatRequest;
+    let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
+    let request = HeartbeatRequest::default()
+        .with_group_id(kafka_protocol::messages::GroupId(group.to_string().into()))
+        .with_generation_id(1)
+        .with_member_id("nobody".to_string().into());
+    match client.call(ApiKey::Heartbeat, 3, RequestKind::Heartbeat(request)) {
+        ResponseKind::Heartbeat(r) => r.error_code,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Every node names the same coordinator for each of a few groups, on all three nodes
+/// between them; only that node accepts the group's requests (others: NOT_COORDINATOR).
+fn check_coordinators(cluster: &[Broker]) {
+    let mut coordinator_nodes = Vec::new();
+    for g in 0..12 {
+        let group = format!("group-{g}");
+        let answers: Vec<_> = cluster.iter().map(|b| find_coordinator(b, &group)).collect();
+        assert!(answers.iter().all(|a| *a == answers[0] && a.0 == 0), "{group}: {answers:?}");
+        let node = node_of(answers[0].1);
+        assert_eq!(answers[0].2, cluster[node - 1].port as i32 + 1, "{group}'s port");
+        for (n, broker) in cluster.iter().enumerate() {
+            let expected = if n + 1 == node { 25 } else { 16 }; // UNKNOWN_MEMBER_ID, NOT_COORDINATOR
+            assert_eq!(heartbeat(broker, &group), expected, "{group} on node {}", n + 1);
+        }
+        coordinator_nodes.push(node);
+    }
+    coordinator_nodes.sort();
+    coordinator_nodes.dedup();
+    assert_eq!(coordinator_nodes, vec![1, 2, 3], "groups spread over the nodes");
+}
+
+#[test]
+fn three_nodes_are_one_cluster_for_metadata_across_a_controller_kill() {
+    // Node ids 1..=3: broker ids 1024, 2048, 3072.
+    let mut cluster = Broker::start_cluster(NODES, 1, PORTS_PER_NODE);
+    let all = [0, 1, 2];
+    wait_for(&cluster, &all, "every node to name the same controller", one_controller);
+    let first = view(&cluster[0]).unwrap();
+    let ids: Vec<(i32, i32)> = cluster
+        .iter()
+        .enumerate()
+        .map(|(n, b)| ((n as i32 + 1) * 1024, b.port as i32 + 1))
+        .collect();
+    assert_eq!(first.brokers, ids, "every node's shard, at its own port");
+    let controller = node_of(first.controller) - 1;
+    check_coordinators(&cluster);
+
+    // A node that is not the controller refuses to change the table itself.
+    let follower = (controller + 1) % NODES;
+    assert_eq!(raw_create_topic(&cluster[follower], "refused"), 41, "NOT_CONTROLLER");
+
+    // The admin API finds the controller from any node.
+    create_topic(&cluster[follower], "spread", 6);
+    let placed = |views: &[View]| {
+        views[0].leaders.get("spread").is_some_and(|l| l.len() == 6)
+            && views.iter().all(|v| v.leaders == views[0].leaders)
+    };
+    wait_for(&cluster, &all, "every node to show topic spread, placed alike", placed);
+    let leaders = view(&cluster[2]).unwrap().leaders["spread"].clone();
+    let mut nodes: Vec<usize> = leaders.iter().map(|l| node_of(*l)).collect();
+    nodes.sort();
+    assert_eq!(nodes, vec![1, 1, 2, 2, 3, 3], "leaders spread over the nodes: {leaders:?}");
+    assert!(!view(&cluster[1]).unwrap().leaders.contains_key("refused"));
+
+    // acks=all to every partition, each read back exactly once, in order.
+    produce_tagged(&cluster[0], "spread", 6, "a", 60);
+    let stored = read_topic(&cluster[1], "spread", 6);
+    for p in 0..6 {
+        let expected: Vec<(i64, Vec<u8>)> =
+            (0..10).map(|k| (k as i64, format!("a-{}", p + 6 * k).into_bytes())).collect();
+        assert_eq!(stored.get(&p), Some(&expected), "partition {p}");
+    }
+
+    // The controller's node dies; the others elect a new controller and go on.
+    cluster[controller].kill();
+    let survivors: Vec<usize> = all.iter().copied().filter(|n| *n != controller).collect();
+    let dead = first.controller;
+    wait_for(&cluster, &survivors, "a new controller among the survivors", |views| {
+        one_controller(views) && views[0].controller != dead
+    });
+    create_topic(&cluster[survivors[0]], "second", 2);
+    let both = |views: &[View]| {
+        views.iter().all(|v| v.leaders.contains_key("second"))
+            && views.iter().all(|v| v.leaders == views[0].leaders)
+    };
+    wait_for(&cluster, &survivors, "the survivors to show topic second", both);
+
+    // The killed node restarts and catches up on what it missed.
+    let bootstrap: SocketAddr = cluster[controller].bootstrap().parse().unwrap();
+    common::eventually(DEADLINE, "the killed node's listeners to close", || {
+        TcpStream::connect_timeout(&bootstrap, Duration::from_millis(100)).is_err()
+    });
+    cluster[controller].restart();
+    wait_for(&cluster, &all, "the restarted node to show both topics as the others", |v| {
+        both(v) && one_controller(v)
+    });
+    let restarted = view(&cluster[controller]).unwrap();
+    assert_eq!(restarted.leaders["spread"], leaders, "the same placement after the restart");
+
+    // A partition request to a node the partition is not on: NOT_LEADER_OR_FOLLOWER.
+    let own = controller + 1;
+    let elsewhere = leaders.iter().position(|l| node_of(*l) != own).unwrap() as i32;
+    let mut client = RawClient::connect(cluster[controller].shard_addr(0));
+    let batch = record_batch(&[(&b"k"[..], &b"v"[..])], 0);
+    let (code, _) = raw_produce(&mut client, "spread", elsewhere, batch.clone());
+    assert_eq!(code, 6, "produce to partition {elsewhere} on another node");
+    let here = leaders.iter().position(|l| node_of(*l) == own).unwrap() as i32;
+    let (code, offset) = raw_produce(&mut client, "spread", here, batch);
+    assert_eq!((code, offset), (0, 10), "partition {here} kept its records on its node");
+}
