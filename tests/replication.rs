@@ -212,6 +212,56 @@ fn a_bad_peer_list_or_a_taken_replication_port_stops_the_start_with_the_reason()
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
+#[test]
+fn a_data_dir_written_by_a_single_node_is_refused_by_a_cluster_node() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("data")).unwrap();
+    let single = Broker::start_with_data_dir(dir.path().join("data"), 1, &[]);
+    create_topic(&single, "from-a-single-node", 1);
+    drop(single);
+    let port = free_port_range(4);
+    let peers = format!("1=127.0.0.1:{port},2=127.0.0.1:{}", port + 100);
+    let args: Vec<String> = [
+        "--kafka-addr",
+        &format!("127.0.0.1:{port}"),
+        "--cores",
+        "1",
+        "--admin-addr",
+        &format!("127.0.0.1:{}", port + 3),
+        "--node-id",
+        "1",
+        "--peers",
+        &peers,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    // Spawned with a deadline: a broker that accepts the data dir would run on.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shardlog"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(&args)
+        .env("NO_COLOR", "1")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the shardlog binary");
+    let deadline = Instant::now() + DEADLINE;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            let output = child.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            panic!("a cluster node started on a single node's data dir:\n{stderr}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("a node joins a cluster with an empty data dir"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 /// A TCP socket bound to 127.0.0.1:`port` that does not listen: nothing answers there (the
 /// broker's check for a running broker passes), but a bind fails with EADDRINUSE.
 fn bound_not_listening(port: u16) -> std::os::fd::OwnedFd {

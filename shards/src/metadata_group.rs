@@ -126,6 +126,18 @@ impl Shard {
         image: LogImage,
     ) -> Result<(), String> {
         assert_eq!(self.id, CONTROLLER_SHARD);
+        // Invariant 1 needs every node's table to start empty: a table with changes but no
+        // group log was written by a single node (whose records never went through the
+        // group), and applying the cluster's records over it would diverge unseen. A node
+        // of the cluster always has its group log: a checkpoint carries the Raft stream.
+        let version = self.table_ref().version;
+        if version > 0 && image.last_index() == 0 {
+            return Err(format!(
+                "the data dir holds a topic table (version {version}) changed outside the \
+                 metadata group, by a single node: a node joins a cluster with an empty data \
+                 dir (docs/replication.md)"
+            ));
+        }
         let config = GroupConfig::new(raft_id(self.config.node_id as u64));
         // Applied index 0: every committed entry is handed out again, and skipped by
         // version where it applied before (invariant 1).
@@ -239,8 +251,12 @@ impl Shard {
             return Applied::Skipped;
         }
         if let Err(e) = self.persist_and_publish(record).await {
-            // Skipping it would leave this node's table behind every later record.
-            panic!("applying metadata group entry {}: {e}", entry.index);
+            // Its log refused the record (it stopped, or the disk is full). Skipping it
+            // would leave this node's table behind every later record: stop the broker,
+            // as for any fatal storage error; the entry is applied again at restart.
+            let index = entry.index;
+            tracing::error!(index, error = %e, "applying a metadata group entry failed: stopping");
+            crate::runtime::exit_process(crate::runtime::SHARD_STOPPED_EXIT_CODE);
         }
         if self.metadata_snapshots.borrow().due(&self.config.metadata_snapshot) {
             self.write_metadata_snapshot().await;
