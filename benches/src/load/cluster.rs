@@ -38,9 +38,15 @@ pub fn topic_name(topic: &str) -> TopicName {
     TopicName(StrBytes::from_string(topic.to_string()))
 }
 
-/// Creates `topic` with `partitions` (an existing topic is fine).
-pub fn create_topic(conn: &mut Connection, topic: &str, partitions: i32) -> Result<()> {
-    create_topics(conn, &[topic.to_string()], partitions, 1)
+/// Creates `topic` with `partitions` of `replication_factor` replicas (an existing topic
+/// is fine).
+pub fn create_topic(
+    conn: &mut Connection,
+    topic: &str,
+    partitions: i32,
+    replication_factor: i16,
+) -> Result<()> {
+    create_topics(conn, &[topic.to_string()], partitions, replication_factor, 1)
 }
 
 /// Asks Metadata until every partition of `topic` has a leader (creation may lag).
@@ -55,12 +61,13 @@ pub fn layout(conn: &mut Connection, topic: &str) -> Result<Option<TopicLayout>>
     Ok(layouts_of(conn, &[topic.to_string()])?.pop().flatten())
 }
 
-/// Creates `names`, each with `partitions`, `per_request` topics per CreateTopics
-/// request (existing topics are fine).
+/// Creates `names`, each with `partitions` of `replication_factor` replicas,
+/// `per_request` topics per CreateTopics request (existing topics are fine).
 pub fn create_topics(
     conn: &mut Connection,
     names: &[String],
     partitions: i32,
+    replication_factor: i16,
     per_request: usize,
 ) -> Result<()> {
     let version = conn.version(ApiKey::CreateTopics)?;
@@ -71,7 +78,7 @@ pub fn create_topics(
                 CreatableTopic::default()
                     .with_name(topic_name(name))
                     .with_num_partitions(partitions)
-                    .with_replication_factor(1)
+                    .with_replication_factor(replication_factor)
             })
             .collect();
         let request = CreateTopicsRequest::default().with_topics(topics).with_timeout_ms(60_000);

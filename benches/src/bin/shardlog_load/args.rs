@@ -55,6 +55,9 @@ pub struct Common {
     /// Label copied into the RESULT lines (e.g. the broker's name).
     #[arg(long, default_value = "")]
     pub label: String,
+    /// Replication factor of the topic it creates (a cluster of that many nodes or more).
+    #[arg(long, default_value_t = 1)]
+    pub replication_factor: i16,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -39,7 +39,7 @@ pub fn run_mode(args: &E2eArgs) -> Result<(), String> {
         return Err("need --size >= 16, --rate >= 1 and --in-flight >= 1".into());
     }
     let topic = args.common.topic.clone().unwrap_or_else(|| fresh_topic("e2e"));
-    let layout = prepare_topic(&args.common.bootstrap, &topic, args.partitions)?;
+    let layout = prepare_topic(&args.common, &topic, args.partitions)?;
     let by_leader = layout.by_leader();
     let settings = FetchSettings {
         max_wait_ms: args.max_wait_ms,
@@ -95,6 +95,7 @@ pub fn run_mode(args: &E2eArgs) -> Result<(), String> {
     report
         .add("topic", &topic)
         .add("partitions", args.partitions)
+        .add("replication_factor", args.common.replication_factor)
         .add("size", args.size)
         .add("acks", args.acks)
         .add("rate", args.rate)

@@ -22,24 +22,28 @@ use shardlog_benches::load::conn::Connection;
 use shardlog_benches::load::partitioner::partition_for_key;
 use shardlog_benches::load::record_batch::{ProducerFields, RecordBatchWriter};
 
-use crate::args::{PartitionsArgs, ProduceArgs};
+use crate::args::{Common, PartitionsArgs, ProduceArgs};
 use crate::report::{fresh_topic, mb_per_s, new_histogram, record, Report};
 
-/// Connects to the bootstrap broker, creates the topic and waits for its leaders.
-pub fn prepare_topic(bootstrap: &str, topic: &str, partitions: i32) -> Result<TopicLayout, String> {
+/// Connects to the bootstrap broker, creates the topic (with `--replication-factor`) and
+/// waits for its leaders.
+pub fn prepare_topic(common: &Common, topic: &str, partitions: i32) -> Result<TopicLayout, String> {
+    let bootstrap = &common.bootstrap;
     let mut conn = Connection::connect(bootstrap).map_err(|e| format!("{bootstrap}: {e}"))?;
-    cluster::create_topic(&mut conn, topic, partitions).map_err(|e| e.to_string())?;
+    cluster::create_topic(&mut conn, topic, partitions, common.replication_factor)
+        .map_err(|e| e.to_string())?;
     cluster::wait_for_layout(&mut conn, topic, partitions).map_err(|e| e.to_string())
 }
 
 pub fn run_mode(args: &ProduceArgs) -> Result<(), String> {
     let topic = args.common.topic.clone().unwrap_or_else(|| fresh_topic("produce"));
-    let layout = prepare_topic(&args.common.bootstrap, &topic, args.partitions)?;
+    let layout = prepare_topic(&args.common, &topic, args.partitions)?;
     let outcome = run_produce(args, &layout, args.keys)?;
     let mut report = Report::new("produce", &args.common.label);
     report
         .add("topic", &topic)
         .add("partitions", args.partitions)
+        .add("replication_factor", args.common.replication_factor)
         .add("size", args.size)
         .add("acks", args.acks)
         .add("batch", args.batch)
@@ -63,7 +67,7 @@ pub fn run_partitions_mode(args: &PartitionsArgs) -> Result<(), String> {
         produce.partitions = count;
         let topic = format!("{run}-{count}");
         let created = Instant::now();
-        let layout = prepare_topic(&produce.common.bootstrap, &topic, count)?;
+        let layout = prepare_topic(&produce.common, &topic, count)?;
         let create_ms = created.elapsed().as_millis();
         let outcome = run_produce(&produce, &layout, 0)?;
         let rate = outcome.acked_messages as f64 / outcome.elapsed.as_secs_f64();

@@ -49,7 +49,7 @@ pub fn run_mode(args: &TopicsArgs) -> Result<(), String> {
     let mut conn =
         Connection::connect(&args.bootstrap).map_err(|e| format!("{}: {e}", args.bootstrap))?;
     let started = Instant::now();
-    cluster::create_topics(&mut conn, &names, args.partitions, args.create_batch)
+    cluster::create_topics(&mut conn, &names, args.partitions, 1, args.create_batch)
         .map_err(|e| e.to_string())?;
     let created = started.elapsed();
     let layouts = cluster::wait_for_layouts(&mut conn, &names, args.partitions, args.create_batch)
