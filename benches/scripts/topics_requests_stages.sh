@@ -12,13 +12,23 @@
 # broker means also hold the client's set-up Metadata requests (hundreds of topics each at
 # 50,000), so read only its client p50.
 #
+# PLAN=burst asks instead whether the gap follows the set-up's write burst or the one-process
+# client: on each broker, twice, `onepass` (one client writes a record to every partition and
+# then times the requests, as topics_requests.sh does), `burst` (one client writes them, a
+# fresh one times the requests right after) and `settled` (one client writes them, a fresh
+# one times the requests SETTLE seconds later), every client asking about all the broker's
+# topics.
+#
 # Usage: benches/scripts/topics_requests_stages.sh ROUNDS
-#   Env: REQUESTS (of each kind, default 20000), SHARDLOG_BIN, LOAD_BIN, BENCH_TMP.
+#   Env: REQUESTS (of each kind, default 20000), PLAN (working-set or burst), SETTLE (s,
+#   default 10), SHARDLOG_BIN, LOAD_BIN, BENCH_TMP.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 source "$ROOT/tests/lib/ports.sh"
 ROUNDS=${1:-3}
 REQUESTS=${REQUESTS:-20000}
+PLAN=${PLAN:-working-set}
+SETTLE=${SETTLE:-10}
 B=${SHARDLOG_BIN:-$ROOT/target/release/shardlog}
 L=${LOAD_BIN:-$ROOT/target/release/shardlog-load}
 W=$(mktemp -d "${BENCH_TMP:-$ROOT/target}/shardlog-stages.XXXXXX")
@@ -72,7 +82,16 @@ for r in $(seq "$ROUNDS"); do
     for _ in $(seq 100); do curl -sf "http://$admin/health" >/dev/null && break; sleep 0.1; done
     # Set-up: create the topics and put one record in each partition (no timed requests).
     REQUESTS=0 client "$r" "$held" setup "$held" --touch-each > /dev/null
-    if [ "$held" = 8 ]; then
+    if [ "$PLAN" = burst ]; then
+      for _ in 1 2; do
+        client "$r" "$held" onepass "$held" --touch-each
+        REQUESTS=0 client "$r" "$held" setup "$held" --touch-each > /dev/null
+        client "$r" "$held" burst "$held"
+        REQUESTS=0 client "$r" "$held" setup "$held" --touch-each > /dev/null
+        sleep "$SETTLE"
+        client "$r" "$held" settled "$held"
+      done
+    elif [ "$held" = 8 ]; then
       client "$r" "$held" all8 8
     else
       for _ in 1 2; do
