@@ -18,12 +18,14 @@ LOAD=$TARGET/release/shardlog-load
 [ -x "$LOAD" ] || (cd "$ROOT" && cargo build --release -q -p shardlog-benches --bin shardlog-load)
 EVENTS=task-clock,context-switches,raw_syscalls:sys_enter,syscalls:sys_enter_io_uring_enter,syscalls:sys_enter_membarrier,io_uring:io_uring_submit_req,io_uring:io_uring_queue_async_work
 
+source "$ROOT/tests/lib/ports.sh"
 port_free() { ! ss -ltn | awk '{print $4}' | grep -q ":$1\$"; }
 one() { # BIN
   local work base broker stat perf msgs
   work=$(mktemp -d "${BENCH_TMP:-/tmp}/shardlog-count.XXXXXX")
-  while :; do base=$((30000 + RANDOM % 20000)); port_free $base && port_free $((base + 1)) && port_free $((base + 2)) && break; done
-  "$1" --data-dir "$work/data" --kafka-addr "127.0.0.1:$base" --cores 2 >"$work/broker.log" 2>&1 &
+  base=$(free_port_block 4) # bootstrap, two shards, admin: below the ephemeral range
+  "$1" --data-dir "$work/data" --kafka-addr "127.0.0.1:$base" --admin-addr "127.0.0.1:$((base + 3))" \
+    --cores 2 >"$work/broker.log" 2>&1 &
   broker=$!
   for _ in $(seq 1 100); do port_free $((base + 2)) || break; sleep 0.1; done
   sleep 0.5

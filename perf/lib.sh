@@ -26,17 +26,18 @@ build_for_profile() {
     --bin shardlog-load)
 }
 
+# shellcheck source=../tests/lib/ports.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../tests/lib/ports.sh"
 port_free() { ! ss -ltn | awk '{print $4}' | grep -q ":$1\$"; }
 
+# A fresh broker (--cores 2) on a free block of 4 loopback ports below the ephemeral range
+# (bootstrap, the two shards, admin): BROKER_PID, BOOTSTRAP, PERF_WORK.
 start_broker() {
   local base
-  while true; do
-    base=$((30000 + RANDOM % 20000))
-    port_free "$base" && port_free $((base + 1)) && port_free $((base + 2)) && break
-  done
+  base=$(free_port_block 4)
   PERF_WORK=$(mktemp -d "${BENCH_TMP:-/tmp}/shardlog-perf.XXXXXX")
   "$PERF_TARGET/release/shardlog" --data-dir "$PERF_WORK/data" --kafka-addr "127.0.0.1:$base" \
-    --cores 2 >"$PERF_WORK/broker.log" 2>&1 &
+    --admin-addr "127.0.0.1:$((base + 3))" --cores 2 >"$PERF_WORK/broker.log" 2>&1 &
   BROKER_PID=$!
   BOOTSTRAP=127.0.0.1:$base
   for _ in $(seq 1 100); do
