@@ -19,8 +19,13 @@
 # one times the requests SETTLE seconds later), every client asking about all the broker's
 # topics.
 #
+# PLAN=control gives both brokers the same write burst: 200,000 one-record batches, 16 per
+# request (at 50,000 topics the set-up's one record per partition; at 8 topics the same
+# count over its 32 partitions), then fresh clients time the requests right after
+# (`burst`) and SETTLE seconds later (`settled`).
+#
 # Usage: benches/scripts/topics_requests_stages.sh ROUNDS
-#   Env: REQUESTS (of each kind, default 20000), PLAN (working-set or burst), SETTLE (s,
+#   Env: REQUESTS (of each kind, default 20000), PLAN (working-set, burst or control), SETTLE (s,
 #   default 10), SHARDLOG_BIN, LOAD_BIN, BENCH_TMP.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -80,6 +85,19 @@ for r in $(seq "$ROUNDS"); do
       --retention-check-interval-ms $hour --checkpoint-interval-ms $hour > "$W/log" 2>&1 &
     pid=$!
     for _ in $(seq 100); do curl -sf "http://$admin/health" >/dev/null && break; sleep 0.1; done
+    if [ "$PLAN" = control ]; then
+      # The same burst on both brokers, then the requests right after and once settled.
+      burst=(--shapes none)
+      [ "$held" = 8 ] && burst=(--shapes many --batch 1 --messages 200000)
+      REQUESTS=0 client "$r" "$held" setup "$held" --touch-each "${burst[@]}" > /dev/null
+      client "$r" "$held" burst "$held"
+      sleep "$SETTLE"
+      client "$r" "$held" settled "$held"
+      kill $pid
+      wait $pid
+      rm -rf "$W/data" "$W/log"
+      continue
+    fi
     # Set-up: create the topics and put one record in each partition (no timed requests).
     REQUESTS=0 client "$r" "$held" setup "$held" --touch-each > /dev/null
     if [ "$PLAN" = burst ]; then
