@@ -14,6 +14,10 @@ use super::conn::{ClientError, Connection, Result};
 
 /// Kafka's TOPIC_ALREADY_EXISTS.
 const TOPIC_ALREADY_EXISTS: i16 = 36;
+/// Kafka's NOT_CONTROLLER: in a cluster, topics are created by the controller only.
+const NOT_CONTROLLER: i16 = 41;
+/// How long CreateTopics follows NOT_CONTROLLER (a controller election takes seconds).
+const CONTROLLER_WAIT: Duration = Duration::from_secs(60);
 
 /// Where each partition of one topic lives.
 #[derive(Debug, Clone)]
@@ -62,7 +66,9 @@ pub fn layout(conn: &mut Connection, topic: &str) -> Result<Option<TopicLayout>>
 }
 
 /// Creates `names`, each with `partitions` of `replication_factor` replicas,
-/// `per_request` topics per CreateTopics request (existing topics are fine).
+/// `per_request` topics per CreateTopics request (existing topics are fine), at the
+/// controller Metadata names (a cluster's other nodes answer NOT_CONTROLLER, and then the
+/// controller is asked for again, for up to `CONTROLLER_WAIT`).
 pub fn create_topics(
     conn: &mut Connection,
     names: &[String],
@@ -70,9 +76,10 @@ pub fn create_topics(
     replication_factor: i16,
     per_request: usize,
 ) -> Result<()> {
-    let version = conn.version(ApiKey::CreateTopics)?;
+    let deadline = Instant::now() + CONTROLLER_WAIT;
+    let mut controller = controller_connection(conn)?;
     for chunk in names.chunks(per_request.max(1)) {
-        let topics = chunk
+        let topics: Vec<CreatableTopic> = chunk
             .iter()
             .map(|name| {
                 CreatableTopic::default()
@@ -82,20 +89,42 @@ pub fn create_topics(
             })
             .collect();
         let request = CreateTopicsRequest::default().with_topics(topics).with_timeout_ms(60_000);
-        let response = conn.call(&request, version)?;
-        if let Some(t) = response
-            .topics
-            .iter()
-            .find(|t| t.error_code != 0 && t.error_code != TOPIC_ALREADY_EXISTS)
-        {
-            let message = t.error_message.as_ref().map(|m| m.to_string()).unwrap_or_default();
-            return Err(ClientError::Protocol(format!(
-                "CreateTopics {}: error {} {message}",
-                &*t.name.0, t.error_code
-            )));
+        loop {
+            let target = controller.as_mut().unwrap_or(&mut *conn);
+            let response = target.call(&request, target.version(ApiKey::CreateTopics)?)?;
+            let failed = response
+                .topics
+                .iter()
+                .find(|t| t.error_code != 0 && t.error_code != TOPIC_ALREADY_EXISTS);
+            match failed {
+                None => break,
+                Some(t) if t.error_code == NOT_CONTROLLER && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(200));
+                    controller = controller_connection(conn)?;
+                }
+                Some(t) => {
+                    let message =
+                        t.error_message.as_ref().map(|m| m.to_string()).unwrap_or_default();
+                    return Err(ClientError::Protocol(format!(
+                        "CreateTopics {}: error {} {message}",
+                        &*t.name.0, t.error_code
+                    )));
+                }
+            }
         }
     }
     Ok(())
+}
+
+/// A connection to the controller Metadata names through `conn`, or `None` if it names
+/// none (yet).
+fn controller_connection(conn: &mut Connection) -> Result<Option<Connection>> {
+    let request = MetadataRequest::default()
+        .with_topics(Some(Vec::new()))
+        .with_allow_auto_topic_creation(false);
+    let response = conn.call(&request, conn.version(ApiKey::Metadata)?)?;
+    let controller = response.brokers.iter().find(|b| b.node_id == response.controller_id);
+    controller.map(|b| Connection::connect(&format!("{}:{}", b.host, b.port))).transpose()
 }
 
 /// Waits until every partition of every topic in `names` has a leader, asking Metadata
