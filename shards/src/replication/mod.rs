@@ -17,7 +17,9 @@
 //!
 //! `persist.rs` puts a group's write requests on the shard log (`InternalStream::Raft`,
 //! one entry per request, in the shard's group commit), and rebuilds the groups'
-//! `LogImage`s from that stream at start-up.
+//! `LogImage`s from that stream at start-up, with each partition group's last applying
+//! marker. `partition.rs` holds the partition groups' pieces without IO: group ids of a
+//! (replica set, shard), the produce entry, and the exactly-once rule of the markers.
 //!
 //! Runs on: the shard that owns the group (shard s of every node replicates with shard s
 //! of the others). The design, the measurements behind it, the simulation that checks it
@@ -34,6 +36,7 @@ pub mod frame;
 mod group;
 mod host;
 mod log;
+pub mod partition;
 pub mod persist;
 pub mod transport;
 
