@@ -24,6 +24,9 @@
 //! | 1 | kind (= 1, a produce) |
 //! | 16 | topic id (the same on every node, unlike the node-local `PartitionId`) |
 //! | 4 | partition index (i32) |
+//! | 8 | the topic table version the leader validated against (u64): a replica applies the
+//! |   | entry only once its own table reached it, so a topic it has not heard of yet is
+//! |   | waited for, not skipped |
 //! | 8 | the leader's wall clock in ms, for LogAppendTime topics (every replica stamps it) |
 //! | 4 | length n of the record batches |
 //! | n | the validated record batches, as produced |
@@ -48,7 +51,7 @@ use shardlog_storage::{Offset, PartitionId};
 pub const ENTRY_VERSION: u8 = 1;
 /// Kind byte of an entry carrying one produce of one partition.
 const KIND_PRODUCE: u8 = 1;
-const ENTRY_HEADER_BYTES: usize = 1 + 1 + 16 + 4 + 8 + 4;
+const ENTRY_HEADER_BYTES: usize = 1 + 1 + 16 + 4 + 8 + 8 + 4;
 
 /// The raft group of a (replica set, shard) (module docs; invariant 2). `replicas` in any
 /// order; duplicates count once.
@@ -128,6 +131,8 @@ fn check_ids_with<'a>(
 pub struct ProduceEntry {
     pub topic_id: [u8; 16],
     pub partition: i32,
+    /// The version of the leader's topic table when it validated the produce.
+    pub table_version: u64,
     /// The leader's wall clock when it proposed, in ms: the LogAppendTime every replica
     /// stamps on the batches of a topic that asks for it.
     pub log_append_time_ms: i64,
@@ -162,6 +167,7 @@ impl ProduceEntry {
         out.push(KIND_PRODUCE);
         out.extend_from_slice(&self.topic_id);
         out.extend_from_slice(&self.partition.to_le_bytes());
+        out.extend_from_slice(&self.table_version.to_le_bytes());
         out.extend_from_slice(&self.log_append_time_ms.to_le_bytes());
         out.extend_from_slice(&(self.records.len() as u32).to_le_bytes());
         out.extend_from_slice(&self.records);
@@ -184,8 +190,9 @@ impl ProduceEntry {
         let field = |at: usize, len: usize| &bytes[at..at + len];
         let topic_id: [u8; 16] = field(2, 16).try_into().expect("16 bytes");
         let partition = i32::from_le_bytes(field(18, 4).try_into().expect("4 bytes"));
-        let log_append_time_ms = i64::from_le_bytes(field(22, 8).try_into().expect("8 bytes"));
-        let len = u32::from_le_bytes(field(30, 4).try_into().expect("4 bytes")) as usize;
+        let table_version = u64::from_le_bytes(field(22, 8).try_into().expect("8 bytes"));
+        let log_append_time_ms = i64::from_le_bytes(field(30, 8).try_into().expect("8 bytes"));
+        let len = u32::from_le_bytes(field(38, 4).try_into().expect("4 bytes")) as usize;
         let remaining = bytes.len() - ENTRY_HEADER_BYTES;
         if len > remaining {
             return Err(EntryError::Truncated);
@@ -194,7 +201,7 @@ impl ProduceEntry {
             return Err(EntryError::Trailing(remaining - len));
         }
         let records = bytes.slice(ENTRY_HEADER_BYTES..);
-        Ok(ProduceEntry { topic_id, partition, log_append_time_ms, records })
+        Ok(ProduceEntry { topic_id, partition, table_version, log_append_time_ms, records })
     }
 }
 
@@ -237,6 +244,7 @@ mod tests {
         ProduceEntry {
             topic_id: [7; 16],
             partition: 3,
+            table_version: 11,
             log_append_time_ms: 1_700_000_000_123,
             records: Bytes::from_static(b"batches as produced"),
         }
@@ -248,7 +256,8 @@ mod tests {
         assert_eq!(&bytes[..2], &[1, 1]);
         assert_eq!(&bytes[2..18], &[7; 16]);
         assert_eq!(&bytes[18..22], &3i32.to_le_bytes());
-        assert_eq!(&bytes[30..34], &19u32.to_le_bytes());
+        assert_eq!(&bytes[22..30], &11u64.to_le_bytes());
+        assert_eq!(&bytes[38..42], &19u32.to_le_bytes());
         assert_eq!(ProduceEntry::decode(&Bytes::from(bytes)), Ok(entry()));
         let empty = ProduceEntry { records: Bytes::new(), ..entry() };
         assert_eq!(ProduceEntry::decode(&Bytes::from(empty.encode())), Ok(empty));
@@ -268,8 +277,8 @@ mod tests {
         };
         assert_eq!(edited(0, 2), Err(EntryError::UnknownVersion(2)));
         assert_eq!(edited(1, 0), Err(EntryError::UnknownKind(0)));
-        assert_eq!(edited(30, 20), Err(EntryError::Truncated));
-        assert_eq!(edited(30, 18), Err(EntryError::Trailing(1)));
+        assert_eq!(edited(38, 20), Err(EntryError::Truncated));
+        assert_eq!(edited(38, 18), Err(EntryError::Trailing(1)));
         let mut longer = bytes.clone();
         longer.extend_from_slice(b"xy");
         assert_eq!(ProduceEntry::decode(&Bytes::from(longer)), Err(EntryError::Trailing(2)));
@@ -337,10 +346,13 @@ mod tests {
         fn any_produce_entry_round_trips(
             topic_id in any::<[u8; 16]>(),
             partition in any::<i32>(),
+            table_version in any::<u64>(),
             log_append_time_ms in any::<i64>(),
             records in proptest::collection::vec(any::<u8>(), 0..300),
         ) {
-            let entry = ProduceEntry { topic_id, partition, log_append_time_ms, records: records.into() };
+            let records = records.into();
+            let entry =
+                ProduceEntry { topic_id, partition, table_version, log_append_time_ms, records };
             prop_assert_eq!(ProduceEntry::decode(&Bytes::from(entry.encode())), Ok(entry));
         }
 
