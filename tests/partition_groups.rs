@@ -10,6 +10,10 @@
 //! applying-marker rule removed) would not be: records of a producer that is not
 //! idempotent come first, so no sequence check hides a second apply.
 //!
+//! Before that, the replicas that do not lead answer Produce, Fetch and ListOffsets
+//! NOT_LEADER_OR_FOLLOWER, and replication factors 4 and 2 are refused
+//! (INVALID_REPLICATION_FACTOR).
+//!
 //! Every wait has a deadline that fails with what it waited for; nothing asserts on speed.
 
 mod common;
@@ -91,6 +95,52 @@ fn controller(broker: &Broker) -> i32 {
     }
 }
 
+/// CreateTopics v5 of one topic with `replication_factor` straight to `broker`: its error
+/// code and message.
+fn raw_create_topic(broker: &Broker, name: &str, replication_factor: i16) -> (i16, String) {
+    use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
+    let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
+    let topic = CreatableTopic::default()
+        .with_name(common::topic_name(name))
+        .with_num_partitions(1)
+        .with_replication_factor(replication_factor);
+    let request = CreateTopicsRequest::default().with_topics(vec![topic]).with_timeout_ms(10_000);
+    match client.call(ApiKey::CreateTopics, 5, RequestKind::CreateTopics(request)) {
+        ResponseKind::CreateTopics(r) => {
+            let message = r.topics[0].error_message.as_ref().map(|m| m.to_string());
+            (r.topics[0].error_code, message.unwrap_or_default())
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Produce, Fetch and ListOffsets of partition 0 sent to `broker`'s shard: their error
+/// codes.
+fn partition_request_errors(broker: &Broker) -> [i16; 3] {
+    use kafka_protocol::messages::list_offsets_request::{
+        ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
+    };
+    let mut client = RawClient::connect(broker.shard_addr(0));
+    let batch = common::record_batch(&[(&b"k"[..], &b"v"[..])], 0);
+    let (produce, _) = common::raw_produce(&mut client, TOPIC, 0, batch);
+    let fetch = match client.call(ApiKey::Fetch, 12, common::fetch_request(TOPIC, 0, 0, 0)) {
+        ResponseKind::Fetch(r) => r.responses[0].partitions[0].error_code,
+        other => panic!("{other:?}"),
+    };
+    let partition = ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1);
+    let topic = ListOffsetsTopic::default()
+        .with_name(common::topic_name(TOPIC))
+        .with_partitions(vec![partition]);
+    let request =
+        ListOffsetsRequest::default().with_replica_id((-1).into()).with_topics(vec![topic]);
+    let list_offsets = match client.call(ApiKey::ListOffsets, 5, RequestKind::ListOffsets(request))
+    {
+        ResponseKind::ListOffsets(r) => r.topics[0].partitions[0].error_code,
+        other => panic!("{other:?}"),
+    };
+    [produce, fetch, list_offsets]
+}
+
 fn create_replicated_topic(broker: &Broker) {
     use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
     let admin = common::admin_client(broker);
@@ -163,6 +213,19 @@ fn a_replicated_topic_loses_no_acknowledged_record_across_a_kill_of_its_leader()
     }
     let leader_node = node_of(before[0].1);
     assert!(before.iter().all(|p| node_of(p.1) == leader_node), "one group: {before:?}");
+
+    // Replicas that do not lead answer NOT_LEADER_OR_FOLLOWER; replication factors other
+    // than 1 and 3 are refused with the reason.
+    for follower in all.iter().copied().filter(|n| *n + 1 != leader_node) {
+        let errors = partition_request_errors(&cluster[follower]);
+        assert_eq!(errors, [6; 3], "produce, fetch, list offsets on node {}", follower + 1);
+    }
+    let controller_node = node_of(controller(&cluster[0])) - 1;
+    let (code, message) = raw_create_topic(&cluster[controller_node], "four", 4);
+    assert_eq!(code, 38, "replication factor 4 on 3 nodes: {message}");
+    assert!(message.contains("number of nodes in the cluster (3)"), "{message}");
+    let (code, message) = raw_create_topic(&cluster[controller_node], "two", 2);
+    assert_eq!(code, 38, "replication factor 2 on 3 nodes: {message}");
 
     // Records of a producer that is not idempotent first: a replica that applied their
     // entries again after its restart would store them twice (no sequence check would
