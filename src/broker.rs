@@ -24,6 +24,7 @@ use shardlog_shards::metadata::{SINGLE_NODE, SINGLE_NODE_LIST};
 use shardlog_shards::metadata_group::recover_image;
 use shardlog_shards::metadata_log::users::StoredScramCredential;
 use shardlog_shards::metadata_log::SnapshotPolicy;
+use shardlog_shards::partition_group;
 use shardlog_shards::replication::{GroupHost, TransportConfig};
 use shardlog_shards::txn::TxnConfig;
 use shardlog_shards::{Mesh, Shard, ShardConfig, ShardMeshBuilder};
@@ -341,6 +342,16 @@ async fn start_shard(
         Some(cluster) if id == 0 => Some(recover_image(&internal, &cluster.nodes())?),
         _ => None,
     };
+    // Every shard of a cluster node replays its own Raft stream for its partition groups.
+    let partition_groups = match &cluster {
+        Some(cluster) => {
+            let replicas_of = shard.partition_groups_in_table();
+            let replayed = partition_group::recover(&internal, &cluster.nodes(), &replicas_of)
+                .map_err(|e| format!("shard {id}: {e}"))?;
+            Some(replayed)
+        }
+        None => None,
+    };
     drop(internal);
     release_recovery_memory();
     let checkpoints = spawn_checkpoints(shard.clone(), stop.clone());
@@ -384,6 +395,9 @@ async fn start_shard(
     if let Some(cluster) = &cluster {
         start_replication(&shard, cluster)?;
     }
+    if let (Some(replayed), Some(host)) = (partition_groups, shard.replication()) {
+        shard.start_partition_groups(host, replayed)?;
+    }
     if let (Some(image), Some(host)) = (metadata_image, shard.replication()) {
         shard.start_metadata_group(host, image)?;
         info!(node_id = shard.config.node_id, "metadata group started");
@@ -423,9 +437,10 @@ async fn start_shard(
 /// Starts this shard's replication host: its transport listens on the shard's
 /// replication port and keeps a connection to shard `id` of every peer
 /// (docs/replication.md); what arrives is stepped into the shard's raft groups and what
-/// they emit is sent. Shard 0 hosts the metadata group (`metadata_group.rs`); other
-/// shards host no group yet (partition groups are docs/replication.md's step 3), so their
-/// hosts count what arrives and drop it. A bind failure is a start-up error.
+/// they emit is sent. Shard 0 hosts the metadata group (`metadata_group.rs`), and every
+/// shard the partition groups of the replicated partitions it holds
+/// (`partition_group.rs`); a message for a group not hosted is counted and dropped. A
+/// bind failure is a start-up error.
 fn start_replication(shard: &Rc<Shard>, cluster: &Cluster) -> Result<(), String> {
     let id = shard.id;
     let listen = cluster.listen_addr(id);

@@ -15,13 +15,12 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{
     create_topic, produce_tagged, raw_produce, read_topic, record_batch, Broker, RawClient,
 };
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
-use kafka_protocol::messages::metadata_request::MetadataRequest;
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 
 const NODES: usize = 3;
@@ -39,16 +38,7 @@ struct View {
 }
 
 fn view(broker: &Broker) -> Option<View> {
-    let addr: SocketAddr = broker.bootstrap().parse().unwrap();
-    let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    drop(stream);
-    let mut client = RawClient::connect(addr);
-    let request = MetadataRequest::default().with_topics(None);
-    let ResponseKind::Metadata(r) =
-        client.call(ApiKey::Metadata, 12, RequestKind::Metadata(request))
-    else {
-        panic!("not a Metadata response")
-    };
+    let r = common::all_metadata(broker)?;
     let leaders = r
         .topics
         .iter()
@@ -63,20 +53,7 @@ fn view(broker: &Broker) -> Option<View> {
 
 /// Polls `what` until it holds, or fails after the deadline with the last views.
 fn wait_for(cluster: &[Broker], nodes: &[usize], what: &str, done: impl Fn(&[View]) -> bool) {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let views: Vec<Option<View>> = nodes.iter().map(|&n| view(&cluster[n])).collect();
-        if views.iter().all(Option::is_some) {
-            let views: Vec<View> = views.iter().flatten().cloned().collect();
-            if done(&views) {
-                return;
-            }
-        }
-        if Instant::now() > deadline {
-            panic!("waited {DEADLINE:?} for {what}; last views (nodes {nodes:?}): {views:#?}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    common::wait_for_views(DEADLINE, nodes, what, |n| view(&cluster[n]), done)
 }
 
 /// Every view names the same controller, a known one.

@@ -110,6 +110,14 @@ impl Shard {
         let partition_id = self
             .local_partition(topic, partition)
             .ok_or(PartitionError::UnknownTopicOrPartition)?;
+        self.check_partition_leader(topic, partition)?;
+        if self.partition_group_of(topic, partition).is_some() {
+            // The log start is not an entry of the group yet: moving it on the leader
+            // alone would make the replicas differ.
+            return Err(PartitionError::PolicyViolation(format!(
+                "DeleteRecords is not supported on replicated partitions yet ({topic}-{partition})"
+            )));
+        }
         // As Kafka: only a topic whose cleanup.policy lists delete may lose records this way.
         if self.table().topic(topic).is_some_and(|meta| !CleanupPolicy::of(meta).delete) {
             return Err(PartitionError::PolicyViolation(format!(
@@ -162,8 +170,15 @@ fn place_new_partitions(
     }
     let new = (current as u32)..(request.count as u32);
     let Some(assignments) = &request.assignments else {
-        return Ok(new.map(|p| table.placement(meta.topic_number, p)).unzip());
+        let rf = meta.replication_factor();
+        return Ok(new.map(|p| table.placement(meta.topic_number, p, rf)).unzip());
     };
+    if meta.replication_factor() > 1 {
+        return Err(TopicError::InvalidReplicaAssignment(format!(
+            "topic {name:?} is replicated: explicit assignments of a replicated topic's \
+             partitions are not supported yet (omit them to place the new partitions)"
+        )));
+    }
     if assignments.len() != new.len() {
         return Err(TopicError::InvalidReplicaAssignment(format!(
             "{} new partitions but {} assignments",

@@ -281,14 +281,41 @@ fn validate_new_topic(table: &PendingTable, topic: &NewTopic) -> Result<(), Topi
             topic.num_partitions
         )));
     }
-    if topic.replication_factor != 1 && topic.replication_factor != -1 {
-        return Err(TopicError::InvalidReplicationFactor(format!(
-            "replication factor {} is not supported yet: partitions have one replica until \
-             replication's partition groups exist (docs/replication.md, step 3; use 1)",
-            topic.replication_factor
-        )));
-    }
+    validate_replication_factor(topic.replication_factor, table.nodes(), table.nr_shards())?;
     validate_topic_configs(&topic.configs)
+}
+
+/// Replication factor 1 (or -1, the default) anywhere; on a cluster of n nodes also n
+/// (every node replicates every such partition: docs/replication.md, "partition groups",
+/// says why not 1 < r < n in this slice), provided the raft group ids of the cluster's
+/// replica sets do not collide (`replication::partition::check_group_ids`).
+pub(crate) fn validate_replication_factor(
+    replication_factor: i16,
+    nodes: &[u32],
+    nr_shards: u32,
+) -> Result<(), TopicError> {
+    let n = nodes.len();
+    let refuse = |why: String| Err(TopicError::InvalidReplicationFactor(why));
+    match replication_factor {
+        1 | -1 => Ok(()),
+        r if r < 1 => refuse(format!("replication factor must be at least 1 (or -1), got {r}")),
+        r if n == 1 => refuse(format!(
+            "replication factor {r} is larger than the number of nodes: a single node keeps \
+             replication factor 1 (run a cluster with --peers to replicate)"
+        )),
+        r if r as usize > n => refuse(format!(
+            "replication factor {r} is larger than the number of nodes in the cluster ({n})"
+        )),
+        r if (r as usize) < n => refuse(format!(
+            "replication factor {r} is not supported yet: 1 or the number of nodes ({n}) in \
+             this version (docs/replication.md)"
+        )),
+        _ => {
+            let shards = (0..nr_shards).map(|shard| (nodes, shard));
+            crate::replication::partition::check_group_ids(shards)
+                .map_err(|e| TopicError::InvalidReplicationFactor(e.to_string()))
+        }
+    }
 }
 
 /// A random 16-byte topic id (KIP-516), never all zeros.
@@ -357,5 +384,32 @@ impl Shard {
         let record = pending.into_record();
         drop(table);
         self.commit_changes(permit, record, results).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(rf: i16, nodes: &[u32]) -> String {
+        match validate_replication_factor(rf, nodes, 4) {
+            Err(TopicError::InvalidReplicationFactor(why)) => why,
+            other => panic!("replication factor {rf} over {nodes:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn replication_factor_is_one_or_every_node_and_never_more_than_the_nodes() {
+        for nodes in [&[0][..], &[1, 2, 3][..]] {
+            assert_eq!(validate_replication_factor(1, nodes, 4), Ok(()));
+            assert_eq!(validate_replication_factor(-1, nodes, 4), Ok(()));
+        }
+        assert_eq!(validate_replication_factor(3, &[1, 2, 3], 4), Ok(()));
+        assert_eq!(validate_replication_factor(2, &[5, 9], 1), Ok(()));
+        assert!(refusal(4, &[1, 2, 3]).contains("number of nodes in the cluster (3)"));
+        assert!(refusal(2, &[1, 2, 3]).contains("1 or the number of nodes (3)"));
+        assert!(refusal(3, &[0]).contains("single node"));
+        assert!(refusal(0, &[1, 2, 3]).contains("at least 1"));
+        assert!(refusal(-2, &[1, 2, 3]).contains("at least 1"));
     }
 }

@@ -28,6 +28,7 @@ pub mod metadata_group;
 pub mod metadata_log;
 pub mod metrics;
 pub mod ops;
+pub mod partition_group;
 pub mod producer;
 pub mod producer_log;
 pub mod replication;

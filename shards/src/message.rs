@@ -47,6 +47,8 @@ pub enum ShardRequest {
     ApplyTopicChanges(Arc<ChangeRecord>),
     /// Which node leads the metadata group, as shard 0 knows it.
     ControllerNode,
+    /// A partition group's (leader node, raft term) changed on the shard that hosts it.
+    PartitionLeader { group: u64, leader: Option<u32>, term: u64 },
     /// Ask the controller (shard 0) to change topics' configs.
     AlterTopicConfigs { changes: Vec<TopicConfigChange>, validate_only: bool },
     /// A snapshot of the receiver's counters, of the parts `MetricsScope` names (the admin
@@ -99,6 +101,7 @@ pub enum ShardReply {
     ApplyTopicTable,
     ApplyTopicChanges,
     ControllerNode(Option<u64>),
+    PartitionLeader,
     AlterTopicConfigs(Vec<Result<(), TopicError>>),
     Metrics(Box<ShardMetrics>),
     Health(Option<String>),

@@ -152,8 +152,9 @@ pub struct TopicMeta {
     /// Owner shard of each partition, by partition index (the same shard on every
     /// replica's node: shard s replicates with shard s).
     pub partition_shards: Vec<u32>,
-    /// Node ids of each partition's replicas, by partition index, the leader first: one
-    /// node until partition groups exist (docs/replication.md, step 3).
+    /// Node ids of each partition's replicas, by partition index, the preferred leader
+    /// first. One node, or (replication factor > 1) every node of a raft group of
+    /// (replica set, shard): docs/replication.md, "partition groups".
     pub partition_replicas: Vec<Vec<u32>>,
     /// Configs set explicitly (at creation or by AlterConfigs; others take the defaults of
     /// `topic_config::TOPIC_CONFIGS`).
@@ -192,18 +193,30 @@ impl TopicMeta {
         self.partition_shards.get(index).map(|s| *s as usize)
     }
 
-    /// The node a partition is led from (its first replica).
+    /// The node a partition is led from (its first replica); of a replicated partition,
+    /// the preferred leader (the raft group's leader is the real one).
     pub fn leader_node(&self, partition: i32) -> Option<u32> {
-        let index = usize::try_from(partition).ok()?;
-        self.partition_replicas.get(index).and_then(|replicas| replicas.first().copied())
+        self.replicas(partition).and_then(|replicas| replicas.first().copied())
     }
 
-    /// Indexes of the partitions led by shard `shard` of node `node`.
+    /// A partition's replicas' nodes, the preferred leader first.
+    pub fn replicas(&self, partition: i32) -> Option<&[u32]> {
+        let index = usize::try_from(partition).ok()?;
+        self.partition_replicas.get(index).map(Vec::as_slice)
+    }
+
+    /// Indexes of the partitions with a replica on shard `shard` of node `node` (its
+    /// only replica, or one of a raft group's).
     pub fn partitions_on(&self, node: u32, shard: usize) -> impl Iterator<Item = u32> + '_ {
         let placed = self.partition_shards.iter().zip(&self.partition_replicas);
         (0u32..).zip(placed).filter_map(move |(index, (s, replicas))| {
-            (*s as usize == shard && replicas.first() == Some(&node)).then_some(index)
+            (*s as usize == shard && replicas.contains(&node)).then_some(index)
         })
+    }
+
+    /// The replication factor (every partition of a topic has the same).
+    pub fn replication_factor(&self) -> usize {
+        self.partition_replicas.first().map_or(1, Vec::len)
     }
 
     /// A config set explicitly on this topic.
@@ -306,8 +319,9 @@ impl TopicTable {
         id: [u8; 16],
         nodes: &[u32],
     ) -> TopicMeta {
+        let rf = topic.replication_factor.max(1) as usize;
         let placed =
-            (0..topic.num_partitions as u32).map(|p| self.placement(topic_number, p, nodes));
+            (0..topic.num_partitions as u32).map(|p| self.placement(topic_number, p, nodes, rf));
         let (partition_shards, partition_replicas) = placed.unzip();
         TopicMeta {
             name: topic.name.clone(),
@@ -363,15 +377,25 @@ impl TopicTable {
     /// node ids, never empty): round-robin over the nodes from one that depends on the
     /// topic number, so leaders spread over nodes even for one-partition topics, and
     /// within a node round-robin over its shards from a shard that depends on the topic
-    /// number (on a single node, `(topic_number + partition) % nr_shards` as always).
+    /// number (on a single node, `(topic_number + partition) % nr_shards` as always). With
+    /// `replication_factor` r > 1 (validated: at most the nodes), the replicas are r
+    /// consecutive nodes in sorted order from that node, on the same shard of each.
     /// CreateTopics and CreatePartitions alike.
-    pub fn placement(&self, topic_number: u32, partition: u32, nodes: &[u32]) -> (u32, Vec<u32>) {
+    pub fn placement(
+        &self,
+        topic_number: u32,
+        partition: u32,
+        nodes: &[u32],
+        replication_factor: usize,
+    ) -> (u32, Vec<u32>) {
         assert!(!nodes.is_empty(), "placement over no node");
         let n = nodes.len() as u64;
         let (topic_number, partition) = (topic_number as u64, partition as u64);
-        let node = nodes[((topic_number + partition) % n) as usize];
+        let first = ((topic_number + partition) % n) as usize;
+        let replicas = replication_factor.clamp(1, nodes.len());
+        let replicas = (0..replicas).map(|k| nodes[(first + k) % nodes.len()]).collect();
         let shard = (topic_number + partition / n) % self.nr_shards as u64;
-        (shard as u32, vec![node])
+        (shard as u32, replicas)
     }
 
     /// Appends partitions to an existing topic, owned by `shards` on `replicas` (validated
@@ -504,16 +528,32 @@ mod tests {
     #[test]
     fn partitions_spread_over_nodes_and_their_shards() {
         let table = TopicTable::new(2);
-        let placed: Vec<_> = (0..6).map(|p| table.placement(1, p, &[0, 1, 2])).collect();
+        let placed: Vec<_> = (0..6).map(|p| table.placement(1, p, &[0, 1, 2], 1)).collect();
         let nodes: Vec<u32> = placed.iter().map(|(_, r)| r[0]).collect();
         let shards: Vec<u32> = placed.iter().map(|(s, _)| *s).collect();
         assert_eq!(nodes, vec![1, 2, 0, 1, 2, 0]);
         assert_eq!(shards, vec![1, 1, 1, 0, 0, 0]);
-        let starts: Vec<u32> = (1..4).map(|t| table.placement(t, 0, &[0, 1, 2]).1[0]).collect();
+        let starts: Vec<u32> = (1..4).map(|t| table.placement(t, 0, &[0, 1, 2], 1).1[0]).collect();
         assert_eq!(starts, vec![1, 2, 0], "one-partition topics spread over the nodes");
         for p in 0..5 {
-            assert_eq!(table.placement(3, p, &[0]), ((3 + p) % 2, vec![0]));
+            assert_eq!(table.placement(3, p, &[0], 1), ((3 + p) % 2, vec![0]));
         }
+    }
+
+    /// Replication factor 3 over three nodes: every node holds every partition, on the
+    /// same shard, the preferred leader first and spread as with one replica.
+    #[test]
+    fn replicas_are_consecutive_nodes_from_the_preferred_leader_on_one_shard() {
+        let table = TopicTable::new(2);
+        let placed: Vec<_> = (0..6).map(|p| table.placement(1, p, &[0, 4, 9], 3)).collect();
+        let replicas: Vec<Vec<u32>> = placed.iter().map(|(_, r)| r.clone()).collect();
+        let expected = [[4, 9, 0], [9, 0, 4], [0, 4, 9]];
+        assert_eq!(replicas, [expected, expected].concat());
+        let one: Vec<_> = (0..6).map(|p| table.placement(1, p, &[0, 4, 9], 1)).collect();
+        for ((shard, replicas), (one_shard, one_replica)) in placed.iter().zip(&one) {
+            assert_eq!((shard, replicas[0]), (one_shard, one_replica[0]));
+        }
+        assert_eq!(table.placement(1, 0, &[0, 4], 2).1, vec![4, 0]);
     }
 
     /// The topics as formats 1 and 3 archived them.

@@ -54,8 +54,8 @@ use crate::replication::{
 };
 use crate::shard::Shard;
 
-/// The raft group id of the metadata group, reserved: partition groups (step 3) take
-/// other ids.
+/// The raft group id of the metadata group, reserved: partition groups take ids with the
+/// top bit set (`replication::partition::partition_group_id`), never this one.
 pub const METADATA_GROUP: u64 = 0;
 
 /// How long a request waits for its entry to commit and apply before it is answered
@@ -111,7 +111,9 @@ pub fn recover_image(recovered: &[InternalEntry], nodes: &[u32]) -> Result<LogIm
     let voters: Vec<u64> = nodes.iter().map(|n| raft_id(*n as u64)).collect();
     let mut images = persist::replay(recovered, |_| LogImage::new(&voters))
         .map_err(|e| format!("the metadata group's raft log: {e}"))?;
-    if let Some(group) = images.keys().find(|g| **g != METADATA_GROUP) {
+    // Partition groups' ids have the top bit set (`replication::partition_group_id`).
+    let unknown = |g: &u64| *g != METADATA_GROUP && *g >> 63 == 0;
+    if let Some(group) = images.keys().find(|g| unknown(g)) {
         return Err(format!("shard 0's raft log holds raft group {group}, unknown here"));
     }
     Ok(images.remove(&METADATA_GROUP).unwrap_or_else(|| LogImage::new(&voters)))

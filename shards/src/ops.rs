@@ -29,7 +29,10 @@ use crate::error::PartitionError;
 use crate::message::{
     FetchedRecords, PartitionData, PartitionRead, ProduceAck, ShardReply, ShardRequest,
 };
+use crate::metadata::TopicMeta;
 use crate::producer::{BatchSequence, Check, SequenceError};
+use crate::replication::partition::ApplyingMarker;
+use crate::replication::persist;
 use crate::shard::Shard;
 use crate::topic_config::ProducePolicy;
 use crate::txn::partition::{CONTROL, TRANSACTIONAL};
@@ -84,6 +87,9 @@ impl Shard {
         records: Bytes,
         transactional_id: Option<&str>,
     ) -> ProduceWait {
+        if let Some(group) = self.partition_group_of(topic, partition) {
+            return self.produce_replicated(group, topic, partition, records);
+        }
         if let Some(deferred) =
             self.defer_until_txn_verified(topic, partition, &records, transactional_id)
         {
@@ -101,34 +107,34 @@ impl Shard {
     ) -> ProduceWait {
         let queued = self.queue_append(topic, partition, records);
         let shard = self.clone();
-        Box::pin(async move {
-            let appended = queued?;
-            match appended.wait {
-                Wait::Durable(durable) => {
-                    if let Err(e) = durable.wait().await {
-                        shard.fatal_storage_error(&e);
-                    }
+        Box::pin(async move { shard.acknowledge(queued?).await })
+    }
+
+    /// Phase two of a produce: waits for what its append's acknowledgement needs.
+    pub(crate) async fn acknowledge(&self, appended: Queued) -> Result<ProduceAck, PartitionError> {
+        match appended.wait {
+            Wait::Durable(durable) => {
+                if let Err(e) = durable.wait().await {
+                    self.fatal_storage_error(&e);
                 }
-                // write.caching=true within its bounds: acknowledged before fdatasync.
-                Wait::Nothing => {}
-                Wait::HighWatermarkPast(partition_id, last_offset) => loop {
-                    let flushed = shard.log.flushed();
-                    let info = shard.log.partition_info(partition_id);
-                    if info.is_none_or(|i| i.high_watermark > last_offset) {
-                        break;
-                    }
-                    flushed.await;
-                },
             }
-            let log_start_offset = shard
-                .log
-                .partition_info(appended.partition_id)
-                .map_or(0, |info| info.log_start_offset);
-            Ok(ProduceAck {
-                base_offset: appended.base_offset,
-                log_start_offset,
-                log_append_time_ms: appended.log_append_time_ms,
-            })
+            // write.caching=true within its bounds: acknowledged before fdatasync.
+            Wait::Nothing => {}
+            Wait::HighWatermarkPast(partition_id, last_offset) => loop {
+                let flushed = self.log.flushed();
+                let info = self.log.partition_info(partition_id);
+                if info.is_none_or(|i| i.high_watermark > last_offset) {
+                    break;
+                }
+                flushed.await;
+            },
+        }
+        let log_start_offset =
+            self.log.partition_info(appended.partition_id).map_or(0, |info| info.log_start_offset);
+        Ok(ProduceAck {
+            base_offset: appended.base_offset,
+            log_start_offset,
+            log_append_time_ms: appended.log_append_time_ms,
         })
     }
 
@@ -144,15 +150,29 @@ impl Shard {
             meta.partition_id(partition).ok_or(PartitionError::UnknownTopicOrPartition)?;
         assert_eq!(meta.owner(partition), Some(self.id), "queue_append on a non-owner shard");
         let policy = ProducePolicy::of(meta, self.config.max_message_bytes);
-        let mut batches = split_batches(&records).map_err(batch_error)?;
-        // max.message.bytes bounds each record batch, as in Kafka.
-        let max = policy.max_batch_bytes;
-        if let Some(size) = batches.iter().map(|(_, b)| b.len()).find(|len| *len > max) {
-            return Err(PartitionError::MessageTooLarge { size, max });
-        }
-        if policy.keys_required {
-            check_keys(topic, partition, &batches)?;
-        }
+        let batches = validate_batches(topic, partition, &policy, &records)?;
+        let log_append_time_ms = match policy.log_append_time {
+            true => crate::producer_log::wall_ms(),
+            false => -1,
+        };
+        self.append_produced(meta, partition_id, &policy, batches, log_append_time_ms, None)
+    }
+
+    /// The append of validated batches of one produce: the idempotence checks, the
+    /// LogAppendTime stamp (`log_append_time_ms`, or -1), the append and the producer
+    /// state. `applying`: (group, raft index) of a replicated partition's committed entry,
+    /// whose applying marker goes on the log right before the batches
+    /// (`replication::partition` invariant 3); its ack waits for the fdatasync whatever
+    /// write.caching says.
+    pub(crate) fn append_produced(
+        &self,
+        meta: &TopicMeta,
+        partition_id: PartitionId,
+        policy: &ProducePolicy,
+        mut batches: Vec<(RecordBatchHeader, Bytes)>,
+        log_append_time_ms: i64,
+        applying: Option<(u64, u64)>,
+    ) -> Result<Queued, PartitionError> {
         let sequences = match self.check_sequences(partition_id, &batches)? {
             Sequencing::Duplicate { base_offset, last_offset } => {
                 // Already written: answer with the original offsets once they are durable.
@@ -166,16 +186,17 @@ impl Shard {
             Sequencing::NotIdempotent => Vec::new(),
             Sequencing::Append(sequences) => sequences,
         };
-        let log_append_time_ms = if policy.log_append_time {
-            let now_ms = crate::producer_log::wall_ms();
-            stamp_log_append_time(&mut batches, now_ms);
-            now_ms
-        } else {
-            -1
-        };
+        if log_append_time_ms >= 0 {
+            stamp_log_append_time(&mut batches, log_append_time_ms);
+        }
         let transactional = batches[0].0.attributes & TRANSACTIONAL != 0;
         if transactional {
             self.ensure_txn_stream();
+        }
+        if let Some((group, index)) = applying {
+            let next_offset = self.log.partition_info(partition_id).map_or(0, |i| i.log_end_offset);
+            let marker = ApplyingMarker { group, index, partition: partition_id, next_offset };
+            persist::append_marker(&self.log, &marker).map_err(append_error)?;
         }
         let appended = self.log.append_batches(partition_id, &batches).map_err(append_error)?;
         if transactional {
@@ -185,7 +206,8 @@ impl Shard {
             state.on_data(batches[0].0.producer_id, appended.base_offset);
         }
         if !sequences.is_empty() {
-            // Invariant 2 of `producer`: recorded only once queued.
+            // Invariant 2 of `producer`: recorded only once queued. The time is this
+            // node's clock (producer expiry: not replicated, docs/replication.md).
             let mut producers = self.producers.borrow_mut();
             let mut base = appended.base_offset;
             let now_ms = crate::producer_log::wall_ms();
@@ -195,10 +217,12 @@ impl Shard {
                 base = last + 1;
             }
         }
+        let bytes: usize = batches.iter().map(|(_, b)| b.len()).sum();
         self.probes.produce_batches.set(self.probes.produce_batches.get() + batches.len() as u64);
-        self.probes.produce_bytes.set(self.probes.produce_bytes.get() + records.len() as u64);
-        self.count_produce(meta.topic_number, batches.len(), records.len());
-        let wait = match policy.write_caching {
+        self.probes.produce_bytes.set(self.probes.produce_bytes.get() + bytes as u64);
+        self.count_produce(meta.topic_number, batches.len(), bytes);
+        let write_caching = if applying.is_some() { None } else { policy.write_caching };
+        let wait = match write_caching {
             None => Wait::Durable(appended.durable),
             Some(bounds) => {
                 let records = batches.iter().map(|(h, _)| h.records_count as u64).sum();
@@ -345,6 +369,7 @@ impl Shard {
         read: &PartitionRead,
         remaining: usize,
     ) -> Result<FetchedRecords, PartitionError> {
+        self.check_partition_leader(&read.topic, read.partition)?;
         let partition_id = self
             .local_partition(&read.topic, read.partition)
             .ok_or(PartitionError::UnknownTopicOrPartition)?;
@@ -396,6 +421,7 @@ impl Shard {
         timestamp_ms: i64,
         read_committed: bool,
     ) -> Result<(Offset, i64), PartitionError> {
+        self.check_partition_leader(topic, partition)?;
         let partition_id = self
             .local_partition(topic, partition)
             .ok_or(PartitionError::UnknownTopicOrPartition)?;
@@ -463,7 +489,7 @@ impl Shard {
     }
 }
 
-struct Queued {
+pub(crate) struct Queued {
     partition_id: PartitionId,
     base_offset: Offset,
     /// The append time stamped on the batches (LogAppendTime topics), else -1.
@@ -472,13 +498,33 @@ struct Queued {
 }
 
 /// What phase two of a produce waits for.
-enum Wait {
+pub(crate) enum Wait {
     /// The fdatasync that covers the appended batches.
     Durable(shardlog_storage::Durable),
     /// A duplicate of a batch already queued: until that batch is durable.
     HighWatermarkPast(PartitionId, Offset),
     /// Nothing: a relaxed ack (write.caching=true, within flush.ms / flush.messages).
     Nothing,
+}
+
+/// Splits and checks the batches of one produce against the topic's policy (lengths,
+/// CRC, magic, max.message.bytes, keys of a compacted topic); nothing is written.
+pub(crate) fn validate_batches(
+    topic: &str,
+    partition: i32,
+    policy: &ProducePolicy,
+    records: &Bytes,
+) -> Result<Vec<(RecordBatchHeader, Bytes)>, PartitionError> {
+    let batches = split_batches(records).map_err(batch_error)?;
+    // max.message.bytes bounds each record batch, as in Kafka.
+    let max = policy.max_batch_bytes;
+    if let Some(size) = batches.iter().map(|(_, b)| b.len()).find(|len| *len > max) {
+        return Err(PartitionError::MessageTooLarge { size, max });
+    }
+    if policy.keys_required {
+        check_keys(topic, partition, &batches)?;
+    }
+    Ok(batches)
 }
 
 /// Stamps each batch with the append time (message.timestamp.type=LogAppendTime); the

@@ -54,6 +54,10 @@ impl MeshService for Shard {
                 let node = self.metadata_group().and_then(|g| g.leader_node());
                 Box::pin(async move { ShardReply::ControllerNode(node) })
             }
+            ShardRequest::PartitionLeader { group, leader, term } => {
+                self.set_partition_leader(group, (leader, term));
+                Box::pin(async { ShardReply::PartitionLeader })
+            }
             ShardRequest::AlterTopicConfigs { changes, validate_only } => Box::pin(async move {
                 let results = self.controller_alter_topic_configs(changes, validate_only).await;
                 ShardReply::AlterTopicConfigs(results)

@@ -198,6 +198,12 @@ pub struct Shard {
     replication: RefCell<Option<Rc<GroupHost>>>,
     /// The metadata raft group (shard 0 of a node with peers; `metadata_group.rs`).
     pub(crate) metadata_group: RefCell<Option<Rc<crate::metadata_group::MetadataGroup>>>,
+    /// The partition groups this shard hosts (a node with peers; `partition_group.rs`).
+    pub(crate) partition_groups: RefCell<Option<Rc<crate::partition_group::PartitionGroups>>>,
+    /// Every partition group's (leader node, term) as the node's shards published them
+    /// (Metadata reads it here: no lock, no cross-core call).
+    pub(crate) partition_leaders:
+        RefCell<std::collections::HashMap<u64, crate::partition_group::GroupLeader>>,
 }
 
 impl Shard {
@@ -225,6 +231,8 @@ impl Shard {
             unsynced_acks: RefCell::new(UnsyncedAcks::default()),
             replication: RefCell::new(None),
             metadata_group: RefCell::new(None),
+            partition_groups: RefCell::new(None),
+            partition_leaders: RefCell::default(),
         })
     }
 
@@ -312,10 +320,12 @@ impl Shard {
         meta.partitions_on(self.config.node_id, self.id)
     }
 
-    /// Opens this shard's partitions of a topic, from partition index `first` on.
+    /// Opens this shard's partitions of a topic, from partition index `first` on, and
+    /// hosts the raft groups of those that are replicated.
     fn ensure_local_partitions(&self, meta: &TopicMeta, first: usize) {
         for index in self.partitions_here(meta).filter(|i| *i as usize >= first) {
             self.log.ensure_partition(PartitionId::new(meta.topic_number, index));
+            self.ensure_partition_group(meta, index as i32);
         }
     }
 
@@ -349,12 +359,13 @@ impl Shard {
     }
 
     /// The shard of this node that owns a partition; `UnknownTopicOrPartition` if the
-    /// topic or partition does not exist, `NotLeaderOrFollower` if it is placed on
-    /// another node (its client asks Metadata again and goes there).
+    /// topic or partition does not exist, `NotLeaderOrFollower` if it has no replica on
+    /// this node (its client asks Metadata again and goes there). Of a replicated
+    /// partition, that shard answers NOT_LEADER_OR_FOLLOWER itself unless it leads.
     pub fn owner_of(&self, topic: &str, partition: i32) -> Result<usize, PartitionError> {
-        let (_, owner, node) =
+        let (_, owner, here) =
             self.placed(topic, partition).ok_or(PartitionError::UnknownTopicOrPartition)?;
-        match node == self.config.node_id {
+        match here {
             true => Ok(owner),
             false => Err(PartitionError::NotLeaderOrFollower),
         }
@@ -366,18 +377,19 @@ impl Shard {
         self.placed(topic, partition).map(|(id, owner, _)| (id, owner))
     }
 
-    /// A partition's log id, owner shard and leader node, looked up in place (the hot
-    /// paths call this per partition: one lookup in the table, no copy of the topic's
-    /// metadata).
-    fn placed(&self, topic: &str, partition: i32) -> Option<(PartitionId, usize, u32)> {
+    /// A partition's log id, owner shard and whether this node holds a replica, looked
+    /// up in place (the hot paths call this per partition: one lookup in the table, no
+    /// copy of the topic's metadata).
+    fn placed(&self, topic: &str, partition: i32) -> Option<(PartitionId, usize, bool)> {
         let table = self.table.borrow();
         let meta = table.topic(topic)?;
-        Some((meta.partition_id(partition)?, meta.owner(partition)?, meta.leader_node(partition)?))
+        let here = meta.replicas(partition)?.contains(&self.config.node_id);
+        Some((meta.partition_id(partition)?, meta.owner(partition)?, here))
     }
 
-    /// The log id of a partition this shard owns (on this node).
+    /// The log id of a partition this shard holds (a replica on this node).
     pub fn local_partition(&self, topic: &str, partition: i32) -> Option<PartitionId> {
-        let (id, owner, node) = self.placed(topic, partition)?;
-        (owner == self.id && node == self.config.node_id).then_some(id)
+        let (id, owner, here) = self.placed(topic, partition)?;
+        (owner == self.id && here).then_some(id)
     }
 }

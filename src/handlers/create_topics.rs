@@ -1,7 +1,8 @@
 //! CreateTopics (v0-v7; v0 has no validate_only, v0 answers carry no error message), through the controller on shard 0.
 //!
-//! Replication factor 1 (or -1, the default) is accepted; anything else is refused with
-//! INVALID_REPLICATION_FACTOR until replication exists. Manual replica assignments are
+//! Replication factor 1 (or -1, the default) is accepted, and on a cluster of n nodes also n
+//! (`controller::validate_replication_factor`); anything else is refused with
+//! INVALID_REPLICATION_FACTOR and the reason. Manual replica assignments are
 //! refused with INVALID_REQUEST. A name given twice in one request fails both, as Kafka.
 
 use std::collections::HashMap;
@@ -67,13 +68,16 @@ pub fn handle(shard: Rc<Shard>, caller: Caller, request: CreateTopicsRequest) ->
                     let partitions = meta
                         .as_ref()
                         .map_or(topic.num_partitions, |m| m.partition_shards.len() as i32);
+                    let replication_factor = meta
+                        .as_ref()
+                        .map_or(topic.replication_factor.max(1), |m| m.replication_factor() as i16);
                     // null, not "", as Kafka: a client may print any message it gets.
                     response
                         .with_error_code(errors::NONE)
                         .with_error_message(None)
                         .with_topic_id(meta.map_or(Uuid::nil(), |m| Uuid::from_bytes(m.topic_id)))
                         .with_num_partitions(partitions)
-                        .with_replication_factor(1)
+                        .with_replication_factor(replication_factor)
                 }
                 Err(e) => response
                     .with_error_code(topic_error_code(&e))

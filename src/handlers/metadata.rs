@@ -1,8 +1,10 @@
 //! Metadata (v0-v12): every shard of every node is a broker (broker id `node_id * 1024 +
 //! shard`, its own port; on a single node the shard id), and each partition's leader is
 //! its owner shard on its node, so clients send each partition's traffic straight to the
-//! core that owns it. The controller is shard 0 of the metadata group's leader
-//! (`metadata_group.rs`; -1 while none is known).
+//! core that owns it. A replicated partition's leader is the owner shard on the node
+//! that leads its raft group, in the group's term as leader epoch (-1 and
+//! LEADER_NOT_AVAILABLE while none is known; `partition_group.rs`). The controller is
+//! shard 0 of the metadata group's leader (`metadata_group.rs`; -1 while none is known).
 //!
 //! Unknown topics are created on the spot when the request allows it (v4+, always before)
 //! and the broker's auto-create setting is on, as Kafka's auto.create.topics.enable.
@@ -16,7 +18,7 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::{BrokerId, ResponseKind, TopicName};
 use shardlog_net::Reply;
 use shardlog_shards::metadata::validate_topic_name;
-use shardlog_shards::{NewTopic, TopicMeta};
+use shardlog_shards::{NewTopic, Shard, TopicMeta};
 use uuid::Uuid;
 
 use shardlog_shards::acl::AclOperation;
@@ -47,7 +49,7 @@ pub fn handle(
             // Topics the caller may not DESCRIBE are left out, as Kafka does.
             None => (shard.table().topics.values())
                 .filter(|meta| caller.topic(AclOperation::Describe, &meta.name))
-                .map(|meta| topic_response(meta))
+                .map(|meta| topic_response(shard, meta))
                 .collect(),
             Some(requested) => {
                 let mut out = Vec::with_capacity(requested.len());
@@ -95,7 +97,7 @@ async fn named_topic(
     let describable = caller.topic(AclOperation::Describe, name);
     if let Some(meta) = shard.topic(name) {
         return match describable {
-            true => topic_response(&meta),
+            true => topic_response(&handler.shard, &meta),
             false => error(errors::TOPIC_AUTHORIZATION_FAILED),
         };
     }
@@ -123,7 +125,7 @@ async fn named_topic(
     let result = shard.create_topics(vec![new_topic], false).await.pop();
     match (result, shard.topic(name)) {
         // Created here, or by a concurrent request: either way it exists now.
-        (_, Some(meta)) => topic_response(&meta),
+        (_, Some(meta)) => topic_response(shard, &meta),
         (Some(Err(e)), None) => error(topic_error_code(&e)),
         (_, None) => error(errors::UNKNOWN_TOPIC_OR_PARTITION),
     }
@@ -132,7 +134,9 @@ async fn named_topic(
 fn topic_by_id(handler: &KafkaHandler, caller: &Caller, id: Uuid) -> MetadataResponseTopic {
     let table = handler.shard.table();
     match table.topic_by_id(id.into_bytes()) {
-        Some(meta) if caller.topic(AclOperation::Describe, &meta.name) => topic_response(meta),
+        Some(meta) if caller.topic(AclOperation::Describe, &meta.name) => {
+            topic_response(&handler.shard, meta)
+        }
         Some(_) => MetadataResponseTopic::default()
             .with_topic_id(id)
             .with_error_code(errors::TOPIC_AUTHORIZATION_FAILED),
@@ -142,24 +146,50 @@ fn topic_by_id(handler: &KafkaHandler, caller: &Caller, id: Uuid) -> MetadataRes
     }
 }
 
-fn topic_response(meta: &TopicMeta) -> MetadataResponseTopic {
+fn topic_response(shard: &Shard, meta: &TopicMeta) -> MetadataResponseTopic {
     let placed = meta.partition_shards.iter().zip(&meta.partition_replicas);
     let partitions = placed
         .enumerate()
-        .map(|(index, (shard, replicas))| {
-            let leader = BrokerId(broker_id(replicas[0], *shard));
-            MetadataResponsePartition::default()
-                .with_partition_index(index as i32)
-                .with_leader_id(leader)
-                .with_leader_epoch(0)
-                .with_replica_nodes(vec![leader])
-                .with_isr_nodes(vec![leader])
-        })
+        .map(|(index, (owner, replicas))| partition_response(shard, meta, index, *owner, replicas))
         .collect();
     MetadataResponseTopic::default()
         .with_name(Some(TopicName(str_bytes(&meta.name))))
         .with_topic_id(Uuid::from_bytes(meta.topic_id))
         .with_partitions(partitions)
+}
+
+/// One partition: of one replica, its owner shard leads (epoch 0); of a replicated
+/// partition, the raft leader of its group as this shard last heard it (epoch: the raft
+/// term), or -1 with LEADER_NOT_AVAILABLE while none is known. Replicas are the replica
+/// set's brokers (the same shard on each node), and the ISR is the replicas (raft's
+/// progress is not consulted: docs/replication.md).
+fn partition_response(
+    shard: &Shard,
+    meta: &TopicMeta,
+    index: usize,
+    owner: u32,
+    replicas: &[u32],
+) -> MetadataResponsePartition {
+    let brokers: Vec<BrokerId> = replicas.iter().map(|n| BrokerId(broker_id(*n, owner))).collect();
+    let response = MetadataResponsePartition::default().with_partition_index(index as i32);
+    let Some(group) = shard.partition_group_of(&meta.name, index as i32) else {
+        return response
+            .with_leader_id(brokers[0])
+            .with_leader_epoch(0)
+            .with_isr_nodes(brokers.clone())
+            .with_replica_nodes(brokers);
+    };
+    let (leader, term) = shard.partition_leader(group);
+    let (leader, error) = match leader {
+        Some(node) => (BrokerId(broker_id(node, owner)), 0),
+        None => (BrokerId(-1), errors::LEADER_NOT_AVAILABLE),
+    };
+    response
+        .with_error_code(error)
+        .with_leader_id(leader)
+        .with_leader_epoch(term.min(i32::MAX as u64) as i32)
+        .with_isr_nodes(brokers.clone())
+        .with_replica_nodes(brokers)
 }
 
 /// One broker (a shard of a node) as clients reach it.

@@ -367,6 +367,49 @@ pub fn idempotent_batch(
     Bytes::from(out)
 }
 
+/// Polls `view` of each of `nodes` until every one answers and `done` holds of the
+/// answers, or fails after `limit` with what it waited for and the last answers.
+#[allow(dead_code)]
+pub fn wait_for_views<V: Clone + std::fmt::Debug>(
+    limit: Duration,
+    nodes: &[usize],
+    what: &str,
+    view: impl Fn(usize) -> Option<V>,
+    done: impl Fn(&[V]) -> bool,
+) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let views: Vec<Option<V>> = nodes.iter().map(|&n| view(n)).collect();
+        if views.iter().all(Option::is_some) {
+            let views: Vec<V> = views.iter().flatten().cloned().collect();
+            if done(&views) {
+                return;
+            }
+        }
+        if Instant::now() > deadline {
+            panic!("waited {limit:?} for {what}; last views (nodes {nodes:?}): {views:#?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Metadata v12 of every topic from `broker`, or None if its bootstrap port does not
+/// accept a connection (a node that is down).
+#[allow(dead_code)]
+pub fn all_metadata(
+    broker: &Broker,
+) -> Option<kafka_protocol::messages::metadata_response::MetadataResponse> {
+    use kafka_protocol::messages::metadata_request::MetadataRequest;
+    let addr: SocketAddr = broker.bootstrap().parse().unwrap();
+    drop(TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?);
+    let mut client = RawClient::connect(addr);
+    let request = MetadataRequest::default().with_topics(None);
+    match client.call(ApiKey::Metadata, 12, RequestKind::Metadata(request)) {
+        ResponseKind::Metadata(r) => Some(r),
+        other => panic!("not a Metadata response: {other:?}"),
+    }
+}
+
 /// Waits until `f` returns true (polling), or panics with `what` after `limit`.
 pub fn eventually(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;

@@ -55,10 +55,15 @@ impl<'a> PendingTable<'a> {
         self.nodes
     }
 
-    /// The default owner shard and replica nodes of a partition
-    /// (`TopicTable::placement`).
-    pub fn placement(&self, topic_number: u32, partition: u32) -> (u32, Vec<u32>) {
-        self.table.placement(topic_number, partition, self.nodes)
+    /// The default owner shard and replica nodes of a partition of a topic with
+    /// `replication_factor` replicas (`TopicTable::placement`).
+    pub fn placement(
+        &self,
+        topic_number: u32,
+        partition: u32,
+        replication_factor: usize,
+    ) -> (u32, Vec<u32>) {
+        self.table.placement(topic_number, partition, self.nodes, replication_factor)
     }
 
     /// Creates a validated topic with the next topic number, placed by default.

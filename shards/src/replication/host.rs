@@ -2,8 +2,8 @@
 //! the raft groups the shard replicates, steps each group with the messages the transport
 //! delivers for it, ticks every group on a timer, and after every input drains the
 //! group: its messages go to the transport, its write requests, committed entries and
-//! proposal outcomes to the group's `GroupSink` (`persist::ShardLogSink`: the shard log;
-//! the partitions once docs/replication.md's steps 2 and 3 of "What remains" exist).
+//! proposal outcomes to the group's `GroupSink` (`persist::ShardLogSink`: the shard log,
+//! and the applier of the metadata group or of the shard's partition groups).
 //! When a sink's writes ride a shard log flush, the host's durability task reports them
 //! to the group when that flush's `Durable` resolves.
 //!

@@ -11,13 +11,15 @@
 //! executor. `GroupHost` (`host.rs`) is the shard's replication event loop: it owns the
 //! transport and the shard's groups, steps each group with what arrives for it, ticks
 //! them, and sends what they emit. The broker starts one on every shard when `--peers`
-//! names other nodes; shard 0's hosts the metadata group (`crate::metadata_group`), the
-//! others no group yet (partition groups are docs/replication.md's step 3), so what
-//! arrives there is counted and dropped.
+//! names other nodes; shard 0's hosts the metadata group (`crate::metadata_group`), and
+//! every shard the partition groups of its replicated partitions
+//! (`crate::partition_group`); what arrives for a group not hosted is counted and dropped.
 //!
 //! `persist.rs` puts a group's write requests on the shard log (`InternalStream::Raft`,
 //! one entry per request, in the shard's group commit), and rebuilds the groups'
-//! `LogImage`s from that stream at start-up.
+//! `LogImage`s from that stream at start-up, with each partition group's last applying
+//! marker. `partition.rs` holds the partition groups' pieces without IO: group ids of a
+//! (replica set, shard), the produce entry, and the exactly-once rule of the markers.
 //!
 //! Runs on: the shard that owns the group (shard s of every node replicates with shard s
 //! of the others). The design, the measurements behind it, the simulation that checks it
@@ -34,6 +36,7 @@ pub mod frame;
 mod group;
 mod host;
 mod log;
+pub mod partition;
 pub mod persist;
 pub mod transport;
 

@@ -27,6 +27,20 @@
 //! | 4 | entry count n |
 //! | n × (25 + data + context) | entry: index u64, term u64, type u8 (0 normal, 1 conf change, 2 conf change v2), data length u32, data, context length u32, context |
 //!
+//! An *applying marker* of a partition group (`partition::ApplyingMarker`, written before
+//! the group's committed entry `index` is applied to a partition; version 2, 33 bytes):
+//!
+//! | size | field |
+//! |---|---|
+//! | 1 | version (= 2) |
+//! | 8 | group id |
+//! | 8 | the entry's raft index |
+//! | 8 | the partition's log id on this node (`PartitionId`) |
+//! | 8 | the partition's next offset before the apply (i64) |
+//!
+//! A broker that knows only version 1 refuses a version-2 payload (`UnknownVersion`) and
+//! so does not start on a log it cannot read, rather than skip the marker.
+//!
 //! Conf state: voters, learners, voters outgoing, learners next (each a count u32 then
 //! that many u64), auto leave u8 (0 or 1). A snapshot marker names the snapshot's index,
 //! term and voters, not its data: a Kafka partition's snapshot is its segment files (step
@@ -39,7 +53,10 @@
 //! 2. `decode` never panics: bad bytes are a `DecodeError`.
 //! 3. `replay` never panics on entries that decode: a write that `LogImage::apply` could
 //!    not take (an append that leaves a gap) is a `ReplayError`, as is an image whose
-//!    commit index passes its last entry.
+//!    commit index passes its last entry, a marker of a group with no write before it,
+//!    and a marker below the group's previous one.
+//! 4. `replay_with_markers` keeps each group's last marker (`partition` invariant 3);
+//!    checkpoints carry every entry of the stream (docs/storage.md), markers included.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
@@ -48,14 +65,20 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Snapshot};
-use shardlog_storage::{AppendError, Disk, Durable, InternalEntry, InternalStream, ShardLog};
+use shardlog_storage::{
+    AppendError, Disk, Durable, InternalEntry, InternalStream, PartitionId, ShardLog,
+};
 
 use super::group::Outcome;
 use super::host::{GroupSink, Written};
 use super::log::{LogImage, WriteRequest};
+use super::partition::ApplyingMarker;
 
-/// Version byte of a `Raft` entry's payload.
+/// Version byte of a `Raft` entry's payload holding a write request.
 pub const RAFT_PAYLOAD_VERSION: u8 = 1;
+/// Version byte of a `Raft` entry's payload holding an applying marker.
+pub const MARKER_PAYLOAD_VERSION: u8 = 2;
+const MARKER_BYTES: usize = 1 + 8 + 8 + 8 + 8;
 const HAS_HARD_STATE: u8 = 1;
 const HAS_SNAPSHOT: u8 = 2;
 /// Bytes of an entry without its data and context.
@@ -184,6 +207,54 @@ pub fn decode(payload: &Bytes) -> Result<(u64, WriteRequest), DecodeError> {
     }
 }
 
+/// The payload of an applying marker (module docs).
+pub fn encode_marker(marker: &ApplyingMarker) -> Vec<u8> {
+    let mut out = Vec::with_capacity(MARKER_BYTES);
+    out.push(MARKER_PAYLOAD_VERSION);
+    out.extend_from_slice(&marker.group.to_le_bytes());
+    out.extend_from_slice(&marker.index.to_le_bytes());
+    out.extend_from_slice(&marker.partition.0.to_le_bytes());
+    out.extend_from_slice(&marker.next_offset.to_le_bytes());
+    out
+}
+
+/// What one `Raft` entry holds.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RaftRecord {
+    /// A group's write request.
+    Write(u64, WriteRequest),
+    /// A partition group's applying marker.
+    Applying(ApplyingMarker),
+}
+
+/// A `Raft` entry's payload, whichever it holds (invariant 2).
+pub fn decode_record(payload: &Bytes) -> Result<RaftRecord, DecodeError> {
+    if payload.first() != Some(&MARKER_PAYLOAD_VERSION) {
+        return decode(payload).map(|(group, write)| RaftRecord::Write(group, write));
+    }
+    let mut reader = Reader { bytes: payload, at: 1 };
+    let marker = ApplyingMarker {
+        group: reader.u64()?,
+        index: reader.u64()?,
+        partition: PartitionId(reader.u64()?),
+        next_offset: reader.u64()? as i64,
+    };
+    match reader.remaining() {
+        0 => Ok(RaftRecord::Applying(marker)),
+        left => Err(DecodeError::Trailing(left)),
+    }
+}
+
+/// Appends an applying marker to the shard log's `Raft` stream, before the partition
+/// append it announces (`partition` invariant 3): durable with the same flush or an
+/// earlier one, since the log recovers a prefix.
+pub fn append_marker<D: Disk>(
+    log: &ShardLog<D>,
+    marker: &ApplyingMarker,
+) -> Result<Durable, AppendError> {
+    log.append_internal(InternalStream::Raft, false, &encode_marker(marker))
+}
+
 /// A bounds-checked cursor over a payload.
 struct Reader<'a> {
     bytes: &'a Bytes,
@@ -281,29 +352,70 @@ impl fmt::Display for ReplayError {
 
 impl std::error::Error for ReplayError {}
 
+/// The groups' recovered images and each partition group's last applying marker.
+#[derive(Debug, Default)]
+pub struct Replayed {
+    pub images: BTreeMap<u64, LogImage>,
+    pub markers: BTreeMap<u64, ApplyingMarker>,
+}
+
 /// Rebuilds every group's image from the recovered internal entries (all streams, in log
 /// order, as `ShardLog::open` returns them): each group starts from `new_image(group)`
 /// (`LogImage::new(voters)`) and takes its write requests in order (invariant 3).
 pub fn replay(
     recovered: &[InternalEntry],
-    mut new_image: impl FnMut(u64) -> LogImage,
+    new_image: impl FnMut(u64) -> LogImage,
 ) -> Result<BTreeMap<u64, LogImage>, ReplayError> {
-    let mut images: BTreeMap<u64, LogImage> = BTreeMap::new();
+    replay_with_markers(recovered, new_image).map(|replayed| replayed.images)
+}
+
+/// `replay`, and each group's last applying marker (invariants 3 and 4).
+pub fn replay_with_markers(
+    recovered: &[InternalEntry],
+    mut new_image: impl FnMut(u64) -> LogImage,
+) -> Result<Replayed, ReplayError> {
+    let mut replayed = Replayed::default();
     let raft = recovered.iter().filter(|e| e.stream == InternalStream::Raft);
     for (k, recovered) in raft.enumerate() {
         if recovered.snapshot {
             return Err(ReplayError::StreamSnapshot { entry: k });
         }
-        let (group, write) =
-            decode(&recovered.payload).map_err(|error| ReplayError::Decode { entry: k, error })?;
-        let image = images.entry(group).or_insert_with(|| new_image(group));
+        let record = decode_record(&recovered.payload)
+            .map_err(|error| ReplayError::Decode { entry: k, error })?;
+        let (group, write) = match record {
+            RaftRecord::Write(group, write) => (group, write),
+            RaftRecord::Applying(marker) => {
+                replay_marker(&mut replayed, marker)?;
+                continue;
+            }
+        };
+        let image = replayed.images.entry(group).or_insert_with(|| new_image(group));
         image.check_applies(&write).map_err(|why| ReplayError::Inconsistent { group, why })?;
         image.apply(&write);
     }
-    for (&group, image) in &images {
+    for (&group, image) in &replayed.images {
         image.check_recovered().map_err(|why| ReplayError::Inconsistent { group, why })?;
     }
-    Ok(images)
+    Ok(replayed)
+}
+
+fn replay_marker(replayed: &mut Replayed, marker: ApplyingMarker) -> Result<(), ReplayError> {
+    let group = marker.group;
+    let inconsistent = |why: String| Err(ReplayError::Inconsistent { group, why });
+    if !replayed.images.contains_key(&group) {
+        return inconsistent(format!(
+            "an applying marker (index {}) before any write",
+            marker.index
+        ));
+    }
+    if let Some(last) = replayed.markers.get(&group) {
+        if marker.index < last.index {
+            let (index, last) = (marker.index, last.index);
+            return inconsistent(format!("an applying marker of index {index} after {last}"));
+        }
+    }
+    replayed.markers.insert(group, marker);
+    Ok(())
 }
 
 /// Write requests appended to the shard log whose flush has not been reported yet, in log
@@ -475,6 +587,76 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn an_applying_marker_round_trips_and_its_cuts_and_extra_bytes_are_refused() {
+        let marker = ApplyingMarker {
+            group: 1 << 63 | 5,
+            index: 12,
+            partition: PartitionId::new(3, 1),
+            next_offset: 40,
+        };
+        let bytes = encode_marker(&marker);
+        assert_eq!(bytes.len(), 33);
+        assert_eq!(&bytes[..1], &[2]);
+        assert_eq!(&bytes[9..17], &12u64.to_le_bytes());
+        assert_eq!(decode_record(&Bytes::from(bytes.clone())), Ok(RaftRecord::Applying(marker)));
+        for cut in 1..bytes.len() {
+            let cut = Bytes::copy_from_slice(&bytes[..cut]);
+            assert_eq!(decode_record(&cut), Err(DecodeError::Truncated), "cut at {}", cut.len());
+        }
+        let mut longer = bytes;
+        longer.push(0);
+        assert_eq!(decode_record(&Bytes::from(longer)), Err(DecodeError::Trailing(1)));
+        // A write request still decodes through `decode_record`; a version-1 reader
+        // refuses the marker by its version.
+        let write = full_write();
+        let payload = Bytes::from(encode(7, &write));
+        assert_eq!(decode_record(&payload), Ok(RaftRecord::Write(7, write)));
+        let marker = Bytes::from(encode_marker(&marker));
+        assert_eq!(decode(&marker), Err(DecodeError::UnknownVersion(2)));
+    }
+
+    #[test]
+    fn replay_keeps_each_groups_last_marker_and_refuses_one_out_of_place() {
+        let internal = |payload: Vec<u8>| InternalEntry {
+            stream: InternalStream::Raft,
+            snapshot: false,
+            payload: Bytes::from(payload),
+        };
+        let write = |number, entries| WriteRequest { number, entries, ..Default::default() };
+        let marker = |group, index, next_offset| ApplyingMarker {
+            group,
+            index,
+            partition: PartitionId::new(1, 0),
+            next_offset,
+        };
+        let entries = vec![
+            internal(encode(1, &write(1, vec![entry(1, 1, b"a"), entry(2, 1, b"b")]))),
+            internal(encode(2, &write(1, vec![entry(1, 1, b"x")]))),
+            internal(encode_marker(&marker(1, 1, 0))),
+            internal(encode_marker(&marker(2, 1, 7))),
+            internal(encode_marker(&marker(1, 2, 3))),
+            // The same index again: a restart that found entry 2 not applied.
+            internal(encode_marker(&marker(1, 2, 3))),
+        ];
+        let replayed = replay_with_markers(&entries, |_| LogImage::default()).unwrap();
+        assert_eq!(replayed.markers[&1], marker(1, 2, 3));
+        assert_eq!(replayed.markers[&2], marker(2, 1, 7));
+        assert_eq!(replayed.images[&1].last_index(), 2);
+        assert_eq!(replay(&entries, |_| LogImage::default()).unwrap(), replayed.images);
+
+        let lower = internal(encode_marker(&marker(1, 1, 0)));
+        assert!(matches!(
+            replay_with_markers(&[entries.clone(), vec![lower]].concat(), |_| LogImage::default()),
+            Err(ReplayError::Inconsistent { group: 1, .. })
+        ));
+        let orphan = internal(encode_marker(&marker(3, 1, 0)));
+        assert!(matches!(
+            replay_with_markers(&[entries, vec![orphan]].concat(), |_| LogImage::default()),
+            Err(ReplayError::Inconsistent { group: 3, .. })
+        ));
+    }
+
     fn arbitrary_entry() -> impl Strategy<Value = (u64, u8, Vec<u8>, Vec<u8>)> {
         let bytes = || proptest::collection::vec(any::<u8>(), 0..40);
         (any::<u64>(), 0u8..3, bytes(), bytes())
@@ -534,7 +716,9 @@ mod tests {
         fn arbitrary_bytes_decode_or_fail_without_panicking(
             bytes in proptest::collection::vec(any::<u8>(), 0..512)
         ) {
-            let _ = decode(&Bytes::from(bytes));
+            let bytes = Bytes::from(bytes);
+            let _ = decode(&bytes);
+            let _ = decode_record(&bytes);
         }
 
         #[test]

@@ -235,6 +235,13 @@ impl Shard {
         commit: bool,
     ) -> Result<Durable, PartitionError> {
         assert!(self.txn.ready.get(), "markers wait for the partition state to be rebuilt");
+        if self.partition_group_of(topic, partition).is_some() {
+            // A replicated partition holds no transaction's data (its transactional
+            // produces are refused), so there is nothing to mark: the answer that skips
+            // it, as for a deleted topic. A marker on this replica alone would make the
+            // replicas differ.
+            return Err(PartitionError::UnknownTopicOrPartition);
+        }
         let partition_id = self
             .local_partition(topic, partition)
             .ok_or(PartitionError::UnknownTopicOrPartition)?;

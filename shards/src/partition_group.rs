@@ -1,0 +1,435 @@
+//! Replicated partitions (docs/replication.md, "What exists: partition groups"): a topic
+//! with replication factor r > 1 has its partitions replicated by raft groups, one per
+//! (replica set, shard), shared by every partition with that replica set on that shard.
+//! Shard s of every node in the set hosts the group (`replication::partition_group_id`),
+//! on its `GroupHost`, its writes on the shard's log (`persist::ShardLogSink`).
+//!
+//! - Produce: the shard that hosts the group and leads it validates the batches and
+//!   proposes one `ProduceEntry` (topic id, partition index, the table version, its clock
+//!   for LogAppendTime, the batches). Offsets are assigned when the entry is *applied*.
+//!   A replica that does not lead answers NOT_LEADER_OR_FOLLOWER, as when no leader is
+//!   known. acks=1 and acks=all are answered at the same point: once the leader applied the
+//!   committed entry and its own append is durable.
+//! - Apply: one task per shard applies each group's committed entries in index order,
+//!   through the produce path's own append (`Shard::append_produced`: sequence checks,
+//!   LogAppendTime stamp, append, producer state), on every replica alike, so every replica
+//!   assigns the same offsets and the partition log holds only committed data.
+//! - Leaders: every TICK the hosting shard compares each group's (leader, term) with what
+//!   it last published, and sends changes to the node's other shards
+//!   (`ShardRequest::PartitionLeader`), so Metadata on any shard reads its own map.
+//!
+//! Runs on the shard that hosts the groups. Not a hot path yet: a produce costs one raft
+//! entry (the batches copied once into it) and one channel hop to the applier.
+//!
+//! Invariants:
+//! 1. Entries are applied in index order, each once in a life; across restarts the
+//!    applying marker decides (`replication::partition` invariant 3).
+//! 2. A replica applies an entry only once its topic table reached the entry's
+//!    `table_version`; the topic is then known, or deleted since (the entry is skipped on
+//!    every replica that has the deletion, and the others drop the partition when they
+//!    apply it).
+//! 3. A produce is answered with its own entry's apply (index and term), never another's.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_lite::FutureExt;
+use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
+use shardlog_storage::{split_batches, InternalEntry, PartitionId};
+
+use crate::error::PartitionError;
+use crate::message::{ShardReply, ShardRequest};
+use crate::metadata::TopicMeta;
+use crate::metadata_group::{COMMIT_WAIT, METADATA_GROUP};
+use crate::ops::{validate_batches, ProduceWait, Queued};
+use crate::replication::partition::{
+    applied_before_restart, partition_group_id, ApplyingMarker, ProduceEntry,
+};
+use crate::replication::persist::{self, ShardLogSink};
+use crate::replication::{
+    node_of, raft_id, Entry, GroupConfig, GroupHost, LogImage, Outcome, ProposeError, RaftGroup,
+    TICK,
+};
+use crate::shard::Shard;
+use crate::topic_config::ProducePolicy;
+use crate::txn::partition::TRANSACTIONAL;
+
+/// How often the applier looks again at a table behind an entry (invariant 2): rare (a
+/// topic created a moment ago), so a poll, not a notification.
+const TABLE_WAIT_POLL: Duration = Duration::from_millis(5);
+
+/// What the applier tells a waiting produce: its append, or why there is none.
+type Applied = Result<Queued, PartitionError>;
+
+/// Committed entries of a group and its proposals' outcomes, for the applier.
+type Committed = (u64, Vec<Entry>, Vec<Outcome>);
+
+/// A produce waiting for its entry: its term, and where to answer.
+type Waiter = (u64, LocalSender<Applied>);
+
+/// A partition group's leader as a shard knows it: (leader node, raft term).
+pub type GroupLeader = (Option<u32>, u64);
+
+/// A shard's partition groups (only on a node with peers).
+pub struct PartitionGroups {
+    host: Rc<GroupHost>,
+    /// Hosted groups: id -> replica nodes (sorted).
+    groups: RefCell<BTreeMap<u64, Vec<u32>>>,
+    /// Images recovered at start-up, taken when their group is created.
+    recovered: RefCell<BTreeMap<u64, LogImage>>,
+    /// Each group's last applying marker recovered at start-up (invariant 1).
+    markers: BTreeMap<u64, ApplyingMarker>,
+    /// Produces of this shard waiting for their entry: (group, index) -> (term, answer).
+    waiters: RefCell<BTreeMap<(u64, u64), Waiter>>,
+    /// Committed entries to the applier: (group, entries, outcomes).
+    to_apply: Rc<LocalSender<Committed>>,
+    /// (leader, term) of each hosted group as last published to the node's shards.
+    published: RefCell<HashMap<u64, GroupLeader>>,
+}
+
+impl PartitionGroups {
+    /// Whether this replica leads group `group` now.
+    fn leads(&self, group: u64) -> bool {
+        self.host.with_group(group, |g| g.is_leader()).unwrap_or(false)
+    }
+
+    fn resolve(&self, group: u64, index: u64, term: u64, applied: Applied) {
+        let mut waiters = self.waiters.borrow_mut();
+        if let Some((wanted_term, _)) = waiters.get(&(group, index)) {
+            let applied = match *wanted_term == term {
+                true => applied,
+                false => Err(PartitionError::NotLeaderOrFollower),
+            };
+            let (_, sender) = waiters.remove(&(group, index)).expect("just found");
+            // The produce may have stopped waiting (`COMMIT_WAIT`).
+            let _ = sender.try_send(applied);
+        }
+    }
+}
+
+/// Every raft group image recovered from a shard's `Raft` stream and each partition
+/// group's last applying marker; a partition group's voters are its replicas' raft ids
+/// (from the table: `replicas_of`), the metadata group's every node's.
+pub fn recover(
+    recovered: &[InternalEntry],
+    nodes: &[u32],
+    replicas_of: &BTreeMap<u64, Vec<u32>>,
+) -> Result<persist::Replayed, String> {
+    let voters = |nodes: &[u32]| nodes.iter().map(|n| raft_id(*n as u64)).collect::<Vec<_>>();
+    let new_image = |group: u64| match (group, replicas_of.get(&group)) {
+        (METADATA_GROUP, _) => LogImage::new(&voters(nodes)),
+        (_, Some(replicas)) => LogImage::new(&voters(replicas)),
+        // A group of a deleted topic: replayed (to check the log) and never hosted.
+        (_, None) => LogImage::new(&[]),
+    };
+    persist::replay_with_markers(recovered, new_image).map_err(|e| format!("raft groups: {e}"))
+}
+
+impl Shard {
+    /// The partition groups this shard hosts for the table's replicated partitions:
+    /// group id -> replica nodes (sorted).
+    pub fn partition_groups_in_table(&self) -> BTreeMap<u64, Vec<u32>> {
+        let mut groups = BTreeMap::new();
+        for meta in self.table_ref().topics.values() {
+            for index in self.partitions_here(meta) {
+                if let Some((group, replicas)) = self.replicated(meta, index as i32) {
+                    groups.entry(group).or_insert(replicas);
+                }
+            }
+        }
+        groups
+    }
+
+    /// A replicated partition's group id and sorted replica nodes; None for one replica.
+    fn replicated(&self, meta: &TopicMeta, partition: i32) -> Option<(u64, Vec<u32>)> {
+        let replicas = meta.replicas(partition).filter(|r| r.len() > 1)?;
+        let mut sorted = replicas.to_vec();
+        sorted.sort_unstable();
+        let shard = meta.owner(partition)? as u32;
+        Some((partition_group_id(&sorted, shard), sorted))
+    }
+
+    /// The group of a replicated partition (`None`: not replicated, or unknown).
+    pub fn partition_group_of(&self, topic: &str, partition: i32) -> Option<u64> {
+        let table = self.table_ref();
+        let meta = table.topic(topic)?;
+        let replicas = meta.replicas(partition).filter(|r| r.len() > 1)?;
+        let mut sorted = replicas.to_vec();
+        sorted.sort_unstable();
+        Some(partition_group_id(&sorted, meta.owner(partition)? as u32))
+    }
+
+    /// Starts this shard's partition groups (`host`: its replication host) from what its
+    /// log recovered, the task that applies what they commit, and the one that publishes
+    /// their leaders.
+    pub fn start_partition_groups(
+        self: &Rc<Self>,
+        host: Rc<GroupHost>,
+        replayed: persist::Replayed,
+    ) -> Result<(), String> {
+        let (to_apply, committed) = local_channel::new_unbounded();
+        let mut recovered = replayed.images;
+        recovered.remove(&METADATA_GROUP);
+        let groups = Rc::new(PartitionGroups {
+            host,
+            groups: RefCell::new(BTreeMap::new()),
+            recovered: RefCell::new(recovered),
+            markers: replayed.markers,
+            waiters: RefCell::new(BTreeMap::new()),
+            to_apply: Rc::new(to_apply),
+            published: RefCell::new(HashMap::new()),
+        });
+        *self.partition_groups.borrow_mut() = Some(groups.clone());
+        for (group, replicas) in self.partition_groups_in_table() {
+            self.host_partition_group(&groups, group, replicas)?;
+        }
+        glommio::spawn_local(apply_committed(self.clone(), groups.clone(), committed)).detach();
+        glommio::spawn_local(publish_leaders(self.clone(), groups)).detach();
+        Ok(())
+    }
+
+    /// This shard's partition groups, on a node with peers once started.
+    pub fn partition_groups(&self) -> Option<Rc<PartitionGroups>> {
+        self.partition_groups.borrow().clone()
+    }
+
+    /// Hosts the group of a replicated partition this shard just got (a topic change), if
+    /// the groups are started (at start-up they are created from the table instead).
+    pub(crate) fn ensure_partition_group(&self, meta: &TopicMeta, partition: i32) {
+        let (Some(groups), Some((group, replicas))) =
+            (self.partition_groups(), self.replicated(meta, partition))
+        else {
+            return;
+        };
+        if let Err(e) = self.host_partition_group(&groups, group, replicas) {
+            // Only a recovered image raft refuses: the log was checked at start-up.
+            tracing::error!(shard = self.id, group, error = %e, "a partition group did not start");
+            crate::runtime::exit_process(crate::runtime::SHARD_STOPPED_EXIT_CODE);
+        }
+    }
+
+    fn host_partition_group(
+        &self,
+        groups: &PartitionGroups,
+        group: u64,
+        replicas: Vec<u32>,
+    ) -> Result<(), String> {
+        if groups.groups.borrow().contains_key(&group) {
+            return Ok(());
+        }
+        let voters: Vec<u64> = replicas.iter().map(|n| raft_id(*n as u64)).collect();
+        let image = groups.recovered.borrow_mut().remove(&group);
+        let image = image.unwrap_or_else(|| LogImage::new(&voters));
+        let config = GroupConfig::new(raft_id(self.config.node_id as u64));
+        // Applied index 0: raft hands every committed entry out again; the markers say
+        // which applied before (invariant 1).
+        let raft = RaftGroup::recover(&config, image, 0)?;
+        let to_apply = groups.to_apply.clone();
+        let on_apply = Box::new(move |entries: Vec<Entry>, outcomes: Vec<Outcome>| {
+            // Refused only once the applier ended (the shard is stopping).
+            let _ = to_apply.try_send((group, entries, outcomes));
+        });
+        let sink = ShardLogSink::new(self.log.clone(), group, on_apply);
+        groups.host.add_group(group, raft, Box::new(sink)).map_err(|e| e.to_string())?;
+        groups.groups.borrow_mut().insert(group, replicas);
+        tracing::info!(shard = self.id, group = format!("{group:#x}"), "partition group hosted");
+        Ok(())
+    }
+
+    /// NOT_LEADER_OR_FOLLOWER unless this replica leads the partition's group (a request
+    /// that only the leader serves: Fetch, ListOffsets); Ok for a partition of one replica.
+    pub(crate) fn check_partition_leader(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(), PartitionError> {
+        let Some(group) = self.partition_group_of(topic, partition) else { return Ok(()) };
+        match self.partition_groups() {
+            Some(groups) if groups.leads(group) => Ok(()),
+            _ => Err(PartitionError::NotLeaderOrFollower),
+        }
+    }
+
+    /// A produce to a replicated partition (`group` its group) on the shard that hosts the
+    /// group: validated and proposed here if this replica leads, answered once the entry
+    /// applied here and the append is durable (module docs).
+    pub(crate) fn produce_replicated(
+        self: &Rc<Self>,
+        group: u64,
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+    ) -> ProduceWait {
+        let proposed = self.propose_produce(group, topic, partition, records);
+        let shard = self.clone();
+        Box::pin(async move {
+            let (groups, index, receiver) = proposed?;
+            let applied = async { receiver.recv().await }
+                .or(async {
+                    glommio::timer::sleep(COMMIT_WAIT).await;
+                    None
+                })
+                .await;
+            groups.waiters.borrow_mut().remove(&(group, index));
+            // No answer within the wait: no quorum, or the leader moved. Retriable; an
+            // idempotent producer's retry is deduplicated if the entry committed after all.
+            let queued = applied.unwrap_or(Err(PartitionError::NotLeaderOrFollower))?;
+            shard.acknowledge(queued).await
+        })
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn propose_produce(
+        &self,
+        group: u64,
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+    ) -> Result<(Rc<PartitionGroups>, u64, LocalReceiver<Applied>), PartitionError> {
+        let groups = self.partition_groups().ok_or(PartitionError::NotLeaderOrFollower)?;
+        if !groups.leads(group) {
+            return Err(PartitionError::NotLeaderOrFollower);
+        }
+        let entry = {
+            let table = self.table_ref();
+            let meta = table.topic(topic).ok_or(PartitionError::UnknownTopicOrPartition)?;
+            let policy = ProducePolicy::of(meta, self.config.max_message_bytes);
+            let batches = validate_batches(topic, partition, &policy, &records)?;
+            if batches.iter().any(|(h, _)| h.attributes & TRANSACTIONAL != 0) {
+                return Err(PartitionError::InvalidRecord(format!(
+                    "transactions are not supported on replicated partitions yet \
+                     ({topic}-{partition} has {} replicas): docs/replication.md",
+                    meta.replication_factor()
+                )));
+            }
+            ProduceEntry {
+                topic_id: meta.topic_id,
+                partition,
+                table_version: table.version,
+                log_append_time_ms: crate::producer_log::wall_ms(),
+                records,
+            }
+        };
+        let proposed = groups.host.with_group(group, |g| g.propose(entry.encode()));
+        let proposal = match proposed {
+            Some(Ok(proposal)) => proposal,
+            Some(Err(ProposeError::NotLeader { .. } | ProposeError::Dropped)) | None => {
+                return Err(PartitionError::NotLeaderOrFollower)
+            }
+        };
+        let (sender, receiver) = local_channel::new_bounded(1);
+        groups.waiters.borrow_mut().insert((group, proposal.index), (proposal.term, sender));
+        Ok((groups, proposal.index, receiver))
+    }
+
+    /// Applies one committed entry of a partition group (invariants 1 and 2): the append's
+    /// result, or None when there is nothing to answer (an empty entry of a new leader,
+    /// an entry applied before the restart).
+    async fn apply_partition_entry(
+        &self,
+        groups: &PartitionGroups,
+        group: u64,
+        entry: &Entry,
+    ) -> Option<Applied> {
+        if entry.data.is_empty() {
+            return None;
+        }
+        let produce = ProduceEntry::decode(&entry.data).unwrap_or_else(|e| {
+            // Every replica writes the formats it reads: a committed entry that does not
+            // decode is a bug (or a node of a newer version), never to be guessed at.
+            let index = entry.index;
+            tracing::error!(group, index, error = %e, "a partition group entry does not decode");
+            crate::runtime::exit_process(crate::runtime::SHARD_STOPPED_EXIT_CODE);
+        });
+        while self.table_ref().version < produce.table_version {
+            // Invariant 2: the metadata group has not brought this node's table there yet.
+            glommio::timer::sleep(TABLE_WAIT_POLL).await;
+        }
+        let table = self.table();
+        let Some(meta) = table.topic_by_id(produce.topic_id) else {
+            return Some(Err(PartitionError::UnknownTopicOrPartition)); // deleted since
+        };
+        let Some(partition_id) = meta.partition_id(produce.partition) else {
+            return Some(Err(PartitionError::UnknownTopicOrPartition));
+        };
+        let next_offset = |p: PartitionId| self.log.partition_info(p).map(|i| i.log_end_offset);
+        if applied_before_restart(groups.markers.get(&group), entry.index, next_offset) {
+            return None;
+        }
+        let policy = ProducePolicy::of(meta, self.config.max_message_bytes);
+        let batches = match split_batches(&produce.records) {
+            Ok(batches) => batches,
+            Err(e) => return Some(Err(PartitionError::CorruptMessage(format!("{e:?}")))),
+        };
+        let time = if policy.log_append_time { produce.log_append_time_ms } else { -1 };
+        let applying = Some((group, entry.index));
+        let applied = self.append_produced(meta, partition_id, &policy, batches, time, applying);
+        Some(applied)
+    }
+
+    /// A replicated partition's leader as this shard knows it (Metadata).
+    pub fn partition_leader(&self, group: u64) -> GroupLeader {
+        self.partition_leaders.borrow().get(&group).copied().unwrap_or((None, 0))
+    }
+
+    /// Records a group's leader (`ShardRequest::PartitionLeader`, or this shard's own).
+    pub fn set_partition_leader(&self, group: u64, leader: GroupLeader) {
+        self.partition_leaders.borrow_mut().insert(group, leader);
+    }
+}
+
+/// Applies what the groups commit, each group's entries in index order (invariant 1).
+async fn apply_committed(
+    shard: Rc<Shard>,
+    groups: Rc<PartitionGroups>,
+    committed: LocalReceiver<Committed>,
+) {
+    while let Some((group, entries, outcomes)) = committed.recv().await {
+        for entry in entries {
+            let applied = shard.apply_partition_entry(&groups, group, &entry).await;
+            let applied = applied.unwrap_or(Err(PartitionError::NotLeaderOrFollower));
+            groups.resolve(group, entry.index, entry.term, applied);
+        }
+        for outcome in outcomes {
+            if let Outcome::Abandoned(proposal) = outcome {
+                let lost = Err(PartitionError::NotLeaderOrFollower);
+                groups.resolve(group, proposal.index, proposal.term, lost);
+            }
+        }
+    }
+}
+
+/// Every TICK, sends each hosted group's (leader, term) to the node's shards when it
+/// changed (module docs).
+async fn publish_leaders(shard: Rc<Shard>, groups: Rc<PartitionGroups>) {
+    loop {
+        glommio::timer::sleep(TICK).await;
+        let hosted: Vec<u64> = groups.groups.borrow().keys().copied().collect();
+        for group in hosted {
+            let Some(now) = groups.host.with_group(group, |g| {
+                let leader = g.leader_id().and_then(node_of).map(|n| n as u32);
+                (leader, g.term())
+            }) else {
+                continue;
+            };
+            if groups.published.borrow_mut().insert(group, now) == Some(now) {
+                continue;
+            }
+            shard.set_partition_leader(group, now);
+            for to in (0..shard.nr_shards).filter(|s| *s != shard.id) {
+                let request = ShardRequest::PartitionLeader { group, leader: now.0, term: now.1 };
+                let mesh = shard.mesh.clone();
+                glommio::spawn_local(async move {
+                    match mesh.call(to, request).await {
+                        ShardReply::PartitionLeader => {}
+                        other => panic!("partition leader answered with {other:?}"),
+                    }
+                })
+                .detach();
+            }
+        }
+    }
+}

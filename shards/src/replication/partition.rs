@@ -1,0 +1,366 @@
+//! Partition groups' pieces that need no IO (docs/replication.md, step 3): the group id of a
+//! (replica set, shard), the raft entry that carries one produce of one partition, and the
+//! rule that applies each committed entry exactly once across restarts (the "applying"
+//! marker).
+//!
+//! Runs on the shard that hosts the group (shard s of every replica node). Not a hot path
+//! by itself: `ProduceEntry::encode` copies the produced batches once into the entry
+//! (raft-rs owns its entries' bytes), `decode` slices them out without copying.
+//!
+//! Group ids: FNV-1a (64 bits, a fixed function: `std`'s `DefaultHasher` may change
+//! between Rust releases, and every node must compute the same id) over the shard and
+//! the sorted, deduplicated replica node ids, with the top bit set. So an id is never 0
+//! (`METADATA_GROUP`), is the same on every node, and two different (replica set, shard)
+//! pairs can collide only by a hash collision, which `check_group_ids` finds (the caller
+//! refuses the placement that makes one: an error, never a panic).
+//!
+//! Produce entry (version 1, little-endian except the Kafka batches, which are stored as
+//! produced; lengths checked against what remains before anything is sliced, trailing
+//! bytes refused):
+//!
+//! | size | field |
+//! |---|---|
+//! | 1 | version (= 1) |
+//! | 1 | kind (= 1, a produce) |
+//! | 16 | topic id (the same on every node, unlike the node-local `PartitionId`) |
+//! | 4 | partition index (i32) |
+//! | 8 | the topic table version the leader validated against (u64): a replica applies the
+//! |   | entry only once its own table reached it, so a topic it has not heard of yet is
+//! |   | waited for, not skipped |
+//! | 8 | the leader's wall clock in ms, for LogAppendTime topics (every replica stamps it) |
+//! | 4 | length n of the record batches |
+//! | n | the validated record batches, as produced |
+//!
+//! Invariants:
+//! 1. `ProduceEntry::decode(encode(e)) == e`; `decode` never panics on any bytes.
+//! 2. `partition_group_id` never returns 0, and depends only on the replica *set* and the
+//!    shard (not the replicas' order).
+//! 3. Exactly once across restarts (`applied_before_restart`): before entry N of a group is
+//!    applied, an `ApplyingMarker` (group, N, partition p, p's next offset o before the
+//!    apply) is appended to the shard log, then p's batches. The log recovers a prefix,
+//!    so after a restart the group's last recovered marker (N, p, o) says: entries below N
+//!    applied; N applied iff p's recovered next offset is past o; entries above N not.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use bytes::Bytes;
+use shardlog_storage::{Offset, PartitionId};
+
+/// Version byte of a produce entry.
+pub const ENTRY_VERSION: u8 = 1;
+/// Kind byte of an entry carrying one produce of one partition.
+const KIND_PRODUCE: u8 = 1;
+const ENTRY_HEADER_BYTES: usize = 1 + 1 + 16 + 4 + 8 + 8 + 4;
+
+/// The raft group of a (replica set, shard) (module docs; invariant 2). `replicas` in any
+/// order; duplicates count once.
+pub fn partition_group_id(replicas: &[u32], shard: u32) -> u64 {
+    const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut nodes = replicas.to_vec();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let mut hash = FNV_OFFSET;
+    let mut eat = |bytes: [u8; 4]| {
+        for byte in bytes {
+            hash ^= byte as u64;
+            hash = hash.wrapping_mul(FNV_PRIME);
+        }
+    };
+    eat(shard.to_le_bytes());
+    eat((nodes.len() as u32).to_le_bytes());
+    for node in nodes {
+        eat(node.to_le_bytes());
+    }
+    hash | 1 << 63
+}
+
+/// Two (replica set, shard) pairs whose group ids collide.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupIdCollision {
+    pub group: u64,
+    pub first: (Vec<u32>, u32),
+    pub second: (Vec<u32>, u32),
+}
+
+impl fmt::Display for GroupIdCollision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "replica sets {:?} on shard {} and {:?} on shard {} would share raft group id {:#x}",
+            self.first.0, self.first.1, self.second.0, self.second.1, self.group
+        )
+    }
+}
+
+/// Checks that distinct (replica set, shard) pairs have distinct group ids (module docs).
+pub fn check_group_ids<'a>(
+    placements: impl IntoIterator<Item = (&'a [u32], u32)>,
+) -> Result<(), GroupIdCollision> {
+    check_ids_with(placements, partition_group_id)
+}
+
+/// `check_group_ids` with the id function as a parameter (a test forges collisions).
+fn check_ids_with<'a>(
+    placements: impl IntoIterator<Item = (&'a [u32], u32)>,
+    id_of: impl Fn(&[u32], u32) -> u64,
+) -> Result<(), GroupIdCollision> {
+    let mut seen: BTreeMap<u64, (Vec<u32>, u32)> = BTreeMap::new();
+    for (replicas, shard) in placements {
+        let mut set = replicas.to_vec();
+        set.sort_unstable();
+        set.dedup();
+        let group = id_of(&set, shard);
+        match seen.get(&group) {
+            Some(first) if *first != (set.clone(), shard) => {
+                let (first, second) = (first.clone(), (set, shard));
+                return Err(GroupIdCollision { group, first, second });
+            }
+            Some(_) => {}
+            None => {
+                seen.insert(group, (set, shard));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One produce of one partition, as a raft entry (module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProduceEntry {
+    pub topic_id: [u8; 16],
+    pub partition: i32,
+    /// The version of the leader's topic table when it validated the produce.
+    pub table_version: u64,
+    /// The leader's wall clock when it proposed, in ms: the LogAppendTime every replica
+    /// stamps on the batches of a topic that asks for it.
+    pub log_append_time_ms: i64,
+    /// The record batches, validated by the leader, as produced.
+    pub records: Bytes,
+}
+
+/// Why an entry's bytes are not a produce entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntryError {
+    /// It ends before a field it announces.
+    Truncated,
+    UnknownVersion(u8),
+    UnknownKind(u8),
+    /// Bytes after the record batches.
+    Trailing(usize),
+}
+
+impl fmt::Display for EntryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "partition group entry: {self:?}")
+    }
+}
+
+impl std::error::Error for EntryError {}
+
+impl ProduceEntry {
+    /// The entry's bytes (module docs).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(ENTRY_HEADER_BYTES + self.records.len());
+        out.push(ENTRY_VERSION);
+        out.push(KIND_PRODUCE);
+        out.extend_from_slice(&self.topic_id);
+        out.extend_from_slice(&self.partition.to_le_bytes());
+        out.extend_from_slice(&self.table_version.to_le_bytes());
+        out.extend_from_slice(&self.log_append_time_ms.to_le_bytes());
+        out.extend_from_slice(&(self.records.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.records);
+        out
+    }
+
+    /// The entry of `bytes` (invariant 1: never panics).
+    pub fn decode(bytes: &Bytes) -> Result<ProduceEntry, EntryError> {
+        if bytes.len() < ENTRY_HEADER_BYTES {
+            return Err(EntryError::Truncated);
+        }
+        match bytes[0] {
+            ENTRY_VERSION => {}
+            other => return Err(EntryError::UnknownVersion(other)),
+        }
+        match bytes[1] {
+            KIND_PRODUCE => {}
+            other => return Err(EntryError::UnknownKind(other)),
+        }
+        let field = |at: usize, len: usize| &bytes[at..at + len];
+        let topic_id: [u8; 16] = field(2, 16).try_into().expect("16 bytes");
+        let partition = i32::from_le_bytes(field(18, 4).try_into().expect("4 bytes"));
+        let table_version = u64::from_le_bytes(field(22, 8).try_into().expect("8 bytes"));
+        let log_append_time_ms = i64::from_le_bytes(field(30, 8).try_into().expect("8 bytes"));
+        let len = u32::from_le_bytes(field(38, 4).try_into().expect("4 bytes")) as usize;
+        let remaining = bytes.len() - ENTRY_HEADER_BYTES;
+        if len > remaining {
+            return Err(EntryError::Truncated);
+        }
+        if len < remaining {
+            return Err(EntryError::Trailing(remaining - len));
+        }
+        let records = bytes.slice(ENTRY_HEADER_BYTES..);
+        Ok(ProduceEntry { topic_id, partition, table_version, log_append_time_ms, records })
+    }
+}
+
+/// Written to the shard log before entry `index` of `group` is applied to `partition`,
+/// whose next offset was `next_offset` (invariant 3). Node-local: `partition` is this
+/// node's log id of the partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ApplyingMarker {
+    pub group: u64,
+    pub index: u64,
+    pub partition: PartitionId,
+    pub next_offset: Offset,
+}
+
+/// Whether entry `index` of a group was applied before the restart (invariant 3), from
+/// the group's last recovered marker and `next_offset`, the recovered next offset of a
+/// partition (`None`: the partition is gone here, so there is nothing left to apply to
+/// it).
+pub fn applied_before_restart(
+    last: Option<&ApplyingMarker>,
+    index: u64,
+    next_offset: impl FnOnce(PartitionId) -> Option<Offset>,
+) -> bool {
+    let Some(marker) = last else { return false };
+    match index.cmp(&marker.index) {
+        std::cmp::Ordering::Less => true,
+        std::cmp::Ordering::Greater => false,
+        std::cmp::Ordering::Equal => {
+            next_offset(marker.partition).is_none_or(|next| next > marker.next_offset)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn entry() -> ProduceEntry {
+        ProduceEntry {
+            topic_id: [7; 16],
+            partition: 3,
+            table_version: 11,
+            log_append_time_ms: 1_700_000_000_123,
+            records: Bytes::from_static(b"batches as produced"),
+        }
+    }
+
+    #[test]
+    fn a_produce_entry_round_trips_and_its_golden_header_holds() {
+        let bytes = entry().encode();
+        assert_eq!(&bytes[..2], &[1, 1]);
+        assert_eq!(&bytes[2..18], &[7; 16]);
+        assert_eq!(&bytes[18..22], &3i32.to_le_bytes());
+        assert_eq!(&bytes[22..30], &11u64.to_le_bytes());
+        assert_eq!(&bytes[38..42], &19u32.to_le_bytes());
+        assert_eq!(ProduceEntry::decode(&Bytes::from(bytes)), Ok(entry()));
+        let empty = ProduceEntry { records: Bytes::new(), ..entry() };
+        assert_eq!(ProduceEntry::decode(&Bytes::from(empty.encode())), Ok(empty));
+    }
+
+    #[test]
+    fn every_cut_of_an_entry_is_truncated_and_bad_fields_are_named() {
+        let bytes = entry().encode();
+        for cut in 0..bytes.len() {
+            let cut = Bytes::copy_from_slice(&bytes[..cut]);
+            assert_eq!(ProduceEntry::decode(&cut), Err(EntryError::Truncated), "{}", cut.len());
+        }
+        let edited = |at: usize, value: u8| {
+            let mut b = bytes.clone();
+            b[at] = value;
+            ProduceEntry::decode(&Bytes::from(b))
+        };
+        assert_eq!(edited(0, 2), Err(EntryError::UnknownVersion(2)));
+        assert_eq!(edited(1, 0), Err(EntryError::UnknownKind(0)));
+        assert_eq!(edited(38, 20), Err(EntryError::Truncated));
+        assert_eq!(edited(38, 18), Err(EntryError::Trailing(1)));
+        let mut longer = bytes.clone();
+        longer.extend_from_slice(b"xy");
+        assert_eq!(ProduceEntry::decode(&Bytes::from(longer)), Err(EntryError::Trailing(2)));
+    }
+
+    #[test]
+    fn group_ids_depend_on_the_set_and_the_shard_never_on_order_and_are_never_zero() {
+        let id = partition_group_id(&[3, 1, 2], 0);
+        assert_eq!(id, partition_group_id(&[1, 2, 3], 0));
+        assert_eq!(id, partition_group_id(&[2, 3, 1, 3], 0));
+        assert_ne!(id, partition_group_id(&[1, 2, 3], 1));
+        assert_ne!(id, partition_group_id(&[1, 2], 0));
+        assert_ne!(id, crate::metadata_group::METADATA_GROUP);
+        // Every pair and triple of 40 nodes on 8 shards: distinct ids, none 0.
+        let mut sets = Vec::new();
+        for a in 0..40u32 {
+            for b in a + 1..40 {
+                sets.push(vec![a, b]);
+                for c in b + 1..40 {
+                    sets.push(vec![a, b, c]);
+                }
+            }
+        }
+        let placements = sets.iter().flat_map(|s| (0..8).map(move |shard| (&s[..], shard)));
+        assert_eq!(check_group_ids(placements), Ok(()));
+    }
+
+    #[test]
+    fn a_collision_of_group_ids_is_found_and_named() {
+        // A repeated (set, shard), in any order, is the same group, not a collision.
+        let same = [(&[1u32, 2, 3][..], 0), (&[3, 2, 1][..], 0), (&[1, 2, 3][..], 1)];
+        assert_eq!(check_group_ids(same), Ok(()));
+        // No collision of FNV-1a is known among small sets, so one is forged: an id of the
+        // shard alone makes two sets on shard 0 collide.
+        let placements = [(&[1u32, 2][..], 0), (&[2, 1][..], 0), (&[4, 3][..], 0)];
+        let collision = check_ids_with(placements, |_, shard| shard as u64 + 5).unwrap_err();
+        let expected =
+            GroupIdCollision { group: 5, first: (vec![1, 2], 0), second: (vec![3, 4], 0) };
+        assert_eq!(collision, expected);
+        let message = collision.to_string();
+        assert!(message.contains("[1, 2] on shard 0") && message.contains("0x5"), "{message}");
+    }
+
+    #[test]
+    fn the_last_marker_says_which_entries_applied_before_a_restart() {
+        let p = PartitionId::new(4, 1);
+        let marker = ApplyingMarker { group: 9, index: 10, partition: p, next_offset: 100 };
+        let at = |next: Option<Offset>| move |_: PartitionId| next;
+        // No marker: nothing applied (a fresh group, or none of its entries applied).
+        assert!(!applied_before_restart(None, 1, at(Some(0))));
+        // Below the marker: applied, whatever the partition holds.
+        assert!(applied_before_restart(Some(&marker), 9, at(Some(100))));
+        assert!(applied_before_restart(Some(&marker), 1, at(Some(0))));
+        // The marker's own entry: applied iff its batches were recovered.
+        assert!(!applied_before_restart(Some(&marker), 10, at(Some(100))));
+        assert!(applied_before_restart(Some(&marker), 10, at(Some(101))));
+        // ... and nothing to apply when the partition is gone here.
+        assert!(applied_before_restart(Some(&marker), 10, at(None)));
+        // Above it: not applied.
+        assert!(!applied_before_restart(Some(&marker), 11, at(Some(500))));
+    }
+
+    proptest! {
+        #[test]
+        fn any_produce_entry_round_trips(
+            topic_id in any::<[u8; 16]>(),
+            partition in any::<i32>(),
+            table_version in any::<u64>(),
+            log_append_time_ms in any::<i64>(),
+            records in proptest::collection::vec(any::<u8>(), 0..300),
+        ) {
+            let records = records.into();
+            let entry =
+                ProduceEntry { topic_id, partition, table_version, log_append_time_ms, records };
+            prop_assert_eq!(ProduceEntry::decode(&Bytes::from(entry.encode())), Ok(entry));
+        }
+
+        #[test]
+        fn arbitrary_bytes_decode_or_fail_without_panicking(
+            bytes in proptest::collection::vec(any::<u8>(), 0..512)
+        ) {
+            let _ = ProduceEntry::decode(&Bytes::from(bytes));
+        }
+    }
+}
