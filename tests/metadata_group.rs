@@ -104,6 +104,20 @@ fn heartbeat(broker: &Broker, group: &str) -> i16 {
     }
 }
 
+/// InitProducerId v2 (no transactional id) asked of `broker`'s bootstrap port: the id.
+fn new_producer_id(broker: &Broker) -> i64 {
+    use kafka_protocol::messages::init_producer_id_request::InitProducerIdRequest;
+    let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
+    let request = InitProducerIdRequest::default()
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id((-1).into())
+        .with_producer_epoch(-1);
+    match client.call(ApiKey::InitProducerId, 2, RequestKind::InitProducerId(request)) {
+        ResponseKind::InitProducerId(r) if r.error_code == 0 => r.producer_id.0,
+        other => panic!("{other:?}"),
+    }
+}
+
 /// Every node names the same coordinator for each of a few groups, on all three nodes
 /// between them; only that node accepts the group's requests (others: NOT_COORDINATOR).
 fn check_coordinators(cluster: &[Broker]) {
@@ -140,6 +154,12 @@ fn three_nodes_are_one_cluster_for_metadata_across_a_controller_kill() {
     assert_eq!(first.brokers, ids, "every node's shard, at its own port");
     let controller = node_of(first.controller) - 1;
     check_coordinators(&cluster);
+    // Producer ids are the cluster's, not a node's: producers that started at different
+    // nodes may write to one (replicated) partition, where one id shares sequence state.
+    let mut producer_ids: Vec<i64> = cluster.iter().map(new_producer_id).collect();
+    producer_ids.sort();
+    producer_ids.dedup();
+    assert_eq!(producer_ids.len(), NODES, "one id per node's first producer: {producer_ids:?}");
 
     // A node that is not the controller refuses to change the table itself.
     let follower = (controller + 1) % NODES;

@@ -29,6 +29,22 @@ pub const PID_BLOCK: u64 = 1000;
 
 /// Bits of a producer id that name the shard.
 const SHARD_BITS: u32 = 10;
+/// Bits of a producer id for the shard's counter. Above them, the node id (the 21 bits
+/// left: node ids are at most 2,097,151), so ids are unique across a cluster's nodes (two
+/// nodes' producers may write to one replicated partition, and one id would share its
+/// sequence state), and a single node's ids (node 0) are what they were before clusters.
+const COUNTER_BITS: u32 = 32;
+
+/// The id of shard `shard`'s `counter`-th producer on node `node`; None once the counter
+/// or the node id does not fit its bits.
+fn new_producer_id(node: u32, shard: usize, counter: u64) -> Option<i64> {
+    let node_bits = 63 - COUNTER_BITS - SHARD_BITS;
+    if counter >= 1 << COUNTER_BITS || u64::from(node) >= 1 << node_bits {
+        return None;
+    }
+    let id = u64::from(node) << (COUNTER_BITS + SHARD_BITS) | counter << SHARD_BITS | shard as u64;
+    Some(id as i64)
+}
 
 /// One entry of the `ProducerState` stream.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
@@ -93,8 +109,10 @@ impl Shard {
             }
         }
         let counter = self.pid_next.get();
+        let id = new_producer_id(self.config.node_id, self.id, counter)
+            .ok_or_else(|| format!("shard {} has handed out every producer id", self.id))?;
         self.pid_next.set(counter + 1);
-        Ok((((counter << SHARD_BITS) | self.id as u64) as i64, 0))
+        Ok((id, 0))
     }
 
     /// Start-up, after the topic table arrived: restores producer ids and producer state
@@ -259,5 +277,27 @@ impl Shard {
             warn!(shard = self.id, error = ?e, "writing a producer state snapshot");
         }
         self.snapshot_transactions();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::new_producer_id as producer_id;
+
+    #[test]
+    fn producer_ids_name_node_counter_and_shard_and_a_single_nodes_ids_are_unchanged() {
+        // Node 0 (a single node): the ids of before clusters, counter above the shard.
+        assert_eq!(producer_id(0, 3, 7), Some(7 << 10 | 3));
+        // The same counter and shard on other nodes: other ids, never negative.
+        let ids: Vec<i64> = [0, 1, 2, 2_097_151].map(|n| producer_id(n, 3, 7).unwrap()).into();
+        for (i, a) in ids.iter().enumerate() {
+            assert!(*a >= 0, "{a}");
+            assert!(ids[i + 1..].iter().all(|b| b != a), "{ids:?}");
+        }
+        assert_eq!(producer_id(1, 0, 0), Some(1 << 42));
+        // The largest counter fits; the next, or a node id past 21 bits, is refused.
+        assert_eq!(producer_id(5, 1023, (1 << 32) - 1).map(|id| id >> 42), Some(5));
+        assert_eq!(producer_id(5, 0, 1 << 32), None);
+        assert_eq!(producer_id(2_097_152, 0, 0), None);
     }
 }
