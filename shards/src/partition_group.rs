@@ -367,6 +367,14 @@ impl Shard {
         let time = if policy.log_append_time { produce.log_append_time_ms } else { -1 };
         let applying = Some((group, entry.index));
         let applied = self.append_produced(meta, partition_id, &policy, batches, time, applying);
+        if let Err(PartitionError::Storage(e)) = &applied {
+            // Every other refusal is decided by what every replica holds alike (sequence
+            // checks, the table); a committed entry this replica cannot store would make
+            // its copy differ from the others' from here on: stop instead.
+            let index = entry.index;
+            tracing::error!(group, index, error = %e, "a committed entry could not be stored");
+            crate::runtime::exit_process(crate::runtime::SHARD_STOPPED_EXIT_CODE);
+        }
         Some(applied)
     }
 
