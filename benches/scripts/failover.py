@@ -3,10 +3,16 @@
 
 Subcommands (the cluster itself is started by benches/scripts/replication.sh):
 
-  ready BOOTSTRAP NODES
-      Waits (60 s at most) until Metadata lists NODES nodes' brokers and names a controller.
+  ready BOOTSTRAP NODES [--probe CLUSTER]
+      Waits (60 s at most) until Metadata at BOOTSTRAP lists NODES nodes' brokers and names
+      a controller; with --probe, also creates a fresh topic through CLUSTER (a node's
+      address) and waits until BOOTSTRAP lists it: a node that restarted has caught up
+      with the metadata group (shardlog-load does not retry a partition its leader does
+      not know yet).
 
   run BOOTSTRAP NODE=PID,NODE=PID,... [--rate R] [--before S] [--after S] [--rf N]
+      (BOOTSTRAP: every node's address, comma-separated, so that the checker's consumer
+      finds the cluster whichever node was killed)
       Creates a fresh topic of one partition with N replicas, produces R messages a second
       (idempotent, acks=all, one message per request: linger.ms=0), kills -9 the node that
       leads the partition after S seconds, produces S seconds more, then reads the partition
@@ -31,16 +37,28 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
-def ready(bootstrap, nodes):
+def ready(bootstrap, nodes, probe_cluster=None):
     admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = None
+    if probe_cluster:
+        topic = f"probe-{uuid.uuid4().hex[:8]}"
+        cluster = AdminClient({"bootstrap.servers": probe_cluster})
+        for attempt in range(6):  # about a minute
+            try:
+                cluster.create_topics([NewTopic(topic, 1, 1)], request_timeout=10)[topic].result()
+                break
+            except Exception as e:
+                print(f"probe topic, attempt {attempt + 1}: {e}", file=sys.stderr)
     deadline = time.time() + 60
     last = None
     while time.time() < deadline:
         try:
             md = admin.list_topics(timeout=2)
             node_ids = {b // 1024 for b in md.brokers}
-            last = (sorted(md.brokers), md.controller_id)
-            if len(node_ids) >= nodes and md.controller_id >= 0:
+            last = (sorted(md.brokers), md.controller_id, topic in md.topics)
+            if len(node_ids) >= nodes and md.controller_id >= 0 and (
+                topic is None or topic in md.topics
+            ):
                 return
         except Exception as e:  # the cluster may not answer yet
             last = e
@@ -163,6 +181,7 @@ def main():
     r = sub.add_parser("ready")
     r.add_argument("bootstrap")
     r.add_argument("nodes", type=int)
+    r.add_argument("--probe", metavar="CLUSTER")
     f = sub.add_parser("run")
     f.add_argument("bootstrap")
     f.add_argument("pids")
@@ -172,7 +191,7 @@ def main():
     f.add_argument("--rf", type=int, default=3)
     args = parser.parse_args()
     if args.command == "ready":
-        ready(args.bootstrap, args.nodes)
+        ready(args.bootstrap, args.nodes, args.probe)
     else:
         run(args)
 

@@ -32,6 +32,7 @@ W=$(mktemp -d "${BENCH_TMP:-$ROOT/target}/shardlog-replication.XXXXXX")
 BASE=$(free_port_block 12)
 PEERS="1=127.0.0.1:$BASE,2=127.0.0.1:$((BASE + 4)),3=127.0.0.1:$((BASE + 8))"
 BOOTSTRAP=127.0.0.1:$BASE
+ALL=127.0.0.1:$BASE,127.0.0.1:$((BASE + 4)),127.0.0.1:$((BASE + 8))
 declare -A PID
 start() { # node
   local port=$((BASE + 4 * ($1 - 1)))
@@ -59,21 +60,24 @@ for r in $(seq "$ROUNDS"); do
   for rf in $RFS; do
     echo "# round=$r rf=$rf $(date -u +%H:%M:%S) uptime:$(uptime | sed 's/.*load average//')"
     "$L" produce --bootstrap "$BOOTSTRAP" --replication-factor $rf --partitions 3 --keys 0 \
-      --messages "$MESSAGES" --label "rf$rf" 2>&1 | grep '^RESULT' | tag "$r"
+      --messages "$MESSAGES" --label "rf$rf" 2>&1 | grep -E '^(RESULT|shardlog-load:)' | tag "$r"
     "$L" e2e --bootstrap "$BOOTSTRAP" --replication-factor $rf --partitions 3 \
-      --rate "$RATE" --secs "$SECS" --label "rf$rf" 2>&1 | grep '^RESULT' | tag "$r"
+      --rate "$RATE" --secs "$SECS" --label "rf$rf" 2>&1 | grep -E '^(RESULT|shardlog-load:)' | tag "$r"
   done
   case " $RFS " in *" 3 "*) ;; *) continue ;; esac
   echo "# round=$r failover $(date -u +%H:%M:%S)"
-  out=$(python3 "$ROOT/benches/scripts/failover.py" run "$BOOTSTRAP" \
+  out=$(python3 "$ROOT/benches/scripts/failover.py" run "$ALL" \
     "1=${PID[1]},2=${PID[2]},3=${PID[3]}" --rate "$FAILOVER_RATE" 2>"$W/failover.err")
   echo "$out" | tag "$r"
   killed=$(sed -n 's/^killed node \([0-9]*\).*/\1/p' "$W/failover.err")
-  grep -v '^killed node' "$W/failover.err" | head -5 >&2
+  grep -v -e '^killed node' -e '^%' "$W/failover.err" | head -5 >&2
   if [ -n "$killed" ]; then
     wait "${PID[$killed]}" 2>/dev/null
     start "$killed"
     healthy "$killed" || exit 1
-    python3 "$ROOT/benches/scripts/failover.py" ready "$BOOTSTRAP" 3 || exit 1
+    # The restarted node has caught up with the metadata group: it lists a topic created
+    # now through another node.
+    python3 "$ROOT/benches/scripts/failover.py" ready "127.0.0.1:$((BASE + 4 * (killed - 1)))" 3 \
+      --probe "127.0.0.1:$((BASE + 4 * (killed % 3)))" || exit 1
   fi
 done

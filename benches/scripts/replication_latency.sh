@@ -15,7 +15,8 @@ target=${CARGO_TARGET_DIR:-target}
 dir=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$dir"' EXIT
-base=29100
+source tests/lib/ports.sh
+base=$(free_port_block 12) # 4 per node: bootstrap, shard, replication, admin
 peers="1=127.0.0.1:$base,2=127.0.0.1:$((base + 4)),3=127.0.0.1:$((base + 8))"
 for n in 1 2 3; do
   port=$((base + 4 * (n - 1)))

@@ -55,8 +55,14 @@ pub fn create_topic(
 
 /// Asks Metadata until every partition of `topic` has a leader (creation may lag).
 pub fn wait_for_layout(conn: &mut Connection, topic: &str, partitions: i32) -> Result<TopicLayout> {
-    let mut layouts = wait_for_layouts(conn, &[topic.to_string()], partitions, 1)?;
-    Ok(layouts.pop().expect("one layout per name"))
+    let names = [topic.to_string()];
+    let layout = wait_for_layouts(conn, &names, partitions, 1)?.pop().expect("one per name");
+    // In a cluster the bootstrap node may know the topic before its leaders' nodes do
+    // (each applies the metadata log on its own); ask each leader until it knows it too.
+    for leader in layout.by_leader().keys() {
+        wait_for_layouts(&mut Connection::connect(leader)?, &names, partitions, 1)?;
+    }
+    Ok(layout)
 }
 
 /// The topic's layout as Metadata reports it now, or `None` if some partition lacks a
