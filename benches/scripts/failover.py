@@ -19,6 +19,7 @@ Subcommands (the cluster itself is started by benches/scripts/replication.sh):
       back from the new leader and checks every acknowledged message: present once, at its
       acknowledged offset, offsets dense. Prints one RESULT line:
 
+        leader_ms      kill -> Metadata (asked every 20 ms) names another leader, no error
         failover_ms    kill -> the first acknowledgement received after it
         first_new_ms   kill -> the acknowledgement of the first message sent after the kill
         stalled        messages sent before the kill and acknowledged after it
@@ -30,6 +31,7 @@ import argparse
 import os
 import signal
 import sys
+import threading
 import time
 import uuid
 
@@ -107,6 +109,19 @@ def run(args):
         else:
             failed[seq] = str(err)
 
+    new_leader_at = []
+
+    def watch_leader(killed_at):
+        """Records when Metadata first names a leader other than the killed node's."""
+        while time.monotonic() < killed_at + 60 and not new_leader_at:
+            try:
+                p = admin.list_topics(topic=topic, timeout=1).topics[topic].partitions[0]
+                if p.error is None and p.leader >= 0 and p.leader != leader:
+                    new_leader_at.append(time.monotonic())
+            except Exception:
+                pass
+            time.sleep(0.02)
+
     interval = 1.0 / args.rate
     seq = 0
     start = time.monotonic()
@@ -118,6 +133,8 @@ def run(args):
         if killed is None and now >= kill_at:
             os.kill(pids[victim], signal.SIGKILL)
             killed = time.monotonic()
+            watcher = threading.Thread(target=watch_leader, args=(killed,), daemon=True)
+            watcher.start()
         if now >= end:
             break
         due = start + seq * interval
@@ -127,6 +144,8 @@ def run(args):
             seq += 1
         producer.poll(max(0.0, min(due + interval - time.monotonic(), 0.001)))
     remaining = producer.flush(120)
+    watcher.join()
+    leader_ms = (new_leader_at[0] - killed) * 1000 if new_leader_at else -1
 
     after_kill = [t for _, t in acked.values() if t >= killed]
     first_sent_after = min((s for s, t in sent.items() if t >= killed), default=None)
@@ -168,7 +187,8 @@ def run(args):
     print(
         f"RESULT mode=failover rf={args.rf} rate={args.rate} sent={seq} acked={len(acked)} "
         f"failed={len(failed)} unflushed={remaining} lost={lost} duplicated={duplicated} "
-        f"gaps={gaps} failover_ms={failover_ms:.0f} first_new_ms={first_new_ms:.0f} "
+        f"gaps={gaps} leader_ms={leader_ms:.0f} failover_ms={failover_ms:.0f} "
+        f"first_new_ms={first_new_ms:.0f} "
         f"stalled={stalled} killed_node={victim}"
     )
     if lost or duplicated or gaps:
