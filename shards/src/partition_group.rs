@@ -152,14 +152,12 @@ impl Shard {
         Some((partition_group_id(&sorted, shard), sorted))
     }
 
-    /// The group of a replicated partition (`None`: not replicated, or unknown).
+    /// The group of a replicated partition (`None`: not replicated, or unknown). A node
+    /// without peers hosts no groups, so its produce path skips the table lookup here.
     pub fn partition_group_of(&self, topic: &str, partition: i32) -> Option<u64> {
+        self.partition_groups.borrow().as_ref()?;
         let table = self.table_ref();
-        let meta = table.topic(topic)?;
-        let replicas = meta.replicas(partition).filter(|r| r.len() > 1)?;
-        let mut sorted = replicas.to_vec();
-        sorted.sort_unstable();
-        Some(partition_group_id(&sorted, meta.owner(partition)? as u32))
+        self.replicated(table.topic(topic)?, partition).map(|(group, _)| group)
     }
 
     /// Starts this shard's partition groups (`host`: its replication host) from what its
