@@ -8,7 +8,9 @@
 //!    the responses of requests already read go out, for at most `DRAIN_BOUND`;
 //! 3. waits until every shard has drained (a forwarded produce may still be coming from
 //!    another shard's connection), for at most `DRAIN_BOUND`;
-//! 4. snapshots producer state and closes its log: flush, fdatasync, clean checkpoint.
+//! 4. stops its raft groups (`GroupHost::stop`: on a node of a cluster, so nothing of
+//!    theirs is written to a closing log; a leader's group elects another leader), then
+//!    snapshots producer state and closes its log: flush, fdatasync, clean checkpoint.
 //!
 //! When every shard has closed its log, shard 0 logs "shutdown complete" and the process
 //! exits 0 (1 if a log could not be closed cleanly). A second signal exits at once
@@ -141,6 +143,11 @@ impl ShardStop {
         let all = self.shared.nr_shards;
         wait_until(DRAIN_BOUND, || self.shared.drained.load(Ordering::SeqCst) >= all).await;
         checkpoints.await;
+        // The shard's raft groups first: nothing of theirs reaches the log once it closes
+        // (an entry the applier was handed and the log refuses applies at restart).
+        if let Some(host) = shard.replication() {
+            host.stop();
+        }
         shard.snapshot_producer_state();
         if let Err(e) = shard.log.close().await {
             error!(shard = id, error = %e, "closing the log failed");

@@ -22,6 +22,7 @@ use std::collections::BTreeSet;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::{read_topic, Broker, RawClient};
@@ -155,10 +156,11 @@ fn create_replicated_topic(broker: &Broker) {
 /// (partition, offset, value) of each acknowledged record.
 type Acked = Arc<Mutex<Vec<(i32, i64, String)>>>;
 
-/// Produces records `r-0`, `r-1`, ... round-robin over the partitions, ten in flight at
-/// a time, until `stop`; each acknowledged record is pushed to `acked`. A record the
-/// producer gives up on fails the test (its message timeout is far past an election).
-fn produce_until(bootstrap: String, acked: Acked, stop: Arc<AtomicBool>) {
+/// Produces records `r-0`, `r-1`, ... (each padded with `pad` bytes) round-robin over the
+/// partitions, ten in flight at a time, until `stop`; each acknowledged record is pushed
+/// to `acked`. A record the producer gives up on fails the test (its message timeout is
+/// far past an election).
+fn produce_until(bootstrap: String, acked: Acked, stop: Arc<AtomicBool>, pad: usize) {
     use rdkafka::producer::{FutureProducer, FutureRecord};
     let producer: FutureProducer = rdkafka::config::ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
@@ -173,7 +175,7 @@ fn produce_until(bootstrap: String, acked: Acked, stop: Arc<AtomicBool>) {
         while !stop.load(Ordering::SeqCst) {
             let mut pending = Vec::new();
             for _ in 0..10 {
-                let value = format!("r-{next}");
+                let value = format!("r-{next}-{}", "x".repeat(pad));
                 let partition = (next % PARTITIONS as usize) as i32;
                 let record = FutureRecord::<(), _>::to(TOPIC).payload(&value).partition(partition);
                 let delivery = producer.send_result(record).map_err(|(e, _)| e).unwrap();
@@ -195,17 +197,83 @@ fn wait_for_acks(acked: &Acked, count: usize, what: &str) {
     common::eventually(DEADLINE, what, || acked.lock().unwrap().len() >= count);
 }
 
-#[test]
-fn a_replicated_topic_loses_no_acknowledged_record_across_a_kill_of_its_leader() {
-    let mut cluster = Broker::start_cluster(NODES, 1, PORTS_PER_NODE);
-    let all = [0, 1, 2];
+/// Starts a producer thread (`produce_until`) over every node; returns what it
+/// acknowledges, its stop flag and the thread.
+fn start_producer(cluster: &[Broker], pad: usize) -> (Acked, Arc<AtomicBool>, JoinHandle<()>) {
+    let acked: Acked = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let bootstrap = cluster.iter().map(Broker::bootstrap).collect::<Vec<_>>().join(",");
+    let (thread_acked, thread_stop) = (acked.clone(), stop.clone());
+    let thread =
+        std::thread::spawn(move || produce_until(bootstrap, thread_acked, thread_stop, pad));
+    (acked, stop, thread)
+}
+
+/// Waits until `node`'s listeners are closed (a killed process is gone), then restarts it.
+fn restart_when_gone(node: &mut Broker) {
+    let bootstrap: SocketAddr = node.bootstrap().parse().unwrap();
+    common::eventually(DEADLINE, "the killed node's listeners to close", || {
+        TcpStream::connect_timeout(&bootstrap, Duration::from_millis(100)).is_err()
+    });
+    node.restart();
+}
+
+/// The checker: every acknowledged record exactly once, at its offset, offsets dense.
+/// Returns what is stored, read from `node` (librdkafka finds the leader).
+fn check_acknowledged(node: &Broker, acked: &[(i32, i64, String)]) -> common::Stored {
+    let stored = read_topic(node, TOPIC, PARTITIONS);
+    for (partition, records) in &stored {
+        for (k, (offset, _)) in records.iter().enumerate() {
+            assert_eq!(*offset, k as i64, "partition {partition}: offsets dense from 0");
+        }
+    }
+    let mut values = BTreeSet::new();
+    for records in stored.values() {
+        for (offset, value) in records {
+            let value = String::from_utf8(value.clone()).unwrap();
+            assert!(values.insert(value.clone()), "{value} stored twice (again at {offset})");
+        }
+    }
+    for (partition, offset, value) in acked {
+        let found = stored.get(partition).and_then(|r| r.get(*offset as usize));
+        let found = found.map(|(o, v)| (*o, String::from_utf8_lossy(v).to_string()));
+        assert_eq!(found, Some((*offset, value.clone())), "acknowledged {value}");
+    }
+    stored
+}
+
+/// Waits until the three copies are the same size, partition by partition (the same
+/// batches at the same offsets), and returns the sizes.
+fn wait_for_same_copies(cluster: &[Broker]) -> Vec<Vec<i64>> {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let sizes: Vec<Vec<i64>> = cluster.iter().map(log_sizes).collect();
+        if sizes[0].iter().all(|s| *s > 0) && sizes.iter().all(|s| *s == sizes[0]) {
+            return sizes;
+        }
+        assert!(Instant::now() < deadline, "the three copies differ: {sizes:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Every node names the same controller, which then creates the topic, and every node
+/// names the same leader of it: the node index of that leader.
+fn start_with_topic(cluster: &[Broker]) -> usize {
     // librdkafka's admin API goes to the controller it finds in Metadata.
     common::eventually(DEADLINE, "every node to name the same controller", || {
         let named: Vec<i32> = cluster.iter().map(controller).collect();
         named[0] >= 0 && named.iter().all(|c| *c == named[0])
     });
     create_replicated_topic(&cluster[0]);
-    wait_for(&cluster, &all, "every node to name the same leader of the topic", one_leader);
+    wait_for(cluster, &[0, 1, 2], "every node to name the same leader of the topic", one_leader);
+    node_of(view(&cluster[0]).unwrap()[0].1) - 1
+}
+
+#[test]
+fn a_replicated_topic_loses_no_acknowledged_record_across_a_kill_of_its_leader() {
+    let mut cluster = Broker::start_cluster(NODES, 1, PORTS_PER_NODE);
+    let all = [0, 1, 2];
+    start_with_topic(&cluster);
     let before = view(&cluster[0]).unwrap();
     for (partition, (_, _, epoch, replicas)) in before.iter().enumerate() {
         assert_eq!(replicas.len(), NODES, "partition {partition}'s replicas: {replicas:?}");
@@ -232,13 +300,7 @@ fn a_replicated_topic_loses_no_acknowledged_record_across_a_kill_of_its_leader()
     // stop it), which the copies' sizes below catch.
     common::produce_tagged(&cluster[0], TOPIC, PARTITIONS, "plain", 20);
 
-    let acked: Acked = Arc::default();
-    let stop = Arc::new(AtomicBool::new(false));
-    let bootstrap = cluster.iter().map(Broker::bootstrap).collect::<Vec<_>>().join(",");
-    let producer = {
-        let (acked, stop) = (acked.clone(), stop.clone());
-        std::thread::spawn(move || produce_until(bootstrap, acked, stop))
-    };
+    let (acked, stop, producer) = start_producer(&cluster, 0);
     wait_for_acks(&acked, 60, "60 records acknowledged before the kill");
 
     // The leader's node dies; the two others elect a new leader in a higher term.
@@ -254,56 +316,115 @@ fn a_replicated_topic_loses_no_acknowledged_record_across_a_kill_of_its_leader()
     wait_for_acks(&acked, acked_at_kill + 60, "60 more records acknowledged after the kill");
 
     // The killed node restarts and catches up.
-    let bootstrap: SocketAddr = cluster[dead].bootstrap().parse().unwrap();
-    common::eventually(DEADLINE, "the killed node's listeners to close", || {
-        TcpStream::connect_timeout(&bootstrap, Duration::from_millis(100)).is_err()
-    });
-    cluster[dead].restart();
+    restart_when_gone(&mut cluster[dead]);
     wait_for(&cluster, &all, "the restarted node to name the same leader", one_leader);
     let acked_at_restart = acked.lock().unwrap().len();
     wait_for_acks(&acked, acked_at_restart + 30, "30 more records after the restart");
     stop.store(true, Ordering::SeqCst);
     producer.join().expect("the producer thread");
 
-    // Every acknowledged record exactly once, at its offset; offsets dense.
+    // Every acknowledged record exactly once, at its offset; offsets dense; the three
+    // copies end the same (their sizes: the same batches at the same offsets).
     let acked = acked.lock().unwrap().clone();
-    let stored = read_topic(&cluster[survivors[0]], TOPIC, PARTITIONS);
-    for (partition, records) in &stored {
-        for (k, (offset, _)) in records.iter().enumerate() {
-            assert_eq!(*offset, k as i64, "partition {partition}: offsets dense from 0");
-        }
-    }
-    let mut values = BTreeSet::new();
-    for records in stored.values() {
-        for (offset, value) in records {
-            let value = String::from_utf8(value.clone()).unwrap();
-            assert!(values.insert(value.clone()), "{value} stored twice (again at {offset})");
-        }
-    }
-    for (partition, offset, value) in &acked {
-        let found = stored.get(partition).and_then(|r| r.get(*offset as usize));
-        let found = found.map(|(o, v)| (*o, String::from_utf8_lossy(v).to_string()));
-        assert_eq!(found, Some((*offset, value.clone())), "acknowledged {value}");
-    }
+    let stored = check_acknowledged(&cluster[survivors[0]], &acked);
+    let sizes = wait_for_same_copies(&cluster);
+    let after = view(&cluster[0]).unwrap();
+    let ends: Vec<usize> = stored.values().map(Vec::len).collect();
+    eprintln!(
+        "{} records acknowledged ({acked_at_kill} before the kill, {acked_at_restart} before \
+         the restart); stored per partition {ends:?}; log sizes {sizes:?}; leader and epoch \
+         before {:?}, after {:?}",
+        acked.len(),
+        (before[0].1, before[0].2),
+        (after[0].1, after[0].2)
+    );
+}
 
-    // The three copies end the same (their sizes: the same batches at the same offsets).
+/// Bytes of padding per record in the compaction test: 640 of them are 20 MiB, past the
+/// 8 MiB at which a shard writes a stream snapshot.
+const PAD: usize = 32 << 10;
+const PADDED_RECORDS: usize = 640;
+
+/// Log compaction (docs/replication.md, "Log compaction"). With a follower down, the
+/// leader keeps every entry the follower lacks (invariant 4 of `partition_group`: a
+/// compaction past it would leave it unable to catch up, since no snapshot is sent); once
+/// it is back and caught up from entries, every replica compacts its log, and every
+/// node's `Raft` stream is snapshotted. Then the leader's node is killed and restarts
+/// from its stream snapshot: records of a producer that is not idempotent, produced just
+/// before, must not be applied twice (copies' sizes), and every acknowledged record is
+/// there exactly once.
+#[test]
+fn raft_logs_compact_only_what_every_replica_has_and_a_node_restarts_from_a_stream_snapshot() {
+    let mut cluster = Broker::start_cluster(NODES, 1, PORTS_PER_NODE);
+    let leader = start_with_topic(&cluster);
+    let follower = (leader + 1) % NODES;
+    let metric = |node: &Broker, name: &str| node.metric_sum(name) as u64;
+    cluster[follower].kill();
+
+    let (acked, stop, producer) = start_producer(&cluster, PAD);
+    wait_for_acks(&acked, PADDED_RECORDS, "the padded records acknowledged");
+    stop.store(true, Ordering::SeqCst);
+    producer.join().expect("the producer thread");
+    let produced = (acked.lock().unwrap().len() * PAD) as u64;
+    let held = metric(&cluster[leader], "shardlog_raft_log_entry_bytes");
+    assert!(
+        held >= produced / 2,
+        "the leader compacted what the down follower lacks: {held} bytes held of {produced}"
+    );
+
+    // The follower returns and catches up from entries; then every replica compacts and
+    // snapshots its stream.
+    restart_when_gone(&mut cluster[follower]);
+    wait_for(&cluster, &[0, 1, 2], "the follower to name the leader", one_leader);
+    wait_for_same_copies(&cluster);
+    // Each node's raft log entries and their bytes, compactions, stream snapshots, and the
+    // bytes its shard log holds of the Raft stream (what memory and checkpoints carry).
+    let figures = |node: &Broker| {
+        let names = [
+            "log_entry_bytes",
+            "log_entries",
+            "compactions_total",
+            "stream_snapshots_total",
+            "stream_held_bytes",
+        ];
+        names.map(|name| metric(node, &format!("shardlog_raft_{name}")))
+    };
     let deadline = Instant::now() + DEADLINE;
-    loop {
-        let sizes: Vec<Vec<i64>> = cluster.iter().map(log_sizes).collect();
-        if sizes[0].iter().all(|s| *s > 0) && sizes.iter().all(|s| *s == sizes[0]) {
-            let after = view(&cluster[0]).unwrap();
-            let ends: Vec<usize> = stored.values().map(Vec::len).collect();
-            eprintln!(
-                "{} records acknowledged ({acked_at_kill} before the kill, {acked_at_restart} \
-                 before the restart); stored per partition {ends:?}; log sizes {sizes:?}; \
-                 leader and epoch before {:?}, after {:?}",
-                acked.len(),
-                (before[0].1, before[0].2),
-                (after[0].1, after[0].2)
-            );
-            break;
+    let compacted = loop {
+        let now: Vec<[u64; 5]> = cluster.iter().map(figures).collect();
+        if now.iter().all(|[bytes, _, compactions, snapshots, stream]| {
+            *bytes < 4 << 20 && *compactions > 0 && *snapshots > 0 && *stream < 4 << 20
+        }) {
+            break now;
         }
-        assert!(Instant::now() < deadline, "the three copies differ: {sizes:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        assert!(
+            Instant::now() < deadline,
+            "every node to compact its log and snapshot its stream: per node [log entry \
+             bytes, entries, compactions, stream snapshots, stream bytes held] {now:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+
+    // The leader's node restarts from its stream snapshot; a producer that is not
+    // idempotent wrote just before (an entry applied again would store its records twice).
+    common::produce_tagged(&cluster[leader], TOPIC, PARTITIONS, "plain", 20);
+    cluster[leader].kill();
+    restart_when_gone(&mut cluster[leader]);
+    wait_for(&cluster, &[0, 1, 2], "the restarted node to name the leader", one_leader);
+    let (more, stop, producer) = start_producer(&cluster, 0);
+    wait_for_acks(&more, 30, "30 records after the restart");
+    stop.store(true, Ordering::SeqCst);
+    producer.join().expect("the producer thread");
+
+    let mut acked = acked.lock().unwrap().clone();
+    acked.extend(more.lock().unwrap().iter().cloned());
+    let stored = check_acknowledged(&cluster[follower], &acked);
+    let sizes = wait_for_same_copies(&cluster);
+    let ends: Vec<usize> = stored.values().map(Vec::len).collect();
+    eprintln!(
+        "{} records acknowledged; stored per partition {ends:?}; log sizes {sizes:?}; raft \
+         figures per node once compacted {compacted:?} ([log entry bytes, entries, \
+         compactions, stream snapshots, stream bytes held])",
+        acked.len()
+    );
 }

@@ -255,10 +255,10 @@ impl Shard {
         if let Err(e) = self.persist_and_publish(record).await {
             // Its log refused the record (it stopped, or the disk is full). Skipping it
             // would leave this node's table behind every later record: stop the broker,
-            // as for any fatal storage error; the entry is applied again at restart.
-            let index = entry.index;
-            tracing::error!(index, error = %e, "applying a metadata group entry failed: stopping");
-            crate::runtime::exit_process(crate::runtime::SHARD_STOPPED_EXIT_CODE);
+            // as for any fatal storage error (unless the shard is shutting down); the
+            // entry is applied again at restart.
+            self.unstorable_committed_entry(METADATA_GROUP, entry.index, &e.to_string());
+            return Applied::Skipped;
         }
         if self.metadata_snapshots.borrow().due(&self.config.metadata_snapshot) {
             self.write_metadata_snapshot().await;

@@ -17,7 +17,9 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use shardlog_storage::{Histogram, LogProbes, Offset, LATENCY_BOUNDS_US, STAGE_BOUNDS_US};
+use shardlog_storage::{
+    Histogram, InternalStream, LogProbes, Offset, LATENCY_BOUNDS_US, STAGE_BOUNDS_US,
+};
 
 use crate::group::GroupSummary;
 use crate::message::{PartitionData, ShardReply, ShardRequest};
@@ -200,6 +202,14 @@ pub struct ReplicationMetrics {
     pub groups: u64,
     pub stats: TransportStats,
     pub host: HostStats,
+    /// Entries the hosted groups' logs hold in memory (after their compaction points).
+    pub log_entries: u64,
+    /// Bytes of those entries' data.
+    pub log_entry_bytes: u64,
+    /// The shard log's `Raft` stream: bytes held (in memory and the next checkpoint), and
+    /// bytes since its last stream snapshot.
+    pub stream: shardlog_storage::InternalBytes,
+    pub compaction: crate::partition_group::CompactionStats,
 }
 
 /// A group as the console's group list shows it.
@@ -375,7 +385,17 @@ impl Shard {
             groups,
             replication: self.replication().map(|host| {
                 let transport = host.transport();
+                let (mut log_entries, mut log_entry_bytes) = (0, 0);
+                host.for_each_group(|_, group| {
+                    log_entries += group.log().entries.len() as u64;
+                    log_entry_bytes += group.log().entry_bytes();
+                });
+                let groups = self.partition_groups();
                 ReplicationMetrics {
+                    log_entries,
+                    log_entry_bytes,
+                    stream: self.log.internal_stream_bytes(InternalStream::Raft),
+                    compaction: groups.map(|g| g.compaction_stats()).unwrap_or_default(),
                     peers: transport.peer_count() as u64,
                     connected_peers: transport.connected_peers() as u64,
                     inbound_connections: transport.inbound_connections() as u64,

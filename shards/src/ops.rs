@@ -31,8 +31,6 @@ use crate::message::{
 };
 use crate::metadata::TopicMeta;
 use crate::producer::{BatchSequence, Check, SequenceError};
-use crate::replication::partition::ApplyingMarker;
-use crate::replication::persist;
 use crate::shard::Shard;
 use crate::topic_config::ProducePolicy;
 use crate::txn::partition::{CONTROL, TRANSACTIONAL};
@@ -194,9 +192,7 @@ impl Shard {
             self.ensure_txn_stream();
         }
         if let Some((group, index)) = applying {
-            let next_offset = self.log.partition_info(partition_id).map_or(0, |i| i.log_end_offset);
-            let marker = ApplyingMarker { group, index, partition: partition_id, next_offset };
-            persist::append_marker(&self.log, &marker).map_err(append_error)?;
+            self.append_applying_marker(group, index, partition_id)?;
         }
         let appended = self.log.append_batches(partition_id, &batches).map_err(append_error)?;
         if transactional {

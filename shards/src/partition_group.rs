@@ -17,6 +17,16 @@
 //! - Leaders: every TICK the hosting shard compares each group's (leader, term) with what
 //!   it last published, and sends changes to the node's other shards
 //!   (`ShardRequest::PartitionLeader`), so Metadata on any shard reads its own map.
+//! - Log compaction (docs/replication.md, "Log compaction"): every TICK a leader whose
+//!   voters all have at least `COMPACT_AFTER_ENTRIES` committed entries (or
+//!   `COMPACT_AFTER_BYTES` of them) past its log's snapshot point proposes a compaction
+//!   entry up to the slowest voter's match index; every replica compacts its own log
+//!   when it applies that entry. When the shard's `Raft` stream grew by
+//!   `STREAM_SNAPSHOT_BYTES` (and by four times the last stream snapshot) since its last
+//!   stream snapshot, the shard writes a new one (every group's compacted image, every
+//!   partition group's last applying marker), so the shard log forgets the stream's
+//!   older entries: memory and checkpoints hold the groups' logs since their compaction
+//!   point, not since their first entry.
 //!
 //! Runs on the shard that hosts the groups. Not a hot path yet: a produce costs one raft
 //! entry (the batches copied once into it) and one channel hop to the applier.
@@ -29,8 +39,12 @@
 //!    every replica that has the deletion, and the others drop the partition when they
 //!    apply it).
 //! 3. A produce is answered with its own entry's apply (index and term), never another's.
+//! 4. A replica compacts its log only up to an index every voter has durably (the
+//!    leader's match indexes when it proposed) and it has applied itself: no voter ever
+//!    needs a compacted entry from it, and no entry is dropped before its data is on the
+//!    shard log (its batches precede the stream snapshot that drops the entry).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::time::Duration;
@@ -38,7 +52,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_lite::FutureExt;
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
-use shardlog_storage::{split_batches, InternalEntry, PartitionId};
+use shardlog_storage::{split_batches, Durable, InternalEntry, InternalStream, PartitionId};
 
 use crate::error::PartitionError;
 use crate::message::{ShardReply, ShardRequest};
@@ -46,12 +60,12 @@ use crate::metadata::TopicMeta;
 use crate::metadata_group::{COMMIT_WAIT, METADATA_GROUP};
 use crate::ops::{validate_batches, ProduceWait, Queued};
 use crate::replication::partition::{
-    applied_before_restart, partition_group_id, ApplyingMarker, ProduceEntry,
+    applied_before_restart, partition_group_id, ApplyingMarker, PartitionEntry, ProduceEntry,
 };
 use crate::replication::persist::{self, ShardLogSink};
 use crate::replication::{
-    node_of, raft_id, Entry, GroupConfig, GroupHost, LogImage, Outcome, ProposeError, RaftGroup,
-    TICK,
+    node_of, raft_id, Entry, GroupConfig, GroupHost, LogImage, Outcome, Proposal, ProposeError,
+    RaftGroup, TICK,
 };
 use crate::shard::Shard;
 use crate::topic_config::ProducePolicy;
@@ -60,6 +74,19 @@ use crate::txn::partition::TRANSACTIONAL;
 /// How often the applier looks again at a table behind an entry (invariant 2): rare (a
 /// topic created a moment ago), so a poll, not a notification.
 const TABLE_WAIT_POLL: Duration = Duration::from_millis(5);
+
+/// Entries, or bytes of entry data, a leader lets pass its log's snapshot point before it
+/// proposes a compaction: at most one compaction entry per this much, and per tick, so an
+/// idle group proposes none.
+const COMPACT_AFTER_ENTRIES: u64 = 64;
+const COMPACT_AFTER_BYTES: u64 = 1 << 20;
+
+/// Bytes the shard's `Raft` stream grows by before the shard writes a stream snapshot,
+/// which it writes only when it would be at most half that growth (so rewriting the
+/// groups' images costs at most half of what they wrote, and a snapshot is written only
+/// once compaction made most of the stream dead) and at most half a segment (an entry
+/// never spans segments).
+const STREAM_SNAPSHOT_BYTES: u64 = 8 << 20;
 
 /// What the applier tells a waiting produce: its append, or why there is none.
 type Applied = Result<Queued, PartitionError>;
@@ -80,8 +107,14 @@ pub struct PartitionGroups {
     groups: RefCell<BTreeMap<u64, Vec<u32>>>,
     /// Images recovered at start-up, taken when their group is created.
     recovered: RefCell<BTreeMap<u64, LogImage>>,
-    /// Each group's last applying marker recovered at start-up (invariant 1).
-    markers: BTreeMap<u64, ApplyingMarker>,
+    /// Each group's last applying marker, recovered at start-up or written since
+    /// (invariant 1; a stream snapshot carries them).
+    markers: RefCell<BTreeMap<u64, ApplyingMarker>>,
+    /// Each led group's last compaction proposal (invariant 4).
+    compactions_proposed: RefCell<HashMap<u64, Proposal>>,
+    /// The last stream snapshot, until it is durable and the log forgot what it replaced.
+    stream_snapshot: RefCell<Option<Durable>>,
+    stats: Cell<CompactionStats>,
     /// Produces of this shard waiting for their entry: (group, index) -> (term, answer).
     waiters: RefCell<BTreeMap<(u64, u64), Waiter>>,
     /// Committed entries to the applier: (group, entries, outcomes).
@@ -90,7 +123,29 @@ pub struct PartitionGroups {
     published: RefCell<HashMap<u64, GroupLeader>>,
 }
 
+/// A shard's log compaction figures since its start (`/metrics`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompactionStats {
+    /// Compaction entries applied that dropped entries from a group's log.
+    pub compactions: u64,
+    /// Stream snapshots written.
+    pub stream_snapshots: u64,
+    /// Stream snapshots the log refused (a stopped log).
+    pub stream_snapshot_failures: u64,
+}
+
 impl PartitionGroups {
+    /// Compaction figures since the start.
+    pub fn compaction_stats(&self) -> CompactionStats {
+        self.stats.get()
+    }
+
+    fn count(&self, change: impl FnOnce(&mut CompactionStats)) {
+        let mut stats = self.stats.get();
+        change(&mut stats);
+        self.stats.set(stats);
+    }
+
     /// Whether this replica leads group `group` now.
     fn leads(&self, group: u64) -> bool {
         self.host.with_group(group, |g| g.is_leader()).unwrap_or(false)
@@ -169,13 +224,16 @@ impl Shard {
         replayed: persist::Replayed,
     ) -> Result<(), String> {
         let (to_apply, committed) = local_channel::new_unbounded();
-        let mut recovered = replayed.images;
-        recovered.remove(&METADATA_GROUP);
+        // Every recovered image stays here until its group is hosted (the metadata group's
+        // on shard 0 too), so a stream snapshot never leaves out a group not hosted yet.
         let groups = Rc::new(PartitionGroups {
             host,
             groups: RefCell::new(BTreeMap::new()),
-            recovered: RefCell::new(recovered),
-            markers: replayed.markers,
+            recovered: RefCell::new(replayed.images),
+            markers: RefCell::new(replayed.markers),
+            compactions_proposed: RefCell::new(HashMap::new()),
+            stream_snapshot: RefCell::new(None),
+            stats: Cell::new(CompactionStats::default()),
             waiters: RefCell::new(BTreeMap::new()),
             to_apply: Rc::new(to_apply),
             published: RefCell::new(HashMap::new()),
@@ -185,7 +243,25 @@ impl Shard {
             self.host_partition_group(&groups, group, replicas)?;
         }
         glommio::spawn_local(apply_committed(self.clone(), groups.clone(), committed)).detach();
-        glommio::spawn_local(publish_leaders(self.clone(), groups)).detach();
+        glommio::spawn_local(every_tick(self.clone(), groups)).detach();
+        Ok(())
+    }
+
+    /// Appends the applying marker of entry `index` of `group`, about to be applied to
+    /// `partition` (`replication::partition` invariant 3), and keeps it for the next
+    /// stream snapshot.
+    pub(crate) fn append_applying_marker(
+        &self,
+        group: u64,
+        index: u64,
+        partition: PartitionId,
+    ) -> Result<(), PartitionError> {
+        let next_offset = self.log.partition_info(partition).map_or(0, |i| i.log_end_offset);
+        let marker = ApplyingMarker { group, index, partition, next_offset };
+        persist::append_marker(&self.log, &marker).map_err(crate::ops::append_error)?;
+        if let Some(groups) = self.partition_groups() {
+            groups.markers.borrow_mut().insert(group, marker);
+        }
         Ok(())
     }
 
@@ -335,13 +411,23 @@ impl Shard {
         if entry.data.is_empty() {
             return None;
         }
-        let produce = ProduceEntry::decode(&entry.data).unwrap_or_else(|e| {
+        let decoded = PartitionEntry::decode(&entry.data).unwrap_or_else(|e| {
             // Every replica writes the formats it reads: a committed entry that does not
             // decode is a bug (or a node of a newer version), never to be guessed at.
             let index = entry.index;
             tracing::error!(group, index, error = %e, "a partition group entry does not decode");
             crate::runtime::exit_process(crate::runtime::SHARD_STOPPED_EXIT_CODE);
         });
+        let produce = match decoded {
+            PartitionEntry::Produce(produce) => produce,
+            PartitionEntry::Compact { to } => {
+                // Invariant 4: every entry up to `to` applied here before this one.
+                if groups.host.with_group(group, |g| g.compact(to)) == Some(true) {
+                    groups.count(|s| s.compactions += 1);
+                }
+                return None;
+            }
+        };
         while self.table_ref().version < produce.table_version {
             // Invariant 2: the metadata group has not brought this node's table there yet.
             glommio::timer::sleep(TABLE_WAIT_POLL).await;
@@ -354,9 +440,11 @@ impl Shard {
             return Some(Err(PartitionError::UnknownTopicOrPartition));
         };
         let next_offset = |p: PartitionId| self.log.partition_info(p).map(|i| i.log_end_offset);
-        if applied_before_restart(groups.markers.get(&group), entry.index, next_offset) {
+        let markers = groups.markers.borrow();
+        if applied_before_restart(markers.get(&group), entry.index, next_offset) {
             return None;
         }
+        drop(markers);
         let policy = ProducePolicy::of(meta, self.config.max_message_bytes);
         let batches = match split_batches(&produce.records) {
             Ok(batches) => batches,
@@ -368,12 +456,29 @@ impl Shard {
         if let Err(PartitionError::Storage(e)) = &applied {
             // Every other refusal is decided by what every replica holds alike (sequence
             // checks, the table); a committed entry this replica cannot store would make
-            // its copy differ from the others' from here on: stop instead.
-            let index = entry.index;
-            tracing::error!(group, index, error = %e, "a committed entry could not be stored");
-            crate::runtime::exit_process(crate::runtime::SHARD_STOPPED_EXIT_CODE);
+            // its copy differ from the others' from here on: stop instead, unless the log
+            // refused it because the shard is shutting down (the entry applies at restart).
+            self.unstorable_committed_entry(group, entry.index, e);
         }
         Some(applied)
+    }
+
+    /// A committed entry of raft group `group` that this replica's log refused: the
+    /// broker stops (exit 70), since skipping it would leave this replica's state behind
+    /// every later entry, except while the shard shuts down (its log closing: `GroupHost::
+    /// stop` stopped the groups, and the applier finishes what it was handed), when the
+    /// entry is applied again at restart (the applying markers say it was not).
+    pub(crate) fn unstorable_committed_entry(&self, group: u64, index: u64, error: &str) {
+        if self.log.is_closing() {
+            tracing::debug!(
+                group,
+                index,
+                "a committed entry is left for the restart: shutting down"
+            );
+            return;
+        }
+        tracing::error!(group, index, error, "a committed entry could not be stored: stopping");
+        crate::runtime::exit_process(crate::runtime::SHARD_STOPPED_EXIT_CODE);
     }
 
     /// A replicated partition's leader as this shard knows it (Metadata).
@@ -408,34 +513,127 @@ async fn apply_committed(
     }
 }
 
-/// Every TICK, sends each hosted group's (leader, term) to the node's shards when it
-/// changed (module docs).
-async fn publish_leaders(shard: Rc<Shard>, groups: Rc<PartitionGroups>) {
+/// Every TICK: publishes leaders, proposes compactions, writes a stream snapshot when due
+/// (module docs).
+async fn every_tick(shard: Rc<Shard>, groups: Rc<PartitionGroups>) {
     loop {
         glommio::timer::sleep(TICK).await;
-        let hosted: Vec<u64> = groups.groups.borrow().keys().copied().collect();
-        for group in hosted {
-            let Some(now) = groups.host.with_group(group, |g| {
-                let leader = g.leader_id().and_then(node_of).map(|n| n as u32);
-                (leader, g.term())
-            }) else {
-                continue;
-            };
-            if groups.published.borrow_mut().insert(group, now) == Some(now) {
-                continue;
+        if shard.log.is_closing() {
+            return; // shutting down: the host is stopped, the log takes nothing more
+        }
+        publish_leaders(&shard, &groups);
+        propose_compactions(&groups);
+        shard.snapshot_stream_if_due(&groups);
+    }
+}
+
+/// Proposes, in each group this replica leads, a compaction up to what every voter has,
+/// once that is `COMPACT_AFTER_ENTRIES` or `COMPACT_AFTER_BYTES` past the log's snapshot
+/// point and no earlier compaction of this term is still uncommitted (invariant 4).
+fn propose_compactions(groups: &PartitionGroups) {
+    let hosted: Vec<u64> = groups.groups.borrow().keys().copied().collect();
+    for group in hosted {
+        let proposed = groups.compactions_proposed.borrow().get(&group).copied();
+        let proposal = groups.host.with_group(group, |g| {
+            let to = g.compactable()?;
+            let in_flight =
+                proposed.is_some_and(|p| p.term == g.term() && g.commit_index() < p.index);
+            let log = g.log();
+            let compactable = &log.entries[..to.saturating_sub(log.snapshot_index) as usize];
+            let bytes: u64 = compactable.iter().map(|e| e.data.len() as u64).sum();
+            let due =
+                compactable.len() as u64 >= COMPACT_AFTER_ENTRIES || bytes >= COMPACT_AFTER_BYTES;
+            if in_flight || !due {
+                return None;
             }
-            shard.set_partition_leader(group, now);
-            for to in (0..shard.nr_shards).filter(|s| *s != shard.id) {
-                let request = ShardRequest::PartitionLeader { group, leader: now.0, term: now.1 };
-                let mesh = shard.mesh.clone();
-                glommio::spawn_local(async move {
-                    match mesh.call(to, request).await {
-                        ShardReply::PartitionLeader => {}
-                        other => panic!("partition leader answered with {other:?}"),
-                    }
-                })
-                .detach();
+            g.propose(PartitionEntry::encode_compact(to)).ok()
+        });
+        if let Some(Some(proposal)) = proposal {
+            groups.compactions_proposed.borrow_mut().insert(group, proposal);
+        }
+    }
+}
+
+impl Shard {
+    /// Writes a stream snapshot of the shard's groups when the `Raft` stream grew enough
+    /// since the last and the snapshot would be small enough (`STREAM_SNAPSHOT_BYTES`).
+    /// Until then (a voter down holds compaction back) the stream keeps its entries, as
+    /// it did before compaction existed. A snapshot the log refuses is counted and logged.
+    fn snapshot_stream_if_due(&self, groups: &PartitionGroups) {
+        let mut written = groups.stream_snapshot.borrow_mut();
+        if written.as_ref().is_some_and(Durable::is_durable) {
+            // Memory goes back now, not at the next checkpoint.
+            self.log.forget_superseded_internal();
+            *written = None;
+        }
+        drop(written);
+        let grown = self.log.internal_stream_bytes(InternalStream::Raft).since_snapshot;
+        if grown < STREAM_SNAPSHOT_BYTES {
+            return;
+        }
+        let mut hosted = Vec::new();
+        groups.host.for_each_group(|id, group| hosted.push((id, group.log().clone())));
+        let recovered = groups.recovered.borrow();
+        let images = hosted.iter().map(|(_, image)| image);
+        // The encoding's size, to within each group's fixed fields.
+        let estimate: u64 = images
+            .chain(recovered.values())
+            .map(|image| 128 + image.entry_bytes() + 25 * image.entries.len() as u64)
+            .sum();
+        if estimate > grown / 2 || estimate > self.log.segment_size_bytes() / 2 {
+            return;
+        }
+        drop(recovered);
+        let mut recovered = groups.recovered.borrow_mut();
+        recovered.retain(|id, _| !hosted.iter().any(|(h, _)| h == id));
+        let images = hosted.iter().map(|(id, image)| (*id, image));
+        let images = images.chain(recovered.iter().map(|(id, image)| (*id, image)));
+        let markers = groups.markers.borrow();
+        let payload = persist::encode_stream_snapshot(images, markers.values());
+        let bytes = payload.len() as u64;
+        match persist::append_stream_snapshot(&self.log, &payload) {
+            Ok(durable) => {
+                *groups.stream_snapshot.borrow_mut() = Some(durable);
+                groups.count(|s| s.stream_snapshots += 1);
             }
+            Err(error) => {
+                tracing::warn!(
+                    shard = self.id,
+                    bytes,
+                    ?error,
+                    "a raft stream snapshot was refused"
+                );
+                groups.count(|s| s.stream_snapshot_failures += 1);
+            }
+        }
+    }
+}
+
+/// Sends each hosted group's (leader, term) to the node's shards when it changed (module
+/// docs).
+fn publish_leaders(shard: &Rc<Shard>, groups: &PartitionGroups) {
+    let hosted: Vec<u64> = groups.groups.borrow().keys().copied().collect();
+    for group in hosted {
+        let Some(now) = groups.host.with_group(group, |g| {
+            let leader = g.leader_id().and_then(node_of).map(|n| n as u32);
+            (leader, g.term())
+        }) else {
+            continue;
+        };
+        if groups.published.borrow_mut().insert(group, now) == Some(now) {
+            continue;
+        }
+        shard.set_partition_leader(group, now);
+        for to in (0..shard.nr_shards).filter(|s| *s != shard.id) {
+            let request = ShardRequest::PartitionLeader { group, leader: now.0, term: now.1 };
+            let mesh = shard.mesh.clone();
+            glommio::spawn_local(async move {
+                match mesh.call(to, request).await {
+                    ShardReply::PartitionLeader => {}
+                    other => panic!("partition leader answered with {other:?}"),
+                }
+            })
+            .detach();
         }
     }
 }

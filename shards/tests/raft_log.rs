@@ -8,6 +8,13 @@
 //! `LogImage::apply` of a prefix of the appended writes that holds every write whose
 //! `Durable` had resolved. Several lives per seed, each starting from the last.
 //!
+//! Now and then a life compacts each group's image to a random committed index and
+//! appends a stream snapshot of the images (`persist::encode_stream_snapshot`, with the
+//! log's snapshot flag), as a shard does (docs/replication.md, "Log compaction"): the
+//! prefix is then of writes and snapshots, a snapshot replacing every image before it,
+//! so the log forgetting what a durable snapshot superseded (and checkpoints carrying
+//! only what follows it) must still recover the images of a prefix.
+//!
 //! A failing seed is printed; `SHARDLOG_SEED=<seed> cargo test --release -p
 //! shardlog-shards --test raft_log` replays it; `SHARDLOG_RAFT_LOG_SEEDS=5000` runs more.
 
@@ -16,7 +23,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use glommio::{LocalExecutorBuilder, Placement};
 use shardlog_benches::load::record_batch::RecordBatchWriter;
-use shardlog_shards::replication::persist::{encode, replay};
+use shardlog_shards::replication::persist::{encode, encode_stream_snapshot, replay};
 use shardlog_shards::replication::{Entry, HardState, LogImage, WriteRequest};
 use shardlog_storage::{
     split_batches, Durable, InternalStream, LogConfig, PartitionId, RetentionPolicy, ShardLog,
@@ -63,10 +70,24 @@ fn next_write(rng: &mut XorShift, image: &LogImage, number: u64) -> WriteRequest
     write
 }
 
-fn images_of(writes: &[(u64, WriteRequest)]) -> BTreeMap<u64, LogImage> {
+/// What a life appended to the `Raft` stream, in order.
+#[derive(Clone)]
+enum Appended {
+    Write(u64, WriteRequest),
+    /// A stream snapshot of these (compacted) images.
+    Snapshot(BTreeMap<u64, LogImage>),
+}
+
+/// The images `appended` gives, replayed in order.
+fn images_of(appended: &[Appended]) -> BTreeMap<u64, LogImage> {
     let mut images = BTreeMap::new();
-    for (group, write) in writes {
-        images.entry(*group).or_insert_with(|| LogImage::new(&VOTERS)).apply(write);
+    for appended in appended {
+        match appended {
+            Appended::Write(group, write) => {
+                images.entry(*group).or_insert_with(|| LogImage::new(&VOTERS)).apply(write);
+            }
+            Appended::Snapshot(snapshot) => images = snapshot.clone(),
+        }
     }
     images
 }
@@ -87,6 +108,7 @@ struct Totals {
     lost_unsynced: u64,
     deleted_segments: u64,
     checkpoints: u64,
+    stream_snapshots: u64,
 }
 
 /// One life: appends until the power fails. Returns the crashed disk and how many of
@@ -95,7 +117,7 @@ async fn live(
     rng: &mut XorShift,
     log: &ShardLog<SimDisk>,
     disk: &SimDisk,
-    writes: &mut Vec<(u64, WriteRequest)>,
+    writes: &mut Vec<Appended>,
     totals: &mut Totals,
 ) -> (SimDisk, usize) {
     let mut images = images_of(writes);
@@ -109,8 +131,24 @@ async fn live(
         let payload = encode(group, &write);
         let durable = log.append_internal(InternalStream::Raft, false, &payload).unwrap();
         durables.push(durable);
-        writes.push((group, write));
+        writes.push(Appended::Write(group, write));
         totals.writes += 1;
+        if rng.chance(1, 8) {
+            // Mostly near the commit index, as a group whose voters keep up compacts.
+            for image in images.values_mut() {
+                let commit = image.hard_state.commit;
+                image.compact(commit - rng.up_to(commit.min(4)));
+            }
+            let payload = encode_stream_snapshot(images.iter().map(|(g, i)| (*g, i)), []);
+            // The broker writes a snapshot only up to half a segment (an entry never spans
+            // segments); the images stay compacted either way.
+            if payload.len() as u64 <= log_config().segment_size_bytes / 2 {
+                let durable = log.append_internal(InternalStream::Raft, true, &payload).unwrap();
+                durables.push(durable);
+                writes.push(Appended::Snapshot(images.clone()));
+                totals.stream_snapshots += 1;
+            }
+        }
         if rng.chance(1, 3) {
             let batch = record_batch(rng);
             let batches = split_batches(&batch).unwrap();
@@ -150,7 +188,7 @@ async fn live(
 async fn run_seed(seed: u64, totals: &mut Totals) {
     let mut rng = XorShift::new(seed);
     let mut disk = SimDisk::new(seed);
-    let mut writes: Vec<(u64, WriteRequest)> = Vec::new();
+    let mut writes: Vec<Appended> = Vec::new();
     let mut durable = 0;
     for life in 0..2 + rng.below(4) {
         let (log, recovered, _) = ShardLog::open(disk.clone(), log_config())
@@ -195,6 +233,6 @@ fn recovered_raft_images_equal_the_durable_writes_after_every_power_loss() {
     assert!(totals.writes > seeds * 50, "{totals:?}");
     if seeds >= 100 {
         assert!(totals.lost_unsynced > 0 && totals.deleted_segments > 0, "{totals:?}");
-        assert!(totals.checkpoints > 0, "{totals:?}");
+        assert!(totals.checkpoints > 0 && totals.stream_snapshots > 0, "{totals:?}");
     }
 }

@@ -290,7 +290,7 @@ fn render_replication(text: &mut Text, shards: &[ShardMetrics]) {
     if replicating.is_empty() {
         return;
     }
-    let figures: [(&str, &str, &str, ReplicationValue); 16] = [
+    let figures: [(&str, &str, &str, ReplicationValue); 22] = [
         ("shardlog_replication_peers", "gauge", "Peer nodes this shard replicates with.", |r| {
             r.peers
         }),
@@ -372,6 +372,42 @@ fn render_replication(text: &mut Text, shards: &[ShardMetrics]) {
             "counter",
             "Inbound replication connections closed for a frame that did not decode.",
             |r| r.stats.bad_frames,
+        ),
+        (
+            "shardlog_raft_log_entries",
+            "gauge",
+            "Entries this shard's raft groups hold in memory, after their compaction points.",
+            |r| r.log_entries,
+        ),
+        (
+            "shardlog_raft_log_entry_bytes",
+            "gauge",
+            "Data bytes of the entries this shard's raft groups hold in memory.",
+            |r| r.log_entry_bytes,
+        ),
+        (
+            "shardlog_raft_stream_held_bytes",
+            "gauge",
+            "Bytes of the shard log's Raft stream held in memory and in the next checkpoint.",
+            |r| r.stream.held,
+        ),
+        (
+            "shardlog_raft_compactions_total",
+            "counter",
+            "Compaction entries applied that dropped entries from a raft group's log.",
+            |r| r.compaction.compactions,
+        ),
+        (
+            "shardlog_raft_stream_snapshots_total",
+            "counter",
+            "Snapshots of the shard's raft groups written to its Raft stream.",
+            |r| r.compaction.stream_snapshots,
+        ),
+        (
+            "shardlog_raft_stream_snapshot_failures_total",
+            "counter",
+            "Raft stream snapshots the shard log refused (too large, or a stopped log).",
+            |r| r.compaction.stream_snapshot_failures,
         ),
     ];
     for (name, kind, help, value) in figures {

@@ -661,6 +661,26 @@ impl<D: Disk> ShardLog<D> {
         self.inner.signal.probes.get()
     }
 
+    /// An internal stream's payload bytes the log holds (in memory, and in the next
+    /// checkpoint), and of those, the bytes appended since the stream's latest snapshot
+    /// entry: a writer's cue to write a snapshot (the `Raft` stream's, docs/replication.md).
+    pub fn internal_stream_bytes(&self, stream: InternalStream) -> crate::InternalBytes {
+        let state = self.inner.state.borrow();
+        let live = state.core.internal.iter().filter(|e| e.stream == stream);
+        crate::InternalBytes {
+            held: live.map(|e| e.payload.len() as u64).sum(),
+            since_snapshot: state.core.since_snapshot.get(&stream).copied().unwrap_or(0),
+        }
+    }
+
+    /// Drops from memory the internal entries that durable snapshots of their streams
+    /// superseded, as the next checkpoint or snapshot append would: for a writer whose
+    /// snapshot replaced a large stream (the `Raft` stream's) and is now durable.
+    pub fn forget_superseded_internal(&self) {
+        let mut state = self.inner.state.borrow_mut();
+        state.core.forget_superseded_internal(self.inner.signal.durable.get());
+    }
+
     /// Why the log stopped (a failed write or fdatasync; see invariant 3), if it did.
     pub fn stopped_reason(&self) -> Option<String> {
         self.inner.signal.fatal()
@@ -804,6 +824,12 @@ impl<D: Disk> ShardLog<D> {
             hold_started = std::time::Instant::now();
             holds += 1;
         }
+    }
+
+    /// Whether `close` has begun: appends are refused from then on, which a writer that
+    /// would otherwise treat a refusal as fatal tells apart from a failure this way.
+    pub fn is_closing(&self) -> bool {
+        self.inner.state.borrow().closing
     }
 
     /// Flushes everything, writes a checkpoint and stops the log's tasks. Later appends

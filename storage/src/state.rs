@@ -256,6 +256,9 @@ pub(crate) struct Replayed {
     /// Position of the first entry of each stream this log has held (from the checkpoint,
     /// replay or an append); never forgotten (invariant 5).
     first_internal: HashMap<InternalStream, u64>,
+    /// Payload bytes of each stream's entries since its latest snapshot entry (durable or
+    /// not), or since the log's first entry of it: when a writer should snapshot again.
+    pub since_snapshot: HashMap<InternalStream, u64>,
     cache_fifo: VecDeque<(PartitionId, Offset)>,
     cache_bytes: usize,
     cache_limit: usize,
@@ -271,6 +274,7 @@ impl Replayed {
             ids: BTreeSet::new(),
             copy_generation: 0,
             first_internal: HashMap::new(),
+            since_snapshot: HashMap::new(),
             cache_fifo: VecDeque::new(),
             cache_bytes: 0,
             cache_limit,
@@ -440,6 +444,11 @@ impl Replayed {
 
     fn keep_internal(&mut self, entry: LiveInternal) {
         self.first_internal.entry(entry.stream).or_insert(entry.position);
+        let since = self.since_snapshot.entry(entry.stream).or_insert(0);
+        *since = match entry.snapshot {
+            true => 0,
+            false => *since + entry.payload.len() as u64,
+        };
         self.internal.push(entry);
     }
 

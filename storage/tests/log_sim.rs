@@ -1128,6 +1128,37 @@ fn a_checkpoint_taken_while_a_newer_snapshot_is_in_flight_keeps_the_older_one() 
     });
 }
 
+/// `internal_stream_bytes`: what a stream holds and what came since its latest snapshot,
+/// live and after a recovery (through a checkpoint and a replay), per stream.
+#[test]
+fn a_streams_bytes_since_its_snapshot_count_appends_and_restart_at_a_snapshot() {
+    run(|| async {
+        let disk = SimDisk::new(17);
+        let (log, _, _) = open(&disk, small_config()).await;
+        let bytes = |log: &ShardLog<SimDisk>| {
+            let raft = log.internal_stream_bytes(InternalStream::Raft);
+            (raft.held, raft.since_snapshot)
+        };
+        assert_eq!(bytes(&log), (0, 0));
+        log.append_internal(InternalStream::Raft, false, &[1; 100]).unwrap();
+        log.append_internal(InternalStream::Metadata, true, &[2; 7]).unwrap();
+        log.append_internal(InternalStream::Raft, false, &[3; 50]).unwrap();
+        assert_eq!(bytes(&log), (150, 150), "the other stream's snapshot counts for it alone");
+        let snapshot = log.append_internal(InternalStream::Raft, true, &[4; 30]).unwrap();
+        assert_eq!(bytes(&log), (180, 0), "held until the snapshot is durable");
+        snapshot.wait().await.unwrap();
+        log.forget_superseded_internal();
+        assert_eq!(bytes(&log), (30, 0), "forgotten once the snapshot is durable");
+        log.checkpoint().await.unwrap();
+        let after = log.append_internal(InternalStream::Raft, false, &[5; 20]).unwrap();
+        assert_eq!(bytes(&log), (50, 20), "the snapshot and what came after it");
+        after.wait().await.unwrap();
+        drop(log);
+        let (log, _, _) = open(&disk.crash(), small_config()).await;
+        assert_eq!(bytes(&log), (50, 20), "recovered from the checkpoint and the replay");
+    });
+}
+
 /// A fetch makes the `flushed()` future, reads, then awaits it: a flush that completes
 /// during the read must still wake it (the flush count is taken when the future is made,
 /// not when it is first polled).

@@ -269,6 +269,30 @@ impl RaftGroup {
         self.node.raft.raft_log.last_index()
     }
 
+    /// The replica's log as raft-rs reads it (everything written, durable or not).
+    pub fn log(&self) -> &LogImage {
+        self.node.store()
+    }
+
+    /// On the leader, the highest index every voter has durably and that is committed:
+    /// what the group may compact (docs/replication.md, "Log compaction"). None on a
+    /// follower, which does not know the others' progress. A voter the leader has not
+    /// heard from since its election counts as having nothing (raft-rs's match index 0).
+    pub fn compactable(&self) -> Option<u64> {
+        if !self.is_leader() {
+            return None;
+        }
+        let slowest = self.node.raft.prs().iter().map(|(_, progress)| progress.matched).min()?;
+        Some(slowest.min(self.commit_index()))
+    }
+
+    /// Compacts this replica's log up to `to`, no further than what raft-rs applied (so
+    /// never an entry it still hands out). Returns whether anything was dropped.
+    pub fn compact(&mut self, to: u64) -> bool {
+        let to = to.min(self.node.raft.raft_log.applied);
+        self.node.mut_store().compact(to)
+    }
+
     // -- the ready loop -------------------------------------------------------------------
 
     /// Turns everything raft-rs has ready into outputs.
@@ -365,7 +389,8 @@ mod tests {
             .collect()
     }
 
-    /// Writes made durable at once and messages delivered until nothing moves.
+    /// Writes made durable at once and messages delivered until nothing moves; messages
+    /// to a replica past the end of `groups` are lost.
     fn settle(groups: &mut [RaftGroup]) {
         loop {
             let mut mail = Vec::new();
@@ -379,8 +404,9 @@ mod tests {
                 return;
             }
             for message in mail {
-                let to = message.to as usize - 1;
-                groups[to].step(message).unwrap();
+                if let Some(to) = groups.get_mut(message.to as usize - 1) {
+                    to.step(message).unwrap();
+                }
             }
         }
     }
@@ -446,6 +472,42 @@ mod tests {
         assert_eq!(groups[0].commit_index(), proposal.index);
         let committed = groups[0].take_committed();
         assert_eq!(committed.last().unwrap().data.as_ref(), b"batch");
+    }
+
+    #[test]
+    fn only_what_every_voter_has_is_compactable_and_a_compacted_leader_still_serves() {
+        let mut groups = elect_replica_1();
+        assert_eq!(groups[1].compactable(), None, "a follower does not know the others");
+        // Replica 3 hears nothing: what it lacks is never compactable.
+        let cut_off = groups.remove(2);
+        let mut proposals = Vec::new();
+        for k in 0..5 {
+            proposals.push(groups[0].propose(format!("batch {k}").into_bytes()).unwrap());
+            settle(&mut groups[..2]);
+        }
+        let last = proposals.last().unwrap().index;
+        assert_eq!(groups[0].commit_index(), last);
+        let held_back = groups[0].compactable().unwrap();
+        assert!(held_back < proposals[0].index, "{held_back} compactable, replica 3 lacks it");
+        groups.push(cut_off);
+        for _ in 0..4 {
+            groups.iter_mut().for_each(RaftGroup::tick);
+            settle(&mut groups);
+        }
+        assert_eq!(groups[2].log().last_index(), last, "replica 3 caught up from entries");
+        assert_eq!(groups[0].compactable(), Some(last));
+        for group in groups.iter_mut() {
+            group.take_committed();
+            assert!(group.compact(last - 1));
+            assert_eq!(group.log().snapshot_index, last - 1);
+        }
+        // The compacted leader keeps replicating: a new entry reaches every replica.
+        let next = groups[0].propose(b"after".to_vec()).unwrap();
+        settle(&mut groups);
+        for group in groups.iter_mut() {
+            assert_eq!(group.commit_index(), next.index);
+            assert_eq!(group.take_committed().last().unwrap().data.as_ref(), b"after");
+        }
     }
 
     #[test]

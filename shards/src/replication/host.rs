@@ -21,7 +21,9 @@
 //! 2. A message for a group this shard does not host, or one raft refuses, is dropped and
 //!    counted, never a panic: raft tolerates lost messages, and a peer may host a group
 //!    this node does not have yet.
-//! 3. Dropping the `GroupHost` stops its tasks and its transport.
+//! 3. Dropping the `GroupHost` stops its tasks and its transport; `stop` stops its tasks
+//!    and every input at once (a shard shutting down, before its log closes), after which
+//!    no group emits anything: no write reaches the closing log.
 //! 4. A group hears `durable(number)` for a write on the shard log only after the
 //!    flusher's `Durable` for that write's entry resolved Ok (a completed fdatasync
 //!    covers it), in log order; a write whose flush failed is never reported.
@@ -110,14 +112,16 @@ impl std::error::Error for GroupExists {}
 pub struct GroupHost {
     inner: Rc<Inner>,
     /// The receive loop, the ticker and the durability task; dropping a glommio `Task`
-    /// cancels it.
-    _tasks: [Task<()>; 3],
+    /// cancels it (`stop` does).
+    tasks: RefCell<Vec<Task<()>>>,
 }
 
 struct Inner {
     transport: Transport,
     groups: RefCell<BTreeMap<u64, Hosted>>,
     stats: Cell<HostStats>,
+    /// Set by `GroupHost::stop` (invariant 3).
+    stopped: Cell<bool>,
     /// (group, number, flush) of writes on the shard log not yet reported, in log order
     /// (so in the order their flushes complete), to the durability task. Bounded by what
     /// the groups write while one flush is in flight.
@@ -139,14 +143,24 @@ impl GroupHost {
             transport,
             groups: RefCell::new(BTreeMap::new()),
             stats: Cell::new(HostStats::default()),
+            stopped: Cell::new(false),
             flushes,
         });
-        let tasks = [
+        let tasks = vec![
             glommio::spawn_local(receive(inner.clone(), inbound)),
             glommio::spawn_local(ticker(inner.clone(), tick)),
             glommio::spawn_local(report_flushes(inner.clone(), flushed)),
         ];
-        Ok(GroupHost { inner, _tasks: tasks })
+        Ok(GroupHost { inner, tasks: RefCell::new(tasks) })
+    }
+
+    /// Stops the host for good (invariant 3): its tasks end, `with_group` answers `None`
+    /// and nothing is drained from a group again. For a shard shutting down: its groups
+    /// then write nothing more to the log it is about to close (peers see a silent
+    /// replica, as when it dies, and elect another leader if it led).
+    pub fn stop(&self) {
+        self.inner.stopped.set(true);
+        self.tasks.borrow_mut().clear();
     }
 
     /// Hosts `group` as group `id`; its outputs go to `sink` from now on.
@@ -168,6 +182,9 @@ impl GroupHost {
     /// Calls `f` on group `id` (a proposal, a query), then drains the group (invariant
     /// 1). `None` if the shard does not host it. `f` must not call back into the host.
     pub fn with_group<R>(&self, id: u64, f: impl FnOnce(&mut RaftGroup) -> R) -> Option<R> {
+        if self.inner.stopped.get() {
+            return None;
+        }
         let mut groups = self.inner.groups.borrow_mut();
         let hosted = groups.get_mut(&id)?;
         let result = f(&mut hosted.group);
@@ -178,7 +195,16 @@ impl GroupHost {
     /// The sink of group `id` made its write requests up to `number` durable.
     pub fn durable(&self, id: u64, number: u64) {
         let hosted = self.with_group(id, |group| group.durable(number));
-        assert!(hosted.is_some(), "durable({number}) for raft group {id}, which is not hosted");
+        let known = hosted.is_some() || self.inner.stopped.get();
+        assert!(known, "durable({number}) for raft group {id}, which is not hosted");
+    }
+
+    /// Calls `f` on every hosted group, in id order, for a read (no input: nothing to
+    /// drain). `f` must not call back into the host.
+    pub fn for_each_group(&self, mut f: impl FnMut(u64, &RaftGroup)) {
+        for (&id, hosted) in self.inner.groups.borrow().iter() {
+            f(id, &hosted.group);
+        }
     }
 
     /// Groups hosted.
@@ -230,8 +256,11 @@ impl Inner {
         }
     }
 
-    /// Everything group `id` emitted (invariant 1).
+    /// Everything group `id` emitted (invariant 1); nothing once stopped (invariant 3).
     fn drain(&self, id: u64, hosted: &mut Hosted) {
+        if self.stopped.get() {
+            return;
+        }
         loop {
             let writes = hosted.group.take_writes();
             if writes.is_empty() {

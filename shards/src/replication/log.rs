@@ -34,8 +34,9 @@ pub struct WriteRequest {
     pub hard_state: Option<HardState>,
     /// Entries to append; the first one replaces the log from its index on (invariant 2).
     pub entries: Vec<Entry>,
-    /// A snapshot that replaces the log up to its index (none are sent in this slice:
-    /// the log is never compacted, see docs/replication.md).
+    /// A snapshot that replaces the log up to its index: raft-rs never hands one out here
+    /// (no snapshot is sent between replicas, docs/replication.md); a stream snapshot
+    /// stores a compacted image as one (`LogImage::as_write`).
     pub snapshot: Option<Snapshot>,
 }
 
@@ -140,6 +141,43 @@ impl LogImage {
         self.hard_state.commit = self.hard_state.commit.max(metadata.index);
     }
 
+    /// Folds the entries up to `to` into the snapshot point (log compaction: docs/
+    /// replication.md, "Log compaction"): they are applied on this replica and every voter
+    /// has them, so no one reads them again. Returns whether it dropped anything; `to` at
+    /// or below the snapshot point, or past the last entry, changes nothing.
+    pub fn compact(&mut self, to: u64) -> bool {
+        let Some(term) = self.entry(to).map(|e| e.term) else { return false };
+        self.entries.drain(..(to - self.snapshot_index) as usize);
+        self.snapshot_index = to;
+        self.snapshot_term = term;
+        true
+    }
+
+    /// The image as one write request that gives it back when applied to a new image of
+    /// the same group (`LogImage::new(voters)`): what a stream snapshot stores
+    /// (`persist::encode_stream_snapshot`).
+    pub fn as_write(&self) -> WriteRequest {
+        let snapshot = (self.snapshot_index > 0).then(|| {
+            let mut snapshot = Snapshot::default();
+            let metadata = snapshot.mut_metadata();
+            metadata.index = self.snapshot_index;
+            metadata.term = self.snapshot_term;
+            metadata.set_conf_state(self.conf_state.clone());
+            snapshot
+        });
+        WriteRequest {
+            number: 0,
+            hard_state: Some(self.hard_state.clone()),
+            entries: self.entries.clone(),
+            snapshot,
+        }
+    }
+
+    /// Bytes of entry data and context the image holds (its memory, roughly).
+    pub fn entry_bytes(&self) -> u64 {
+        self.entries.iter().map(|e| (e.data.len() + e.context.len()) as u64).sum()
+    }
+
     /// Invariant 3, checked where a host hands a recovered image back.
     pub fn check_recovered(&self) -> Result<(), String> {
         if self.hard_state.commit > self.last_index() {
@@ -200,8 +238,9 @@ impl Storage for LogImage {
     }
 
     fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        // The log is never compacted in this slice, so a follower can always be caught up
-        // from entries; a snapshot of a Kafka partition log is segment files (later).
+        // A group compacts only what every voter has (docs/replication.md, "Log
+        // compaction"), so a voter is caught up from entries; one that lost its data dir
+        // would need a snapshot, which for a Kafka partition is segment files (not yet).
         Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable))
     }
 }
@@ -232,6 +271,32 @@ mod tests {
         assert!(image.term(5).is_err());
         let read = image.entries(2, 4, None, GetEntriesContext::empty(false)).unwrap();
         assert_eq!(read, vec![entry(2, 2), entry(3, 2)]);
+    }
+
+    #[test]
+    fn compaction_drops_a_prefix_and_the_image_as_a_write_gives_it_back() {
+        let mut image = LogImage::new(&[1, 2, 3]);
+        let entries = (1..=5).map(|i| entry(i, i.div_ceil(2))).collect();
+        image.apply(&WriteRequest { number: 1, entries, ..Default::default() });
+        image.hard_state.commit = 4;
+        assert!(!image.compact(0) && !image.compact(6), "nothing at 0 or past the end");
+        assert!(image.compact(3));
+        assert_eq!(terms(&image), vec![(4, 2), (5, 3)]);
+        assert_eq!((image.first_index().unwrap(), image.term(3).unwrap()), (4, 2));
+        assert!(image.term(2).is_err() && !image.compact(2) && !image.compact(3));
+        let read = image.entries(4, 6, None, GetEntriesContext::empty(false)).unwrap();
+        assert_eq!(read, vec![entry(4, 2), entry(5, 3)]);
+        let mut again = LogImage::new(&[1, 2, 3]);
+        again.apply(&image.as_write());
+        assert_eq!(again, image);
+        // Never compacted: no snapshot point in the write, the voters come from the group.
+        let fresh = LogImage::new(&[1, 2, 3]);
+        assert_eq!(fresh.as_write().snapshot, None);
+        let mut from_fresh = LogImage::new(&[1, 2, 3]);
+        from_fresh.apply(&fresh.as_write());
+        assert_eq!(from_fresh, fresh);
+        assert!(image.compact(5) && image.entries.is_empty());
+        assert_eq!((LogImage::last_index(&image), image.entry_bytes()), (5, 0));
     }
 
     #[test]

@@ -31,6 +31,16 @@
 //! | 4 | length n of the record batches |
 //! | n | the validated record batches, as produced |
 //!
+//! Compaction entry (version 1, kind 2; docs/replication.md, "Log compaction"): proposed
+//! by the leader, applied by every replica in index order, each then compacting its own
+//! log up to `to`:
+//!
+//! | size | field |
+//! |---|---|
+//! | 1 | version (= 1) |
+//! | 1 | kind (= 2, a compaction) |
+//! | 8 | `to`: the last index to fold away (u64), below the entry's own index |
+//!
 //! Invariants:
 //! 1. `ProduceEntry::decode(encode(e)) == e`; `decode` never panics on any bytes.
 //! 2. `partition_group_id` never returns 0, and depends only on the replica *set* and the
@@ -51,7 +61,10 @@ use shardlog_storage::{Offset, PartitionId};
 pub const ENTRY_VERSION: u8 = 1;
 /// Kind byte of an entry carrying one produce of one partition.
 const KIND_PRODUCE: u8 = 1;
+/// Kind byte of a compaction entry.
+const KIND_COMPACT: u8 = 2;
 const ENTRY_HEADER_BYTES: usize = 1 + 1 + 16 + 4 + 8 + 8 + 4;
+const COMPACT_ENTRY_BYTES: usize = 1 + 1 + 8;
 
 /// The raft group of a (replica set, shard) (module docs; invariant 2). `replicas` in any
 /// order; duplicates count once.
@@ -138,6 +151,51 @@ pub struct ProduceEntry {
     pub log_append_time_ms: i64,
     /// The record batches, validated by the leader, as produced.
     pub records: Bytes,
+}
+
+/// A partition group's committed entry with data (raft's own empty entries aside).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PartitionEntry {
+    Produce(ProduceEntry),
+    /// Compact the log up to this index (module docs).
+    Compact {
+        to: u64,
+    },
+}
+
+impl PartitionEntry {
+    /// The bytes of a compaction entry up to `to`.
+    pub fn encode_compact(to: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(COMPACT_ENTRY_BYTES);
+        out.extend_from_slice(&[ENTRY_VERSION, KIND_COMPACT]);
+        out.extend_from_slice(&to.to_le_bytes());
+        out
+    }
+
+    /// The entry of `bytes`, whichever kind (invariant 1: never panics).
+    pub fn decode(bytes: &Bytes) -> Result<PartitionEntry, EntryError> {
+        if bytes.len() < 2 {
+            return Err(EntryError::Truncated);
+        }
+        if bytes[0] != ENTRY_VERSION {
+            return Err(EntryError::UnknownVersion(bytes[0]));
+        }
+        match bytes[1] {
+            KIND_PRODUCE => return ProduceEntry::decode(bytes).map(PartitionEntry::Produce),
+            KIND_COMPACT => {}
+            other => return Err(EntryError::UnknownKind(other)),
+        }
+        match bytes.len().cmp(&COMPACT_ENTRY_BYTES) {
+            std::cmp::Ordering::Less => Err(EntryError::Truncated),
+            std::cmp::Ordering::Greater => {
+                Err(EntryError::Trailing(bytes.len() - COMPACT_ENTRY_BYTES))
+            }
+            std::cmp::Ordering::Equal => {
+                let to = u64::from_le_bytes(bytes[2..].try_into().expect("8 bytes"));
+                Ok(PartitionEntry::Compact { to })
+            }
+        }
+    }
 }
 
 /// Why an entry's bytes are not a produce entry.
@@ -285,6 +343,26 @@ mod tests {
     }
 
     #[test]
+    fn a_compaction_entry_round_trips_and_its_cuts_are_named() {
+        let bytes = PartitionEntry::encode_compact(0x0102_0304);
+        assert_eq!(bytes, [1, 2, 4, 3, 2, 1, 0, 0, 0, 0]);
+        let decoded = PartitionEntry::decode(&Bytes::from(bytes.clone()));
+        assert_eq!(decoded, Ok(PartitionEntry::Compact { to: 0x0102_0304 }));
+        for cut in 0..bytes.len() {
+            let cut = Bytes::copy_from_slice(&bytes[..cut]);
+            assert_eq!(PartitionEntry::decode(&cut), Err(EntryError::Truncated), "{}", cut.len());
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_eq!(PartitionEntry::decode(&Bytes::from(longer)), Err(EntryError::Trailing(1)));
+        let produce = Bytes::from(entry().encode());
+        assert_eq!(PartitionEntry::decode(&produce), Ok(PartitionEntry::Produce(entry())));
+        let mut unknown = bytes;
+        unknown[1] = 3;
+        assert_eq!(PartitionEntry::decode(&Bytes::from(unknown)), Err(EntryError::UnknownKind(3)));
+    }
+
+    #[test]
     fn group_ids_depend_on_the_set_and_the_shard_never_on_order_and_are_never_zero() {
         let id = partition_group_id(&[3, 1, 2], 0);
         assert_eq!(id, partition_group_id(&[1, 2, 3], 0));
@@ -360,7 +438,9 @@ mod tests {
         fn arbitrary_bytes_decode_or_fail_without_panicking(
             bytes in proptest::collection::vec(any::<u8>(), 0..512)
         ) {
-            let _ = ProduceEntry::decode(&Bytes::from(bytes));
+            let bytes = Bytes::from(bytes);
+            let _ = ProduceEntry::decode(&bytes);
+            let _ = PartitionEntry::decode(&bytes);
         }
     }
 }

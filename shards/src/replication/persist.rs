@@ -41,6 +41,20 @@
 //! A broker that knows only version 1 refuses a version-2 payload (`UnknownVersion`) and
 //! so does not start on a log it cannot read, rather than skip the marker.
 //!
+//! A *stream snapshot* (version 3, appended with the log's snapshot flag, which nothing
+//! else in this stream sets): the state of every group of the shard and each partition
+//! group's last applying marker, as records of the two kinds above, so the log may forget
+//! every earlier entry of the stream (docs/replication.md, "Log compaction"):
+//!
+//! | size | field |
+//! |---|---|
+//! | 1 | version (= 3) |
+//! | 4 | record count n |
+//! | n × (4 + len) | record: length u32, then a version-1 payload (a group's image as one write request: `LogImage::as_write`) or a version-2 marker |
+//!
+//! Images come before the markers of their groups. Replaying a stream snapshot drops
+//! every image and marker replayed so far and replays its records.
+//!
 //! Conf state: voters, learners, voters outgoing, learners next (each a count u32 then
 //! that many u64), auto leave u8 (0 or 1). A snapshot marker names the snapshot's index,
 //! term and voters, not its data: a Kafka partition's snapshot is its segment files (step
@@ -56,7 +70,11 @@
 //!    commit index passes its last entry, a marker of a group with no write before it,
 //!    and a marker below the group's previous one.
 //! 4. `replay_with_markers` keeps each group's last marker (`partition` invariant 3);
-//!    checkpoints carry every entry of the stream (docs/storage.md), markers included.
+//!    checkpoints carry every entry of the stream since its latest durable stream
+//!    snapshot (docs/storage.md), markers included.
+//! 5. Replaying a stream snapshot gives each group the image it encoded (`LogImage::
+//!    as_write` applied to `new_image(group)`), and the entries after it apply on top as
+//!    they did on the images it was taken from.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
@@ -78,6 +96,8 @@ use super::partition::ApplyingMarker;
 pub const RAFT_PAYLOAD_VERSION: u8 = 1;
 /// Version byte of a `Raft` entry's payload holding an applying marker.
 pub const MARKER_PAYLOAD_VERSION: u8 = 2;
+/// Version byte of a `Raft` entry's payload holding a stream snapshot.
+pub const SNAPSHOT_PAYLOAD_VERSION: u8 = 3;
 const MARKER_BYTES: usize = 1 + 8 + 8 + 8 + 8;
 const HAS_HARD_STATE: u8 = 1;
 const HAS_SNAPSHOT: u8 = 2;
@@ -225,10 +245,62 @@ pub enum RaftRecord {
     Write(u64, WriteRequest),
     /// A partition group's applying marker.
     Applying(ApplyingMarker),
+    /// A stream snapshot: writes (one per group) and markers, never a snapshot.
+    Snapshot(Vec<RaftRecord>),
+}
+
+/// The payload of a stream snapshot of `images` (group id, image) and `markers` (module
+/// docs); a marker of a group without an image here is left out, as replay would refuse it.
+pub fn encode_stream_snapshot<'a>(
+    images: impl IntoIterator<Item = (u64, &'a LogImage)>,
+    markers: impl IntoIterator<Item = &'a ApplyingMarker>,
+) -> Vec<u8> {
+    let mut records: Vec<Vec<u8>> = Vec::new();
+    let mut groups = std::collections::BTreeSet::new();
+    for (group, image) in images {
+        groups.insert(group);
+        records.push(encode(group, &image.as_write()));
+    }
+    let markers = markers.into_iter().filter(|m| groups.contains(&m.group));
+    records.extend(markers.map(encode_marker));
+    let bytes: usize = records.iter().map(|r| 4 + r.len()).sum();
+    let mut out = Vec::with_capacity(5 + bytes);
+    out.push(SNAPSHOT_PAYLOAD_VERSION);
+    out.extend_from_slice(&(records.len() as u32).to_le_bytes());
+    for record in records {
+        out.extend_from_slice(&(record.len() as u32).to_le_bytes());
+        out.extend_from_slice(&record);
+    }
+    out
 }
 
 /// A `Raft` entry's payload, whichever it holds (invariant 2).
 pub fn decode_record(payload: &Bytes) -> Result<RaftRecord, DecodeError> {
+    if payload.first() != Some(&SNAPSHOT_PAYLOAD_VERSION) {
+        return decode_plain(payload);
+    }
+    let mut reader = Reader { bytes: payload, at: 1 };
+    let count = reader.u32()? as usize;
+    if count > reader.remaining() / 4 {
+        return Err(DecodeError::Truncated);
+    }
+    let mut records = Vec::with_capacity(count);
+    for _ in 0..count {
+        let len = reader.u32()? as usize;
+        let record = reader.take(len)?;
+        if record.first() == Some(&SNAPSHOT_PAYLOAD_VERSION) {
+            return Err(DecodeError::UnknownVersion(SNAPSHOT_PAYLOAD_VERSION)); // nested
+        }
+        records.push(decode_plain(&record)?);
+    }
+    match reader.remaining() {
+        0 => Ok(RaftRecord::Snapshot(records)),
+        left => Err(DecodeError::Trailing(left)),
+    }
+}
+
+/// A write request or a marker.
+fn decode_plain(payload: &Bytes) -> Result<RaftRecord, DecodeError> {
     if payload.first() != Some(&MARKER_PAYLOAD_VERSION) {
         return decode(payload).map(|(group, write)| RaftRecord::Write(group, write));
     }
@@ -253,6 +325,15 @@ pub fn append_marker<D: Disk>(
     marker: &ApplyingMarker,
 ) -> Result<Durable, AppendError> {
     log.append_internal(InternalStream::Raft, false, &encode_marker(marker))
+}
+
+/// Appends a stream snapshot's payload (`encode_stream_snapshot`) with the log's snapshot
+/// flag: once durable, the log forgets the stream's entries before it.
+pub fn append_stream_snapshot<D: Disk>(
+    log: &ShardLog<D>,
+    payload: &[u8],
+) -> Result<Durable, AppendError> {
+    log.append_internal(InternalStream::Raft, true, payload)
 }
 
 /// A bounds-checked cursor over a payload.
@@ -338,7 +419,8 @@ impl Reader<'_> {
 pub enum ReplayError {
     /// An entry's payload does not decode.
     Decode { entry: usize, error: DecodeError },
-    /// A snapshot entry of the stream: version 1 never writes one.
+    /// The log's snapshot flag and the payload disagree: a stream snapshot without the
+    /// flag, or a flagged entry that is not one.
     StreamSnapshot { entry: usize },
     /// A write the group's image cannot take (invariant 3).
     Inconsistent { group: u64, why: String },
@@ -377,26 +459,42 @@ pub fn replay_with_markers(
     let mut replayed = Replayed::default();
     let raft = recovered.iter().filter(|e| e.stream == InternalStream::Raft);
     for (k, recovered) in raft.enumerate() {
-        if recovered.snapshot {
-            return Err(ReplayError::StreamSnapshot { entry: k });
-        }
         let record = decode_record(&recovered.payload)
             .map_err(|error| ReplayError::Decode { entry: k, error })?;
-        let (group, write) = match record {
-            RaftRecord::Write(group, write) => (group, write),
-            RaftRecord::Applying(marker) => {
-                replay_marker(&mut replayed, marker)?;
-                continue;
+        if recovered.snapshot != matches!(record, RaftRecord::Snapshot(_)) {
+            return Err(ReplayError::StreamSnapshot { entry: k });
+        }
+        match record {
+            RaftRecord::Snapshot(records) => {
+                replayed = Replayed::default();
+                for record in records {
+                    replay_record(&mut replayed, record, &mut new_image)?;
+                }
             }
-        };
-        let image = replayed.images.entry(group).or_insert_with(|| new_image(group));
-        image.check_applies(&write).map_err(|why| ReplayError::Inconsistent { group, why })?;
-        image.apply(&write);
+            record => replay_record(&mut replayed, record, &mut new_image)?,
+        }
     }
     for (&group, image) in &replayed.images {
         image.check_recovered().map_err(|why| ReplayError::Inconsistent { group, why })?;
     }
     Ok(replayed)
+}
+
+/// One write request or marker (a stream snapshot's records are never snapshots).
+fn replay_record(
+    replayed: &mut Replayed,
+    record: RaftRecord,
+    new_image: &mut impl FnMut(u64) -> LogImage,
+) -> Result<(), ReplayError> {
+    let (group, write) = match record {
+        RaftRecord::Write(group, write) => (group, write),
+        RaftRecord::Applying(marker) => return replay_marker(replayed, marker),
+        RaftRecord::Snapshot(_) => unreachable!("decode_record refuses a nested snapshot"),
+    };
+    let image = replayed.images.entry(group).or_insert_with(|| new_image(group));
+    image.check_applies(&write).map_err(|why| ReplayError::Inconsistent { group, why })?;
+    image.apply(&write);
+    Ok(())
 }
 
 fn replay_marker(replayed: &mut Replayed, marker: ApplyingMarker) -> Result<(), ReplayError> {
@@ -657,6 +755,77 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn a_stream_snapshot_replaces_what_came_before_it_and_later_writes_apply_on_top() {
+        let internal = |payload: Vec<u8>, snapshot| InternalEntry {
+            stream: InternalStream::Raft,
+            snapshot,
+            payload: Bytes::from(payload),
+        };
+        let write = |number, entries, commit| WriteRequest {
+            number,
+            hard_state: Some(HardState { term: 1, vote: 1, commit, ..Default::default() }),
+            entries,
+            snapshot: None,
+        };
+        let marker = |group, index| ApplyingMarker {
+            group,
+            index,
+            partition: PartitionId::new(1, 0),
+            next_offset: 9,
+        };
+        let voters = |_| LogImage::new(&[1, 2, 3]);
+        let before = vec![
+            internal(encode(1, &write(1, vec![entry(1, 1, b"a"), entry(2, 1, b"b")], 2)), false),
+            internal(encode(2, &write(1, vec![entry(1, 1, b"gone")], 1)), false),
+            internal(encode_marker(&marker(1, 2)), false),
+            internal(encode_marker(&marker(2, 1)), false),
+        ];
+        // The shard's state then: group 1 compacted to 1 (its group 2 since dropped, with
+        // its marker, which the snapshot leaves out since it has no image of group 2).
+        let mut images = replay_with_markers(&before, voters).unwrap();
+        let mut group_1 = images.images.remove(&1).unwrap();
+        assert!(group_1.compact(1));
+        let markers = [marker(1, 2), marker(2, 1)];
+        let payload = encode_stream_snapshot([(1, &group_1)], &markers);
+        assert_eq!(payload[0], SNAPSHOT_PAYLOAD_VERSION);
+        assert_eq!(&payload[1..5], &2u32.to_le_bytes(), "group 1's image and its marker");
+        let after = vec![
+            internal(payload.clone(), true),
+            internal(encode(1, &write(2, vec![entry(3, 2, b"c")], 3)), false),
+            internal(encode_marker(&marker(1, 3)), false),
+        ];
+        let replayed = replay_with_markers(&[before.clone(), after.clone()].concat(), voters);
+        let replayed = replayed.unwrap();
+        assert_eq!(replayed.images.keys().collect::<Vec<_>>(), vec![&1]);
+        let image = &replayed.images[&1];
+        assert_eq!((image.snapshot_index, image.snapshot_term), (1, 1));
+        assert_eq!(image.entries, vec![entry(2, 1, b"b"), entry(3, 2, b"c")]);
+        assert_eq!(image.hard_state.commit, 3);
+        assert_eq!(replayed.markers.values().collect::<Vec<_>>(), vec![&marker(1, 3)]);
+        // What the log keeps after the snapshot is durable replays the same.
+        let alone = replay_with_markers(&after, voters).unwrap();
+        assert_eq!((alone.images, alone.markers), (replayed.images, replayed.markers));
+        // The flag and the payload must agree.
+        let unflagged = internal(payload.clone(), false);
+        assert_eq!(replay(&[unflagged], voters), Err(ReplayError::StreamSnapshot { entry: 0 }));
+        let flagged = internal(encode_marker(&marker(1, 3)), true);
+        assert_eq!(replay(&[flagged], voters), Err(ReplayError::StreamSnapshot { entry: 0 }));
+        // Every cut is truncated; a nested snapshot and trailing bytes are named.
+        for cut in 1..payload.len() {
+            let cut = Bytes::copy_from_slice(&payload[..cut]);
+            assert_eq!(decode_record(&cut), Err(DecodeError::Truncated), "cut at {}", cut.len());
+        }
+        let mut longer = payload.clone();
+        longer.push(0);
+        assert_eq!(decode_record(&Bytes::from(longer)), Err(DecodeError::Trailing(1)));
+        let mut nested = vec![SNAPSHOT_PAYLOAD_VERSION, 1, 0, 0, 0];
+        nested.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        nested.extend_from_slice(&payload);
+        let nested = decode_record(&Bytes::from(nested));
+        assert_eq!(nested, Err(DecodeError::UnknownVersion(SNAPSHOT_PAYLOAD_VERSION)));
+    }
+
     fn arbitrary_entry() -> impl Strategy<Value = (u64, u8, Vec<u8>, Vec<u8>)> {
         let bytes = || proptest::collection::vec(any::<u8>(), 0..40);
         (any::<u64>(), 0u8..3, bytes(), bytes())
@@ -735,6 +904,24 @@ mod tests {
                 let again = Bytes::from(encode(group, &write));
                 prop_assert_eq!(decode(&again), Ok((group, write)));
             }
+        }
+
+        #[test]
+        fn edited_stream_snapshots_decode_or_fail_without_panicking(
+            (group, write) in arbitrary_write(),
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..6),
+        ) {
+            let record = encode(group, &write);
+            let mut bytes = vec![SNAPSHOT_PAYLOAD_VERSION, 1, 0, 0, 0];
+            bytes.extend_from_slice(&(record.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(&record);
+            let unedited = decode_record(&Bytes::from(bytes.clone()));
+            prop_assert_eq!(unedited, Ok(RaftRecord::Snapshot(vec![RaftRecord::Write(group, write)])));
+            for (at, value) in edits {
+                let len = bytes.len();
+                bytes[at % len] = value;
+            }
+            let _ = decode_record(&Bytes::from(bytes));
         }
     }
 }
