@@ -17,83 +17,14 @@
 //! Every wait has a deadline that fails with what it waited for; nothing asserts on speed.
 
 mod common;
-
-use std::collections::BTreeSet;
-use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+#[path = "common/replicated.rs"]
+mod replicated;
 
 use common::{read_topic, Broker, RawClient};
-use kafka_protocol::messages::describe_log_dirs_request::DescribeLogDirsRequest;
-use kafka_protocol::messages::metadata_request::MetadataRequest;
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+use replicated::{controller, node_of, Load, Topic, View, NODES, PORTS_PER_NODE};
 
-const NODES: usize = 3;
-/// Bootstrap, one Kafka shard port, one replication port, the admin port.
-const PORTS_PER_NODE: usize = 4;
-const TOPIC: &str = "replicated";
-const PARTITIONS: i32 = 2;
-/// Each wait's deadline: generous, the machine is shared; a hang fails, slowness does not.
-const DEADLINE: Duration = Duration::from_secs(120);
-
-/// One node's Metadata of the topic: per partition (error, leader broker, leader epoch,
-/// replicas), or None if the node does not answer or does not know the topic.
-type View = Vec<(i16, i32, i32, Vec<i32>)>;
-
-fn view(broker: &Broker) -> Option<View> {
-    let r = common::all_metadata(broker)?;
-    let topic = r.topics.iter().find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == TOPIC))?;
-    let partitions = topic.partitions.iter().map(|p| {
-        let replicas = p.replica_nodes.iter().map(|b| b.0).collect();
-        (p.error_code, p.leader_id.0, p.leader_epoch, replicas)
-    });
-    Some(partitions.collect())
-}
-
-/// Polls the views of `nodes` until `done` holds, or fails after the deadline with them.
-fn wait_for(cluster: &[Broker], nodes: &[usize], what: &str, done: impl Fn(&[View]) -> bool) {
-    common::wait_for_views(DEADLINE, nodes, what, |n| view(&cluster[n]), done)
-}
-
-/// Every view names the same known leader for every partition, in the same epoch.
-fn one_leader(views: &[View]) -> bool {
-    let first = &views[0];
-    first.len() == PARTITIONS as usize
-        && first.iter().all(|(error, leader, _, _)| *error == 0 && *leader >= 0)
-        && views.iter().all(|v| v == first)
-}
-
-fn node_of(broker_id: i32) -> usize {
-    broker_id as usize / 1024
-}
-
-/// The size in bytes of each of the topic's partitions in `broker`'s log (DescribeLogDirs).
-fn log_sizes(broker: &Broker) -> Vec<i64> {
-    let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
-    let request = DescribeLogDirsRequest::default().with_topics(None);
-    let ResponseKind::DescribeLogDirs(r) =
-        client.call(ApiKey::DescribeLogDirs, 1, RequestKind::DescribeLogDirs(request))
-    else {
-        panic!("not a DescribeLogDirs response")
-    };
-    let mut sizes = vec![-1; PARTITIONS as usize];
-    let topics = r.results.iter().flat_map(|d| &d.topics).filter(|t| t.name.0.as_str() == TOPIC);
-    for partition in topics.flat_map(|t| &t.partitions) {
-        sizes[partition.partition_index as usize] = partition.partition_size;
-    }
-    sizes
-}
-
-/// The controller `broker` names in Metadata (-1 while none is known).
-fn controller(broker: &Broker) -> i32 {
-    let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
-    let request = MetadataRequest::default().with_topics(Some(vec![]));
-    match client.call(ApiKey::Metadata, 12, RequestKind::Metadata(request)) {
-        ResponseKind::Metadata(r) => r.controller_id.0,
-        other => panic!("{other:?}"),
-    }
-}
+const TOPIC: Topic = Topic { name: "replicated", partitions: 2 };
 
 /// CreateTopics v5 of one topic with `replication_factor` straight to `broker`: its error
 /// code and message.
@@ -122,14 +53,14 @@ fn partition_request_errors(broker: &Broker) -> [i16; 3] {
     };
     let mut client = RawClient::connect(broker.shard_addr(0));
     let batch = common::record_batch(&[(&b"k"[..], &b"v"[..])], 0);
-    let (produce, _) = common::raw_produce(&mut client, TOPIC, 0, batch);
-    let fetch = match client.call(ApiKey::Fetch, 12, common::fetch_request(TOPIC, 0, 0, 0)) {
+    let (produce, _) = common::raw_produce(&mut client, TOPIC.name, 0, batch);
+    let fetch = match client.call(ApiKey::Fetch, 12, common::fetch_request(TOPIC.name, 0, 0, 0)) {
         ResponseKind::Fetch(r) => r.responses[0].partitions[0].error_code,
         other => panic!("{other:?}"),
     };
     let partition = ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1);
     let topic = ListOffsetsTopic::default()
-        .with_name(common::topic_name(TOPIC))
+        .with_name(common::topic_name(TOPIC.name))
         .with_partitions(vec![partition]);
     let request =
         ListOffsetsRequest::default().with_replica_id((-1).into()).with_topics(vec![topic]);
@@ -141,72 +72,13 @@ fn partition_request_errors(broker: &Broker) -> [i16; 3] {
     [produce, fetch, list_offsets]
 }
 
-fn create_replicated_topic(broker: &Broker) {
-    use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
-    let admin = common::admin_client(broker);
-    let topic = NewTopic::new(TOPIC, PARTITIONS, TopicReplication::Fixed(NODES as i32));
-    for result in
-        common::runtime().block_on(admin.create_topics(&[topic], &AdminOptions::new())).unwrap()
-    {
-        result.expect("topic of replication factor 3 created");
-    }
-}
-
-/// (partition, offset, value) of each acknowledged record.
-type Acked = Arc<Mutex<Vec<(i32, i64, String)>>>;
-
-/// Produces records `r-0`, `r-1`, ... round-robin over the partitions, ten in flight at
-/// a time, until `stop`; each acknowledged record is pushed to `acked`. A record the
-/// producer gives up on fails the test (its message timeout is far past an election).
-fn produce_until(bootstrap: String, acked: Acked, stop: Arc<AtomicBool>) {
-    use rdkafka::producer::{FutureProducer, FutureRecord};
-    let producer: FutureProducer = rdkafka::config::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("linger.ms", "1")
-        .set("message.timeout.ms", "100000")
-        .create()
-        .expect("a librdkafka producer");
-    let mut next = 0usize;
-    common::runtime().block_on(async {
-        while !stop.load(Ordering::SeqCst) {
-            let mut pending = Vec::new();
-            for _ in 0..10 {
-                let value = format!("r-{next}");
-                let partition = (next % PARTITIONS as usize) as i32;
-                let record = FutureRecord::<(), _>::to(TOPIC).payload(&value).partition(partition);
-                let delivery = producer.send_result(record).map_err(|(e, _)| e).unwrap();
-                pending.push((value, delivery));
-                next += 1;
-            }
-            for (value, delivery) in pending {
-                let (partition, offset) = match delivery.await.unwrap() {
-                    Ok(delivered) => (delivered.partition, delivered.offset),
-                    Err((e, _)) => panic!("record {value} was not acknowledged: {e}"),
-                };
-                acked.lock().unwrap().push((partition, offset, value));
-            }
-        }
-    });
-}
-
-fn wait_for_acks(acked: &Acked, count: usize, what: &str) {
-    common::eventually(DEADLINE, what, || acked.lock().unwrap().len() >= count);
-}
-
 #[test]
 fn a_replicated_topic_loses_no_acknowledged_record_across_a_kill_of_its_leader() {
     let mut cluster = Broker::start_cluster(NODES, 1, PORTS_PER_NODE);
     let all = [0, 1, 2];
-    // librdkafka's admin API goes to the controller it finds in Metadata.
-    common::eventually(DEADLINE, "every node to name the same controller", || {
-        let named: Vec<i32> = cluster.iter().map(controller).collect();
-        named[0] >= 0 && named.iter().all(|c| *c == named[0])
-    });
-    create_replicated_topic(&cluster[0]);
-    wait_for(&cluster, &all, "every node to name the same leader of the topic", one_leader);
-    let before = view(&cluster[0]).unwrap();
+    replicated::wait_for_one_controller(&cluster);
+    TOPIC.create(&cluster[0]);
+    let before = TOPIC.wait_for_one_leader(&cluster, &all, "every node to name the same leader");
     for (partition, (_, _, epoch, replicas)) in before.iter().enumerate() {
         assert_eq!(replicas.len(), NODES, "partition {partition}'s replicas: {replicas:?}");
         assert!(*epoch > 0, "partition {partition}'s leader epoch is a raft term: {epoch}");
@@ -230,80 +102,44 @@ fn a_replicated_topic_loses_no_acknowledged_record_across_a_kill_of_its_leader()
     // Records of a producer that is not idempotent first: a replica that applied their
     // entries again after its restart would store them twice (no sequence check would
     // stop it), which the copies' sizes below catch.
-    common::produce_tagged(&cluster[0], TOPIC, PARTITIONS, "plain", 20);
+    common::produce_tagged(&cluster[0], TOPIC.name, TOPIC.partitions, "plain", 20);
 
-    let acked: Acked = Arc::default();
-    let stop = Arc::new(AtomicBool::new(false));
-    let bootstrap = cluster.iter().map(Broker::bootstrap).collect::<Vec<_>>().join(",");
-    let producer = {
-        let (acked, stop) = (acked.clone(), stop.clone());
-        std::thread::spawn(move || produce_until(bootstrap, acked, stop))
-    };
-    wait_for_acks(&acked, 60, "60 records acknowledged before the kill");
+    let load = Load::start(&cluster, TOPIC, "r");
+    load.acked.wait_for(60, "60 records acknowledged before the kill");
 
     // The leader's node dies; the two others elect a new leader in a higher term.
     let dead = leader_node - 1;
     cluster[dead].kill();
-    let acked_at_kill = acked.lock().unwrap().len();
+    let acked_at_kill = load.acked.len();
     let survivors: Vec<usize> = all.iter().copied().filter(|n| *n != dead).collect();
-    wait_for(&cluster, &survivors, "a new leader in a higher epoch", |views| {
-        one_leader(views)
+    TOPIC.wait_for(&cluster, &survivors, "a new leader in a higher epoch", |views| {
+        TOPIC.one_leader(views)
             && node_of(views[0][0].1) != leader_node
             && views[0].iter().zip(&before).all(|(now, then)| now.2 > then.2)
     });
-    wait_for_acks(&acked, acked_at_kill + 60, "60 more records acknowledged after the kill");
+    load.acked.wait_for(acked_at_kill + 60, "60 more records acknowledged after the kill");
 
     // The killed node restarts and catches up.
-    let bootstrap: SocketAddr = cluster[dead].bootstrap().parse().unwrap();
-    common::eventually(DEADLINE, "the killed node's listeners to close", || {
-        TcpStream::connect_timeout(&bootstrap, Duration::from_millis(100)).is_err()
-    });
+    replicated::wait_for_listeners_closed(&cluster[dead]);
     cluster[dead].restart();
-    wait_for(&cluster, &all, "the restarted node to name the same leader", one_leader);
-    let acked_at_restart = acked.lock().unwrap().len();
-    wait_for_acks(&acked, acked_at_restart + 30, "30 more records after the restart");
-    stop.store(true, Ordering::SeqCst);
-    producer.join().expect("the producer thread");
+    TOPIC.wait_for_one_leader(&cluster, &all, "the restarted node to name the same leader");
+    let acked_at_restart = load.acked.len();
+    load.acked.wait_for(acked_at_restart + 30, "30 more records after the restart");
+    let acked = load.stop();
 
     // Every acknowledged record exactly once, at its offset; offsets dense.
-    let acked = acked.lock().unwrap().clone();
-    let stored = read_topic(&cluster[survivors[0]], TOPIC, PARTITIONS);
-    for (partition, records) in &stored {
-        for (k, (offset, _)) in records.iter().enumerate() {
-            assert_eq!(*offset, k as i64, "partition {partition}: offsets dense from 0");
-        }
-    }
-    let mut values = BTreeSet::new();
-    for records in stored.values() {
-        for (offset, value) in records {
-            let value = String::from_utf8(value.clone()).unwrap();
-            assert!(values.insert(value.clone()), "{value} stored twice (again at {offset})");
-        }
-    }
-    for (partition, offset, value) in &acked {
-        let found = stored.get(partition).and_then(|r| r.get(*offset as usize));
-        let found = found.map(|(o, v)| (*o, String::from_utf8_lossy(v).to_string()));
-        assert_eq!(found, Some((*offset, value.clone())), "acknowledged {value}");
-    }
+    let stored = read_topic(&cluster[survivors[0]], TOPIC.name, TOPIC.partitions);
+    let ends = replicated::check_acknowledged(&stored, &acked);
 
     // The three copies end the same (their sizes: the same batches at the same offsets).
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let sizes: Vec<Vec<i64>> = cluster.iter().map(log_sizes).collect();
-        if sizes[0].iter().all(|s| *s > 0) && sizes.iter().all(|s| *s == sizes[0]) {
-            let after = view(&cluster[0]).unwrap();
-            let ends: Vec<usize> = stored.values().map(Vec::len).collect();
-            eprintln!(
-                "{} records acknowledged ({acked_at_kill} before the kill, {acked_at_restart} \
-                 before the restart); stored per partition {ends:?}; log sizes {sizes:?}; \
-                 leader and epoch before {:?}, after {:?}",
-                acked.len(),
-                (before[0].1, before[0].2),
-                (after[0].1, after[0].2)
-            );
-            break;
-        }
-        assert!(Instant::now() < deadline, "the three copies differ: {sizes:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let sizes = TOPIC.wait_for_equal_copies(&cluster);
+    let after: View = TOPIC.view(&cluster[0]).unwrap();
+    eprintln!(
+        "{} records acknowledged ({acked_at_kill} before the kill, {acked_at_restart} before \
+         the restart); stored per partition {ends:?}; log sizes {sizes:?}; leader and epoch \
+         before {:?}, after {:?}",
+        acked.len(),
+        (before[0].1, before[0].2),
+        (after[0].1, after[0].2)
+    );
 }
