@@ -49,7 +49,7 @@ const GROUP: &str = "kill-loop-group";
 const ALL: [usize; NODES] = [0, 1, 2];
 const DEFAULT_SEED: u64 = 16_006;
 /// Rounds in CI: the whole test stays near a minute on the shared 2-core machine.
-const DEFAULT_ROUNDS: u64 = 6;
+const DEFAULT_ROUNDS: u64 = 8;
 /// Acknowledgements waited for while a node is down, and again after it caught up: each
 /// round makes progress through the failure and after it.
 const PROGRESS: usize = 30;
@@ -165,14 +165,24 @@ fn restart_and_catch_up(cluster: &mut [Broker], load: &Load, victim: usize) {
     load.acked.wait_for(load.acked.len() + PROGRESS, &what);
 }
 
-/// One failure: `victim` goes down (`how`), the others carry on, it comes back after
-/// `down` and catches up.
-fn take_down_and_back(cluster: &mut [Broker], load: &Load, victim: usize, how: Stop, down: u64) {
+/// One failure: the node `choose` picks given the leader's index goes down (`how`), the
+/// others carry on, it comes back after `down` ms and catches up. Returns the node's index
+/// and whether it led.
+fn take_down_and_back(
+    cluster: &mut [Broker],
+    load: &Load,
+    choose: impl FnOnce(usize) -> usize,
+    how: Stop,
+    down: u64,
+) -> (usize, bool) {
     let before = TOPIC.wait_for_one_leader(cluster, &ALL, "every node to name the same leader");
+    let leader = leader_index(&before);
+    let victim = choose(leader);
     stop(&mut cluster[victim], victim, how);
     survive_without(cluster, load, victim, &before);
     std::thread::sleep(Duration::from_millis(down));
     restart_and_catch_up(cluster, load, victim);
+    (victim, victim == leader)
 }
 
 /// A consumer of the group (assigned partitions, no membership: Kafka accepts its commits
@@ -243,11 +253,11 @@ fn acknowledged_records_survive_a_seeded_loop_of_kills_of_leaders_and_followers(
     let (mut leaders_killed, mut followers_killed) = (0, 0);
     for round in 0..rounds {
         let drawn = Round::draw(&mut rng);
-        let before = TOPIC.wait_for_one_leader(&cluster, &ALL, "one leader before the round");
-        let victim = drawn.victim(leader_index(&before));
         std::thread::sleep(Duration::from_millis(drawn.pause_ms));
-        take_down_and_back(&mut cluster, &load, victim, Stop::Kill, drawn.down_ms);
-        *(if drawn.kill_leader { &mut leaders_killed } else { &mut followers_killed }) += 1;
+        let choose = |leader| drawn.victim(leader);
+        let (victim, led) =
+            take_down_and_back(&mut cluster, &load, choose, Stop::Kill, drawn.down_ms);
+        *(if led { &mut leaders_killed } else { &mut followers_killed }) += 1;
         eprintln!(
             "replication_kill_loop: round {round}: {drawn:?}: killed node {}; {} acknowledged \
              so far",
@@ -271,9 +281,10 @@ fn a_rolling_restart_under_load_loses_no_acknowledged_record() {
     let (mut cluster, load) = start_loaded_cluster();
     let commits = commit_group_offsets(&cluster, &load.acked.records());
     for node in ALL {
-        take_down_and_back(&mut cluster, &load, node, Stop::Terminate, 0);
+        let (_, led) = take_down_and_back(&mut cluster, &load, |_| node, Stop::Terminate, 0);
         eprintln!(
-            "rolling restart: node {} stopped with SIGTERM and back; {} acknowledged so far",
+            "rolling restart: node {} (led: {led}) stopped with SIGTERM and back; {} \
+             acknowledged so far",
             node + 1,
             load.acked.len()
         );

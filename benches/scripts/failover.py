@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Failover of a replicated partition, measured through librdkafka (issue 16).
 
-Subcommands (the cluster itself is started by benches/scripts/replication.sh):
+Subcommands (for `ready` and `run` the cluster is started by benches/scripts/replication.sh;
+`rolling` starts its own):
 
   ready BOOTSTRAP NODES [--probe CLUSTER]
       Waits (60 s at most) until Metadata at BOOTSTRAP lists NODES nodes' brokers and names
@@ -35,8 +36,7 @@ Subcommands (the cluster itself is started by benches/scripts/replication.sh):
       messages a second; then each node in turn (N passes over the three) is stopped with
       SIGTERM (the graceful shutdown), started again once it exited, waited for until it
       names the partition's leader itself and has caught up, then S seconds before the
-      next. One RESULT
-      line per restart:
+      next. One RESULT line per restart:
 
         led          1 if the node led the partition when it was stopped
         exit         its exit status (0 for a clean graceful stop)
@@ -50,7 +50,8 @@ Subcommands (the cluster itself is started by benches/scripts/replication.sh):
         gap_ms       the longest time without an acknowledgement, from the last one before
                      the SIGTERM to the next SIGTERM (or the end)
 
-      then one RESULT mode=rolling line with the checker's counts, as `run` prints them.
+      then one RESULT mode=rolling line with the checker's counts, as `run` prints them;
+      exits 1 if one is not 0 or a stop's exit status was not 0.
 """
 import argparse
 import bisect
