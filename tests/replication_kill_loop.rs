@@ -117,17 +117,17 @@ fn start_loaded_cluster() -> (Vec<Broker>, Load) {
     (cluster, load)
 }
 
-/// Takes node `victim` down the way `how` says. A graceful stop must exit 0.
-fn stop(broker: &mut Broker, victim: usize, how: Stop) {
+/// Takes `broker` (named `node` in failures) down the way `how` says. A graceful stop
+/// must exit 0.
+fn stop(broker: &mut Broker, node: &str, how: Stop) {
     match how {
         Stop::Kill => broker.kill(),
         Stop::Terminate => {
             let sent = unsafe { libc::kill(broker.pid() as i32, libc::SIGTERM) };
-            assert_eq!(sent, 0, "SIGTERM to node {}", victim + 1);
+            assert_eq!(sent, 0, "SIGTERM to {node}");
             let status = broker.wait_for_exit(DEADLINE);
-            let status =
-                status.unwrap_or_else(|| panic!("node {} exits after SIGTERM", victim + 1));
-            assert!(status.success(), "node {}'s graceful stop exited with {status}", victim + 1);
+            let status = status.unwrap_or_else(|| panic!("{node} exits after SIGTERM"));
+            assert!(status.success(), "{node}'s graceful stop exited with {status}");
         }
     }
 }
@@ -178,7 +178,8 @@ fn take_down_and_back(
     let before = TOPIC.wait_for_one_leader(cluster, &ALL, "every node to name the same leader");
     let leader = leader_index(&before);
     let victim = choose(leader);
-    stop(&mut cluster[victim], victim, how);
+    let role = if victim == leader { "the leader" } else { "a follower" };
+    stop(&mut cluster[victim], &format!("node {} ({role})", victim + 1), how);
     survive_without(cluster, load, victim, &before);
     std::thread::sleep(Duration::from_millis(down));
     restart_and_catch_up(cluster, load, victim);
