@@ -204,29 +204,7 @@ fn spawn_committer(broker: &Broker, stop: Arc<AtomicBool>) -> (AckedCommits, Joi
 
 /// Committed offsets of the group as the broker reports them now.
 fn committed(checker: &BaseConsumer) -> BTreeMap<i32, Option<i64>> {
-    let mut asked = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
-        asked.add_partition(TOPIC, p);
-    }
-    let deadline = Instant::now() + TIMEOUT;
-    let found = loop {
-        match checker.committed_offsets(asked.clone(), Duration::from_secs(10)) {
-            Ok(found) => break found,
-            Err(e) => assert!(Instant::now() < deadline, "committed offsets unavailable: {e}"),
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    found
-        .elements()
-        .iter()
-        .map(|e| {
-            let offset = match e.offset() {
-                Offset::Offset(o) => Some(o),
-                _ => None,
-            };
-            (e.partition(), offset)
-        })
-        .collect()
+    common::committed_offsets(checker, TOPIC, PARTITIONS, TIMEOUT)
 }
 
 /// Every acknowledged commit made before the kill is still there (or overtaken).

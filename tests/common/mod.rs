@@ -757,3 +757,29 @@ pub fn latest_offset(client: &mut RawClient, topic: &str, partition: i32, isolat
         other => panic!("{other:?}"),
     }
 }
+
+/// A group's committed offsets of `topic`'s partitions as `consumer`'s coordinator reports
+/// them now (None: no commit), asked again until it answers or `limit` passes.
+pub fn committed_offsets(
+    consumer: &rdkafka::consumer::BaseConsumer,
+    topic: &str,
+    partitions: i32,
+    limit: Duration,
+) -> std::collections::BTreeMap<i32, Option<i64>> {
+    use rdkafka::consumer::Consumer;
+    use rdkafka::{Offset, TopicPartitionList};
+    let mut asked = TopicPartitionList::new();
+    for partition in 0..partitions {
+        asked.add_partition(topic, partition);
+    }
+    let deadline = Instant::now() + limit;
+    let found = loop {
+        match consumer.committed_offsets(asked.clone(), Duration::from_secs(10)) {
+            Ok(found) => break found,
+            Err(e) => assert!(Instant::now() < deadline, "committed offsets unavailable: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let offset = |o: Offset| if let Offset::Offset(o) = o { Some(o) } else { None };
+    found.elements().iter().map(|e| (e.partition(), offset(e.offset()))).collect()
+}
