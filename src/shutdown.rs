@@ -8,9 +8,11 @@
 //!    the responses of requests already read go out, for at most `DRAIN_BOUND`;
 //! 3. waits until every shard has drained (a forwarded produce may still be coming from
 //!    another shard's connection), for at most `DRAIN_BOUND`;
-//! 4. stops its raft groups (`GroupHost::stop`: on a node of a cluster, so nothing of
-//!    theirs is written to a closing log; a leader's group elects another leader), then
-//!    snapshots producer state and closes its log: flush, fdatasync, clean checkpoint.
+//! 4. stops its raft groups (on a node of a cluster: `GroupHost::stop`, so nothing of
+//!    theirs is written to a closing log), then snapshots producer state and closes its
+//!    log: flush, fdatasync, clean checkpoint. Leaderships of its raft groups were handed
+//!    to caught-up followers at step 1 (`GroupHost::transfer_leaderships`), and are given
+//!    until `TRANSFER_BOUND` to move before the groups stop.
 //!
 //! When every shard has closed its log, shard 0 logs "shutdown complete" and the process
 //! exits 0 (1 if a log could not be closed cleanly). A second signal exits at once
@@ -38,6 +40,9 @@ use tracing::{error, info, warn};
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// Longest wait for in-flight requests (and for the other shards) before closing anyway.
 const DRAIN_BOUND: Duration = Duration::from_secs(10);
+/// Longest wait for the raft leaderships handed over to move (raft-rs abandons a transfer
+/// after an election timeout, 1-2 s; the groups are stopped anyway after this).
+const TRANSFER_BOUND: Duration = Duration::from_secs(3);
 /// After the first signal, the process exits after this even if shutdown hangs.
 const HARD_BOUND: Duration = Duration::from_secs(60);
 
@@ -135,6 +140,14 @@ impl ShardStop {
     /// its checkpoint never races the clean one written by `close`.
     pub async fn finish(&self, shard: &shardlog_shards::Shard, checkpoints: glommio::Task<()>) {
         let id = shard.id;
+        // A node of a cluster hands over the leadership of the raft groups it leads first:
+        // produce requests here are refused (NOT_LEADER_OR_FOLLOWER) from now on, and
+        // clients find the new leader, elected at once instead of after a timeout.
+        let host = shard.replication();
+        let transfers = host.as_ref().map_or(0, |h| h.transfer_leaderships());
+        if transfers > 0 {
+            info!(shard = id, groups = transfers, "handing over raft leaderships");
+        }
         let open = wait_until(DRAIN_BOUND, || self.connections.get() == 0).await;
         if !open {
             warn!(shard = id, connections = self.connections.get(), "connections still open");
@@ -144,8 +157,12 @@ impl ShardStop {
         wait_until(DRAIN_BOUND, || self.shared.drained.load(Ordering::SeqCst) >= all).await;
         checkpoints.await;
         // The shard's raft groups first: nothing of theirs reaches the log once it closes
-        // (an entry the applier was handed and the log refuses applies at restart).
-        if let Some(host) = shard.replication() {
+        // (an entry the applier was handed and the log refuses applies at restart). A
+        // transfer still under way is given until TRANSFER_BOUND.
+        if let Some(host) = host {
+            if !wait_until(TRANSFER_BOUND, || !host.leads_any()).await {
+                warn!(shard = id, "still leading raft groups: stopping without a handover");
+            }
             host.stop();
         }
         shard.snapshot_producer_state();

@@ -293,6 +293,23 @@ impl RaftGroup {
         self.node.mut_store().compact(to)
     }
 
+    /// On the leader, hands the leadership to the voter with the highest match index
+    /// (raft-rs's leader transfer: the target is caught up first, then campaigns at
+    /// once; proposals are refused meanwhile, and the transfer is abandoned after an
+    /// election timeout). Returns the target, or None on a follower or a group of one.
+    pub fn transfer_leadership(&mut self) -> Option<u64> {
+        if !self.is_leader() {
+            return None;
+        }
+        let me = self.id();
+        let progress = self.node.raft.prs().iter().filter(|(id, _)| **id != me);
+        let (to, _) = progress.max_by_key(|(id, p)| (p.matched, std::cmp::Reverse(**id)))?;
+        let to = *to;
+        self.node.transfer_leader(to);
+        self.handle_ready();
+        Some(to)
+    }
+
     // -- the ready loop -------------------------------------------------------------------
 
     /// Turns everything raft-rs has ready into outputs.
@@ -508,6 +525,23 @@ mod tests {
             assert_eq!(group.commit_index(), next.index);
             assert_eq!(group.take_committed().last().unwrap().data.as_ref(), b"after");
         }
+    }
+
+    #[test]
+    fn a_leader_hands_its_leadership_to_the_most_caught_up_voter() {
+        let mut groups = elect_replica_1();
+        assert_eq!(groups[1].transfer_leadership(), None, "only the leader transfers");
+        let term = groups[0].term();
+        // Replica 3 misses the last entry: replica 2 is the one caught up.
+        let cut_off = groups.remove(2);
+        groups[0].propose(b"batch".to_vec()).unwrap();
+        settle(&mut groups[..2]);
+        groups.push(cut_off);
+        assert_eq!(groups[0].transfer_leadership(), Some(2));
+        settle(&mut groups);
+        assert!(groups[1].is_leader() && !groups[0].is_leader());
+        assert_eq!(groups[0].leader_id(), Some(2));
+        assert_eq!(groups[1].term(), term + 1, "one campaign, no election timeout");
     }
 
     #[test]

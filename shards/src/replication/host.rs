@@ -207,6 +207,22 @@ impl GroupHost {
         }
     }
 
+    /// Hands the leadership of every group this replica leads to its most caught-up
+    /// voter (`RaftGroup::transfer_leadership`): before a graceful stop, so clients move
+    /// to a leader elected at once rather than after an election timeout. Returns how
+    /// many transfers began.
+    pub fn transfer_leaderships(&self) -> usize {
+        let ids: Vec<u64> = self.inner.groups.borrow().keys().copied().collect();
+        let started =
+            ids.into_iter().filter_map(|id| self.with_group(id, |g| g.transfer_leadership()));
+        started.filter(Option::is_some).count()
+    }
+
+    /// Whether this replica leads any hosted group.
+    pub fn leads_any(&self) -> bool {
+        self.inner.groups.borrow().values().any(|hosted| hosted.group.is_leader())
+    }
+
     /// Groups hosted.
     pub fn group_count(&self) -> usize {
         self.inner.groups.borrow().len()
