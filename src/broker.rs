@@ -426,10 +426,9 @@ async fn start_shard(
     for accept_loop in accept_loops {
         accept_loop.await;
     }
-    // Shutdown was requested: the listeners are closed (the replication port too: the
-    // transport stops with its last reference); drain, checkpoint, close.
-    drop(shard.take_replication());
-    stop.finish(&shard, checkpoints).await;
+    // Shutdown was requested: the Kafka listeners are closed; hand over raft leaderships,
+    // drain, stop the raft groups, checkpoint, close.
+    stop.finish(&shard, shard.take_replication(), checkpoints).await;
     shardlog_shards::runtime::shard_finished();
     Ok(())
 }

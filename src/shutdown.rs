@@ -32,6 +32,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use shardlog_shards::replication::GroupHost;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use tracing::{error, info, warn};
@@ -138,12 +139,17 @@ impl ShardStop {
     /// Steps 2-4 of the module docs, after the accept loops have returned. `checkpoints`
     /// is the periodic checkpoint task, which ends when shutdown starts: awaited so that
     /// its checkpoint never races the clean one written by `close`.
-    pub async fn finish(&self, shard: &shardlog_shards::Shard, checkpoints: glommio::Task<()>) {
+    pub async fn finish(
+        &self,
+        shard: &shardlog_shards::Shard,
+        host: Option<Rc<GroupHost>>,
+        checkpoints: glommio::Task<()>,
+    ) {
         let id = shard.id;
-        // A node of a cluster hands over the leadership of the raft groups it leads first:
-        // produce requests here are refused (NOT_LEADER_OR_FOLLOWER) from now on, and
-        // clients find the new leader, elected at once instead of after a timeout.
-        let host = shard.replication();
+        // A node of a cluster (`host`: the shard's replication host) hands over the
+        // leadership of the raft groups it leads first: produce requests here are refused
+        // (NOT_LEADER_OR_FOLLOWER) from now on, and clients find the new leader, elected
+        // at once instead of after a timeout.
         let transfers = host.as_ref().map_or(0, |h| h.transfer_leaderships());
         if transfers > 0 {
             info!(shard = id, groups = transfers, "handing over raft leaderships");
