@@ -22,11 +22,11 @@
 //!   `COMPACT_AFTER_BYTES` of them) past its log's snapshot point proposes a compaction
 //!   entry up to the slowest voter's match index; every replica compacts its own log
 //!   when it applies that entry. When the shard's `Raft` stream grew by
-//!   `STREAM_SNAPSHOT_BYTES` (and by four times the last stream snapshot) since its last
-//!   stream snapshot, the shard writes a new one (every group's compacted image, every
-//!   partition group's last applying marker), so the shard log forgets the stream's
-//!   older entries: memory and checkpoints hold the groups' logs since their compaction
-//!   point, not since their first entry.
+//!   `STREAM_SNAPSHOT_BYTES` since its last stream snapshot, and a new one would be small
+//!   (at most half that growth and half a segment), the shard writes it (every group's
+//!   compacted image, every partition group's last applying marker), so the shard log
+//!   forgets the stream's older entries: memory and checkpoints hold the groups' logs
+//!   since their compaction point, not since their first entry.
 //!
 //! Runs on the shard that hosts the groups. Not a hot path yet: a produce costs one raft
 //! entry (the batches copied once into it) and one channel hop to the applier.

@@ -294,16 +294,21 @@ impl RaftGroup {
     }
 
     /// On the leader, hands the leadership to the voter with the highest match index
-    /// (raft-rs's leader transfer: the target is caught up first, then campaigns at
-    /// once; proposals are refused meanwhile, and the transfer is abandoned after an
-    /// election timeout). Returns the target, or None on a follower or a group of one.
+    /// among those heard from lately (raft-rs's `recent_active`: a voter that is down is
+    /// never picked while another is up), the lowest id on a tie (raft-rs's leader
+    /// transfer: the target is caught up first, then campaigns at once; proposals are
+    /// refused meanwhile, and the transfer is abandoned after an election timeout).
+    /// Returns the target, or None on a follower or a group of one.
     pub fn transfer_leadership(&mut self) -> Option<u64> {
         if !self.is_leader() {
             return None;
         }
         let me = self.id();
         let progress = self.node.raft.prs().iter().filter(|(id, _)| **id != me);
-        let (to, _) = progress.max_by_key(|(id, p)| (p.matched, std::cmp::Reverse(**id)))?;
+        let rank = |(id, p): &(&u64, &raft::Progress)| {
+            (p.recent_active, p.matched, std::cmp::Reverse(**id))
+        };
+        let (to, _) = progress.max_by_key(rank)?;
         let to = *to;
         self.node.transfer_leader(to);
         self.handle_ready();
