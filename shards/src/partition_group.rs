@@ -571,19 +571,16 @@ impl Shard {
         if grown < STREAM_SNAPSHOT_BYTES {
             return;
         }
-        let mut hosted = Vec::new();
-        groups.host.for_each_group(|id, group| hosted.push((id, group.log().clone())));
-        let recovered = groups.recovered.borrow();
-        let images = hosted.iter().map(|(_, image)| image);
-        // The encoding's size, to within each group's fixed fields.
-        let estimate: u64 = images
-            .chain(recovered.values())
-            .map(|image| 128 + image.entry_bytes() + 25 * image.entries.len() as u64)
-            .sum();
+        // The encoding's size, to within each group's fixed fields (no copy: while a voter
+        // is down the images are large and this is all a tick does).
+        let size = |image: &LogImage| 128 + image.entry_bytes() + 25 * image.entries.len() as u64;
+        let mut estimate: u64 = groups.recovered.borrow().values().map(size).sum();
+        groups.host.for_each_group(|_, group| estimate += size(group.log()));
         if estimate > grown / 2 || estimate > self.log.segment_size_bytes() / 2 {
             return;
         }
-        drop(recovered);
+        let mut hosted = Vec::new();
+        groups.host.for_each_group(|id, group| hosted.push((id, group.log().clone())));
         let mut recovered = groups.recovered.borrow_mut();
         recovered.retain(|id, _| !hosted.iter().any(|(h, _)| h == id));
         let images = hosted.iter().map(|(id, image)| (*id, image));
