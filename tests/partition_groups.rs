@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use common::{read_topic, Broker, RawClient};
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
-use replicated::{controller, node_of, Load, Topic, View, NODES, PORTS_PER_NODE};
+use replicated::{controller, node_of, Load, Topic, View, NODES};
 
 const TOPIC: Topic = Topic { name: "replicated", partitions: 2 };
 
@@ -76,11 +76,8 @@ fn partition_request_errors(broker: &Broker) -> [i16; 3] {
 
 #[test]
 fn a_replicated_topic_loses_no_acknowledged_record_across_a_kill_of_its_leader() {
-    let mut cluster = Broker::start_cluster(NODES, 1, PORTS_PER_NODE);
+    let (mut cluster, before) = TOPIC.start_cluster();
     let all = [0, 1, 2];
-    replicated::wait_for_one_controller(&cluster);
-    TOPIC.create(&cluster[0]);
-    let before = TOPIC.wait_for_one_leader(&cluster, &all, "every node to name the same leader");
     for (partition, (_, _, epoch, replicas)) in before.iter().enumerate() {
         assert_eq!(replicas.len(), NODES, "partition {partition}'s replicas: {replicas:?}");
         assert!(*epoch > 0, "partition {partition}'s leader epoch is a raft term: {epoch}");
@@ -175,11 +172,8 @@ fn raft_figures(node: &Broker) -> [u64; 5] {
 /// and every acknowledged record is there exactly once.
 #[test]
 fn raft_logs_compact_only_what_every_replica_has_and_a_node_restarts_from_a_stream_snapshot() {
-    let mut cluster = Broker::start_cluster(NODES, 1, PORTS_PER_NODE);
+    let (mut cluster, view) = TOPIC.start_cluster();
     let all = [0, 1, 2];
-    replicated::wait_for_one_controller(&cluster);
-    TOPIC.create(&cluster[0]);
-    let view = TOPIC.wait_for_one_leader(&cluster, &all, "every node to name the same leader");
     let leader = node_of(view[0].1) - 1;
     let follower = (leader + 1) % NODES;
     cluster[follower].kill();

@@ -41,7 +41,7 @@ use std::time::Duration;
 use common::Broker;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
-use replicated::{node_of, Ack, Load, Topic, View, DEADLINE, NODES, PORTS_PER_NODE};
+use replicated::{node_of, Ack, Load, Topic, View, DEADLINE, NODES};
 use shardlog_storage::XorShift;
 
 const TOPIC: Topic = Topic { name: "kill-loop", partitions: 2 };
@@ -107,10 +107,7 @@ fn leader_index(view: &View) -> usize {
 /// Starts the cluster, creates the topic, writes the records of a producer that is not
 /// idempotent, then starts the idempotent load and waits for its first records.
 fn start_loaded_cluster() -> (Vec<Broker>, Load) {
-    let cluster = Broker::start_cluster(NODES, 1, PORTS_PER_NODE);
-    replicated::wait_for_one_controller(&cluster);
-    TOPIC.create(&cluster[0]);
-    TOPIC.wait_for_one_leader(&cluster, &ALL, "every node to name the same leader");
+    let (cluster, _) = TOPIC.start_cluster();
     common::produce_tagged(&cluster[0], TOPIC.name, TOPIC.partitions, "plain", 20);
     let load = Load::start(&cluster, TOPIC, "r");
     load.acked.wait_for(PROGRESS, "the first records acknowledged");

@@ -206,9 +206,8 @@ pub struct ReplicationMetrics {
     pub log_entries: u64,
     /// Bytes of those entries' data.
     pub log_entry_bytes: u64,
-    /// The shard log's `Raft` stream: bytes held (in memory and the next checkpoint), and
-    /// bytes since its last stream snapshot.
-    pub stream: shardlog_storage::InternalBytes,
+    /// Bytes of the shard log's `Raft` stream held in memory (and in the next checkpoint).
+    pub stream_held_bytes: u64,
     pub compaction: crate::partition_group::CompactionStats,
 }
 
@@ -385,16 +384,15 @@ impl Shard {
             groups,
             replication: self.replication().map(|host| {
                 let transport = host.transport();
-                let (mut log_entries, mut log_entry_bytes) = (0, 0);
-                host.for_each_group(|_, group| {
-                    log_entries += group.log().entries.len() as u64;
-                    log_entry_bytes += group.log().entry_bytes();
+                let (log_entries, log_entry_bytes) = host.with_logs(|logs| {
+                    let entries = logs.iter().map(|(_, log)| log.entries.len() as u64).sum();
+                    (entries, logs.iter().map(|(_, log)| log.entry_bytes()).sum())
                 });
                 let groups = self.partition_groups();
                 ReplicationMetrics {
                     log_entries,
                     log_entry_bytes,
-                    stream: self.log.internal_stream_bytes(InternalStream::Raft),
+                    stream_held_bytes: self.log.internal_stream_held_bytes(InternalStream::Raft),
                     compaction: groups.map(|g| g.compaction_stats()).unwrap_or_default(),
                     peers: transport.peer_count() as u64,
                     connected_peers: transport.connected_peers() as u64,

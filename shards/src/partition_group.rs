@@ -567,26 +567,25 @@ impl Shard {
             *written = None;
         }
         drop(written);
-        let grown = self.log.internal_stream_bytes(InternalStream::Raft).since_snapshot;
+        let grown = self.log.internal_bytes_since_snapshot(InternalStream::Raft);
         if grown < STREAM_SNAPSHOT_BYTES {
             return;
         }
         // The encoding's size, to within each group's fixed fields (no copy: while a voter
         // is down the images are large and this is all a tick does).
         let size = |image: &LogImage| 128 + image.entry_bytes() + 25 * image.entries.len() as u64;
-        let mut estimate: u64 = groups.recovered.borrow().values().map(size).sum();
-        groups.host.for_each_group(|_, group| estimate += size(group.log()));
+        let recovered_size: u64 = groups.recovered.borrow().values().map(size).sum();
+        let estimate = recovered_size
+            + groups.host.with_logs(|logs| logs.iter().map(|(_, log)| size(log)).sum::<u64>());
         if estimate > grown / 2 || estimate > self.log.segment_size_bytes() / 2 {
             return;
         }
-        let mut hosted = Vec::new();
-        groups.host.for_each_group(|id, group| hosted.push((id, group.log().clone())));
-        let mut recovered = groups.recovered.borrow_mut();
-        recovered.retain(|id, _| !hosted.iter().any(|(h, _)| h == id));
-        let images = hosted.iter().map(|(id, image)| (*id, image));
-        let images = images.chain(recovered.iter().map(|(id, image)| (*id, image)));
-        let markers = groups.markers.borrow();
-        let payload = persist::encode_stream_snapshot(images, markers.values());
+        let payload = groups.host.with_logs(|hosted| {
+            let mut recovered = groups.recovered.borrow_mut();
+            recovered.retain(|id, _| !hosted.iter().any(|(h, _)| h == id));
+            let images = hosted.iter().copied().chain(recovered.iter().map(|(id, i)| (*id, i)));
+            persist::encode_stream_snapshot(images, groups.markers.borrow().values())
+        });
         let bytes = payload.len() as u64;
         match persist::append_stream_snapshot(&self.log, &payload) {
             Ok(durable) => {

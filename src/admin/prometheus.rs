@@ -389,7 +389,7 @@ fn render_replication(text: &mut Text, shards: &[ShardMetrics]) {
             "shardlog_raft_stream_held_bytes",
             "gauge",
             "Bytes of the shard log's Raft stream held in memory and in the next checkpoint.",
-            |r| r.stream.held,
+            |r| r.stream_held_bytes,
         ),
         (
             "shardlog_raft_compactions_total",

@@ -107,16 +107,6 @@ pub struct RecoveryReport {
     pub dropped_bytes: u64,
 }
 
-/// An internal stream's bytes (`ShardLog::internal_stream_bytes`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct InternalBytes {
-    /// Payload bytes of the stream's entries the log holds in memory (since its latest
-    /// durable snapshot, or the one before it until the next checkpoint or snapshot).
-    pub held: u64,
-    /// Payload bytes appended since its latest snapshot entry, durable or not.
-    pub since_snapshot: u64,
-}
-
 /// Per-partition figures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PartitionInfo {

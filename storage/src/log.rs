@@ -661,16 +661,20 @@ impl<D: Disk> ShardLog<D> {
         self.inner.signal.probes.get()
     }
 
-    /// An internal stream's payload bytes the log holds (in memory, and in the next
-    /// checkpoint), and of those, the bytes appended since the stream's latest snapshot
-    /// entry: a writer's cue to write a snapshot (the `Raft` stream's, docs/replication.md).
-    pub fn internal_stream_bytes(&self, stream: InternalStream) -> crate::InternalBytes {
+    /// An internal stream's payload bytes the log holds in memory (since its latest
+    /// durable snapshot, or the one before it until the next checkpoint or snapshot), which
+    /// the next checkpoint carries. Walks the live internal entries: for a scrape.
+    pub fn internal_stream_held_bytes(&self, stream: InternalStream) -> u64 {
         let state = self.inner.state.borrow();
         let live = state.core.internal.iter().filter(|e| e.stream == stream);
-        crate::InternalBytes {
-            held: live.map(|e| e.payload.len() as u64).sum(),
-            since_snapshot: state.core.since_snapshot.get(&stream).copied().unwrap_or(0),
-        }
+        live.map(|e| e.payload.len() as u64).sum()
+    }
+
+    /// An internal stream's payload bytes appended since its latest snapshot entry,
+    /// durable or not: a writer's cue to write a snapshot (the `Raft` stream's,
+    /// docs/replication.md). A counter, no walk.
+    pub fn internal_bytes_since_snapshot(&self, stream: InternalStream) -> u64 {
+        self.inner.state.borrow().core.since_snapshot.get(&stream).copied().unwrap_or(0)
     }
 
     /// Drops from memory the internal entries that durable snapshots of their streams

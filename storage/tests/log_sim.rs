@@ -1128,7 +1128,8 @@ fn a_checkpoint_taken_while_a_newer_snapshot_is_in_flight_keeps_the_older_one() 
     });
 }
 
-/// `internal_stream_bytes`: what a stream holds and what came since its latest snapshot,
+/// `internal_stream_held_bytes` and `internal_bytes_since_snapshot`: what a stream holds
+/// and what came since its latest snapshot,
 /// live and after a recovery (through a checkpoint and a replay), per stream.
 #[test]
 fn a_streams_bytes_since_its_snapshot_count_appends_and_restart_at_a_snapshot() {
@@ -1136,8 +1137,8 @@ fn a_streams_bytes_since_its_snapshot_count_appends_and_restart_at_a_snapshot() 
         let disk = SimDisk::new(17);
         let (log, _, _) = open(&disk, small_config()).await;
         let bytes = |log: &ShardLog<SimDisk>| {
-            let raft = log.internal_stream_bytes(InternalStream::Raft);
-            (raft.held, raft.since_snapshot)
+            let raft = InternalStream::Raft;
+            (log.internal_stream_held_bytes(raft), log.internal_bytes_since_snapshot(raft))
         };
         assert_eq!(bytes(&log), (0, 0));
         log.append_internal(InternalStream::Raft, false, &[1; 100]).unwrap();

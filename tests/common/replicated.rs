@@ -90,6 +90,17 @@ impl Topic {
         shared.into_inner().expect("the views that ended the wait")
     }
 
+    /// Starts a cluster of `NODES` (one shard each), waits for its controller, creates the
+    /// topic and waits until every node names the same leader: the cluster and that view.
+    pub fn start_cluster(&self) -> (Vec<Broker>, View) {
+        let cluster = Broker::start_cluster(NODES, 1, PORTS_PER_NODE);
+        wait_for_one_controller(&cluster);
+        self.create(&cluster[0]);
+        let all: Vec<usize> = (0..NODES).collect();
+        let view = self.wait_for_one_leader(&cluster, &all, "every node to name the same leader");
+        (cluster, view)
+    }
+
     /// The size in bytes of each of the topic's partitions in `broker`'s log.
     pub fn log_sizes(&self, broker: &Broker) -> Vec<i64> {
         let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());

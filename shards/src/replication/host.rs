@@ -40,7 +40,7 @@ use raft::eraftpb::Entry;
 use shardlog_storage::Durable;
 
 use super::group::{Outcome, RaftGroup};
-use super::log::WriteRequest;
+use super::log::{LogImage, WriteRequest};
 use super::transport::{Inbound, Transport, TransportConfig};
 
 /// The tick interval of the broker's groups: raft-rs's elections after 10-20 ticks are
@@ -199,12 +199,12 @@ impl GroupHost {
         assert!(known, "durable({number}) for raft group {id}, which is not hosted");
     }
 
-    /// Calls `f` on every hosted group, in id order, for a read (no input: nothing to
-    /// drain). `f` must not call back into the host.
-    pub fn for_each_group(&self, mut f: impl FnMut(u64, &RaftGroup)) {
-        for (&id, hosted) in self.inner.groups.borrow().iter() {
-            f(id, &hosted.group);
-        }
+    /// Calls `f` with every hosted group's log (id, image), in id order, for a read (no
+    /// input: nothing to drain); the logs are borrowed, not copied. `f` must not call back
+    /// into the host.
+    pub fn with_logs<R>(&self, f: impl FnOnce(Vec<(u64, &LogImage)>) -> R) -> R {
+        let groups = self.inner.groups.borrow();
+        f(groups.iter().map(|(&id, hosted)| (id, hosted.group.log())).collect())
     }
 
     /// Hands the leadership of every group this replica leads to its most caught-up
