@@ -345,7 +345,7 @@ async fn start_shard(
     // Every shard of a cluster node replays its own Raft stream for its partition groups.
     let partition_groups = match &cluster {
         Some(cluster) => {
-            let replicas_of = shard.partition_groups_in_table();
+            let replicas_of = shard.partition_groups_to_host();
             let replayed = partition_group::recover(&internal, &cluster.nodes(), &replicas_of)
                 .map_err(|e| format!("shard {id}: {e}"))?;
             Some(replayed)

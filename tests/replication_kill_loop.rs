@@ -22,10 +22,10 @@
 //! the three copies end the same size per partition (DescribeLogDirs). Records of a
 //! producer that is not idempotent come first, so a restarted node that applied its
 //! group's entries twice would hold a larger copy (no sequence check would hide it). A
-//! consumer group commits offsets before the first failure and they are read back after
-//! the last one. **Group offsets are not replicated yet**: they live on the log of the
-//! group's coordinator node, which goes down and restarts with the others here, so what is
-//! checked is that node's own durability across its restarts, not failover.
+//! consumer group commits offsets before every failure (the kill loop) or before the first
+//! (the rolling restart), and the last commit is read back after the last one. Its
+//! coordinator is the leader of the shard's offsets group, here the topic's own group
+//! (docs/replication.md, "Consumer-group offsets"), so a leader's kill moves it.
 //!
 //! Every wait has a deadline that fails with what it waited for; nothing asserts on speed.
 //! The figures for a rolling restart (how long produce is unavailable) come from
@@ -247,10 +247,13 @@ fn acknowledged_records_survive_a_seeded_loop_of_kills_of_leaders_and_followers(
     let mut rng = XorShift::new(seed);
 
     let (mut cluster, load) = start_loaded_cluster();
-    let commits = commit_group_offsets(&cluster, &load.acked.records());
+    let mut commits = commit_group_offsets(&cluster, &load.acked.records());
     let (mut leaders_killed, mut followers_killed) = (0, 0);
     for round in 0..rounds {
         let drawn = Round::draw(&mut rng);
+        if round > 0 {
+            commits = commit_group_offsets(&cluster, &load.acked.records());
+        }
         std::thread::sleep(Duration::from_millis(drawn.pause_ms));
         let choose = |leader| drawn.victim(leader);
         let (victim, led) =

@@ -105,6 +105,12 @@ impl fmt::Display for PartitionError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GroupError {
     NotCoordinator,
+    /// In a cluster: this replica leads the offsets group but has not applied what was
+    /// committed before its term yet.
+    CoordinatorLoadInProgress,
+    /// In a cluster: no leader of the group's offsets group is known, or a change to its
+    /// offsets did not commit in time.
+    CoordinatorNotAvailable,
     InvalidGroupId,
     UnknownMemberId,
     MemberIdRequired,

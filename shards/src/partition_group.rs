@@ -14,6 +14,9 @@
 //!   through the produce path's own append (`Shard::append_produced`: sequence checks,
 //!   LogAppendTime stamp, append, producer state), on every replica alike, so every replica
 //!   assigns the same offsets and the partition log holds only committed data.
+//! - Consumer-group offsets (`group::replicated`): every shard of a node with peers hosts
+//!   the group of (every node, its shard), whether or not a partition is placed on it; its
+//!   offsets entries are applied by the same task, in the same index order.
 //! - Leaders: every TICK the hosting shard compares each group's (leader, term) with what
 //!   it last published, and sends changes to the node's other shards
 //!   (`ShardRequest::PartitionLeader`), so Metadata on any shard reads its own map.
@@ -54,7 +57,7 @@ use futures_lite::FutureExt;
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use shardlog_storage::{split_batches, Durable, InternalEntry, InternalStream, PartitionId};
 
-use crate::error::PartitionError;
+use crate::error::{GroupError, PartitionError};
 use crate::message::{ShardReply, ShardRequest};
 use crate::metadata::TopicMeta;
 use crate::metadata_group::{COMMIT_WAIT, METADATA_GROUP};
@@ -97,6 +100,13 @@ type Committed = (u64, Vec<Entry>, Vec<Outcome>);
 /// A produce waiting for its entry: its term, and where to answer.
 type Waiter = (u64, LocalSender<Applied>);
 
+/// What the applier tells a waiting change to committed offsets (`group::replicated`):
+/// its append to this replica's `GroupOffsets` stream, or why there is none.
+pub(crate) type OffsetsApplied = Result<Durable, GroupError>;
+
+/// Waiters of one kind: (group, index) -> (the proposal's term, where to answer).
+type Waiters<T> = RefCell<BTreeMap<(u64, u64), (u64, LocalSender<T>)>>;
+
 /// A partition group's leader as a shard knows it: (leader node, raft term).
 pub type GroupLeader = (Option<u32>, u64);
 
@@ -117,6 +127,13 @@ pub struct PartitionGroups {
     stats: Cell<CompactionStats>,
     /// Produces of this shard waiting for their entry: (group, index) -> (term, answer).
     waiters: RefCell<BTreeMap<(u64, u64), Waiter>>,
+    /// Changes to committed offsets waiting for their entry, likewise.
+    offset_waiters: Waiters<OffsetsApplied>,
+    /// The term of the last entry applied, per group.
+    applied_terms: RefCell<HashMap<u64, u64>>,
+    /// The term in which this replica took over the groups of the shard's offsets group,
+    /// while it leads it (`group::replicated`).
+    offsets_loaded: Cell<Option<u64>>,
     /// Committed entries to the applier: (group, entries, outcomes).
     to_apply: Rc<LocalSender<Committed>>,
     /// (leader, term) of each hosted group as last published to the node's shards.
@@ -152,16 +169,76 @@ impl PartitionGroups {
     }
 
     fn resolve(&self, group: u64, index: u64, term: u64, applied: Applied) {
-        let mut waiters = self.waiters.borrow_mut();
-        if let Some((wanted_term, _)) = waiters.get(&(group, index)) {
-            let applied = match *wanted_term == term {
-                true => applied,
-                false => Err(PartitionError::NotLeaderOrFollower),
-            };
-            let (_, sender) = waiters.remove(&(group, index)).expect("just found");
-            // The produce may have stopped waiting (`COMMIT_WAIT`).
-            let _ = sender.try_send(applied);
-        }
+        answer(
+            &self.waiters,
+            (group, index),
+            term,
+            applied,
+            Err(PartitionError::NotLeaderOrFollower),
+        );
+    }
+
+    fn resolve_offsets(&self, group: u64, index: u64, term: u64, applied: OffsetsApplied) {
+        answer(
+            &self.offset_waiters,
+            (group, index),
+            term,
+            applied,
+            Err(GroupError::NotCoordinator),
+        );
+    }
+
+    /// Whether this replica leads `group`, and its term.
+    pub(crate) fn leadership(&self, group: u64) -> (bool, u64) {
+        self.host.with_group(group, |g| (g.is_leader(), g.term())).unwrap_or((false, 0))
+    }
+
+    /// The term in which this replica took over the offsets group's consumer groups.
+    pub(crate) fn offsets_loaded(&self) -> Option<u64> {
+        self.offsets_loaded.get()
+    }
+
+    pub(crate) fn set_offsets_loaded(&self, term: Option<u64>) {
+        self.offsets_loaded.set(term);
+    }
+
+    /// The term of the last entry of `group` applied here (0: none yet).
+    pub(crate) fn applied_term(&self, group: u64) -> u64 {
+        self.applied_terms.borrow().get(&group).copied().unwrap_or(0)
+    }
+
+    /// Proposes a change to committed offsets (`change`: its `GroupOffsets` encoding) in
+    /// `group`, which this replica leads: the entry's index and where its apply answers.
+    pub(crate) fn propose_offsets(
+        &self,
+        group: u64,
+        change: &[u8],
+    ) -> Result<(u64, LocalReceiver<OffsetsApplied>), GroupError> {
+        let entry = PartitionEntry::encode_offsets(change);
+        let proposal = match self.host.with_group(group, |g| g.propose(entry)) {
+            Some(Ok(proposal)) => proposal,
+            Some(Err(_)) | None => return Err(GroupError::NotCoordinator),
+        };
+        let (sender, receiver) = local_channel::new_bounded(1);
+        self.offset_waiters.borrow_mut().insert((group, proposal.index), (proposal.term, sender));
+        Ok((proposal.index, receiver))
+    }
+
+    /// Stops waiting for the offsets change at `index` of `group` (answered or given up).
+    pub(crate) fn forget_offsets_waiter(&self, group: u64, index: u64) {
+        self.offset_waiters.borrow_mut().remove(&(group, index));
+    }
+}
+
+/// Answers the waiter of entry `key` with `applied` if the entry is the one it proposed
+/// (same term), else with `lost` (invariant 3).
+fn answer<T>(waiters: &Waiters<T>, key: (u64, u64), term: u64, applied: T, lost: T) {
+    let mut waiters = waiters.borrow_mut();
+    if let Some((wanted_term, _)) = waiters.get(&key) {
+        let applied = if *wanted_term == term { applied } else { lost };
+        let (_, sender) = waiters.remove(&key).expect("just found");
+        // The proposer may have stopped waiting (`COMMIT_WAIT`).
+        let _ = sender.try_send(applied);
     }
 }
 
@@ -184,10 +261,14 @@ pub fn recover(
 }
 
 impl Shard {
-    /// The partition groups this shard hosts for the table's replicated partitions:
-    /// group id -> replica nodes (sorted).
-    pub fn partition_groups_in_table(&self) -> BTreeMap<u64, Vec<u32>> {
+    /// The partition groups this shard hosts, for the table's replicated partitions and
+    /// for its committed offsets (`offsets_group`, on a node with peers): group id ->
+    /// replica nodes (sorted).
+    pub fn partition_groups_to_host(&self) -> BTreeMap<u64, Vec<u32>> {
         let mut groups = BTreeMap::new();
+        if let Some(group) = self.offsets_group() {
+            groups.insert(group, self.config.nodes.clone());
+        }
         for meta in self.table_ref().topics.values() {
             for index in self.partitions_here(meta) {
                 if let Some((group, replicas)) = self.replicated(meta, index as i32) {
@@ -235,11 +316,17 @@ impl Shard {
             stream_snapshot: RefCell::new(None),
             stats: Cell::new(CompactionStats::default()),
             waiters: RefCell::new(BTreeMap::new()),
+            offset_waiters: RefCell::new(BTreeMap::new()),
+            applied_terms: RefCell::new(HashMap::new()),
+            offsets_loaded: Cell::new(None),
             to_apply: Rc::new(to_apply),
             published: RefCell::new(HashMap::new()),
         });
         *self.partition_groups.borrow_mut() = Some(groups.clone());
-        for (group, replicas) in self.partition_groups_in_table() {
+        // Groups restored from the log are served only once this replica leads the
+        // offsets group (`group::replicated`).
+        self.groups.unload_membership();
+        for (group, replicas) in self.partition_groups_to_host() {
             self.host_partition_group(&groups, group, replicas)?;
         }
         glommio::spawn_local(apply_committed(self.clone(), groups.clone(), committed)).detach();
@@ -420,6 +507,11 @@ impl Shard {
         });
         let produce = match decoded {
             PartitionEntry::Produce(produce) => produce,
+            PartitionEntry::Offsets(change) => {
+                let applied = self.apply_offsets_change(group, entry.index, &change);
+                groups.resolve_offsets(group, entry.index, entry.term, applied);
+                return None;
+            }
             PartitionEntry::Compact { to } => {
                 // Invariant 4: every entry up to `to` applied here before this one.
                 if groups.host.with_group(group, |g| g.compact(to)) == Some(true) {
@@ -503,11 +595,14 @@ async fn apply_committed(
             let applied = shard.apply_partition_entry(&groups, group, &entry).await;
             let applied = applied.unwrap_or(Err(PartitionError::NotLeaderOrFollower));
             groups.resolve(group, entry.index, entry.term, applied);
+            groups.applied_terms.borrow_mut().insert(group, entry.term);
         }
         for outcome in outcomes {
             if let Outcome::Abandoned(proposal) = outcome {
                 let lost = Err(PartitionError::NotLeaderOrFollower);
                 groups.resolve(group, proposal.index, proposal.term, lost);
+                let lost = Err(GroupError::NotCoordinator);
+                groups.resolve_offsets(group, proposal.index, proposal.term, lost);
             }
         }
     }
@@ -522,6 +617,7 @@ async fn every_tick(shard: Rc<Shard>, groups: Rc<PartitionGroups>) {
             return; // shutting down: the host is stopped, the log takes nothing more
         }
         publish_leaders(&shard, &groups);
+        shard.follow_offsets_leadership(&groups);
         propose_compactions(&groups);
         shard.snapshot_stream_if_due(&groups);
     }

@@ -11,6 +11,7 @@ pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 pub const MESSAGE_TOO_LARGE: i16 = 10;
 pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
 pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
 pub const NOT_COORDINATOR: i16 = 16;
 pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
 pub const INVALID_REQUIRED_ACKS: i16 = 21;
@@ -134,6 +135,8 @@ pub fn topic_error_code(error: &TopicError) -> i16 {
 pub fn group_error_code(error: &GroupError) -> i16 {
     match error {
         GroupError::NotCoordinator => NOT_COORDINATOR,
+        GroupError::CoordinatorLoadInProgress => COORDINATOR_LOAD_IN_PROGRESS,
+        GroupError::CoordinatorNotAvailable => COORDINATOR_NOT_AVAILABLE,
         GroupError::InvalidGroupId => INVALID_GROUP_ID,
         GroupError::UnknownMemberId => UNKNOWN_MEMBER_ID,
         GroupError::MemberIdRequired => MEMBER_ID_REQUIRED,

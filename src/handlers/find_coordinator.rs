@@ -1,9 +1,12 @@
 //! FindCoordinator (v0-v6): a group's coordinator is the shard `coordinator_shard(group)`
-//! of the node `coordinator_node(group)` (this node on a single node), advertised as its
-//! own broker, so group traffic goes straight to that core; every node names the same. v4 asks for
-//! several keys at once; v5 only adds an error code; v6 adds share-group keys (KIP-932),
-//! which get INVALID_REQUEST, as from a Kafka without share groups. A transactional id's
-//! coordinator (key type 1) is placed the same way, `coordinator_shard(transactional_id)`.
+//! of this node on a single node, and of the node that leads that shard's offsets group in
+//! a cluster (`group::replicated`; COORDINATOR_NOT_AVAILABLE while no leader is known),
+//! advertised as its own broker, so group traffic goes straight to that core. A
+//! transactional id's coordinator (key type 1) is the shard
+//! `coordinator_shard(transactional_id)` of the node `coordinator_node(transactional_id)`.
+//! Every node names the same. v4 asks for several keys at once; v5 only adds an error
+//! code; v6 adds share-group keys (KIP-932), which get INVALID_REQUEST, as from a Kafka
+//! without share groups.
 
 use std::rc::Rc;
 
@@ -92,7 +95,16 @@ fn coordinator(
         return refused(code, "DESCRIBE on the transactional id is needed");
     }
     let shard = &handler.shard;
-    let node = coordinator_node(key.as_str(), &shard.config.nodes, shard.nr_shards);
+    let node = match key_type {
+        KEY_TYPE_GROUP => match shard.group_coordinator_node(key.as_str()) {
+            Some(node) => node,
+            None => {
+                let code = errors::COORDINATOR_NOT_AVAILABLE;
+                return refused(code, "the group's coordinator is being elected");
+            }
+        },
+        _ => coordinator_node(key.as_str(), &shard.config.nodes, shard.nr_shards),
+    };
     let id = broker_id(node, coordinator_shard(key.as_str(), shard.nr_shards) as u32);
     let broker = advertised_brokers(handler).into_iter().find(|b| b.id == id);
     let broker = broker.expect("the coordinator is one of the advertised brokers");

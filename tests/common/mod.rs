@@ -410,6 +410,18 @@ pub fn all_metadata(
     }
 }
 
+/// FindCoordinator v3 of group `group` asked of `broker`: (error, broker id, port).
+#[allow(dead_code)]
+pub fn find_coordinator(broker: &Broker, group: &str) -> (i16, i32, i32) {
+    use kafka_protocol::messages::find_coordinator_request::FindCoordinatorRequest;
+    let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
+    let request = FindCoordinatorRequest::default().with_key(group.to_string().into());
+    match client.call(ApiKey::FindCoordinator, 3, RequestKind::FindCoordinator(request)) {
+        ResponseKind::FindCoordinator(r) => (r.error_code, r.node_id.0, r.port),
+        other => panic!("{other:?}"),
+    }
+}
+
 /// Waits until `f` returns true (polling), or panics with `what` after `limit`.
 pub fn eventually(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use glommio::channels::local_channel::{self, LocalSender};
-use shardlog_storage::{InternalEntry, InternalStream};
+use shardlog_storage::{Durable, InternalEntry, InternalStream};
 use tracing::{info, warn};
 
 use super::offsets::{Committed, GroupOffsets, OffsetList, OffsetLogEntry, SNAPSHOT_EVERY};
@@ -127,6 +127,46 @@ impl GroupCoordinator {
         }
         self.entries_since_snapshot.set(0);
         Some(OffsetLogEntry::snapshot(&logged).encode())
+    }
+
+    /// Applies a change to the offsets as answered (OffsetFetch).
+    pub(crate) fn apply_offsets(&self, entry: OffsetLogEntry) {
+        entry.apply(&mut self.offsets.borrow_mut());
+    }
+
+    /// Forgets every group's membership, answering parked joins and syncs with
+    /// NOT_COORDINATOR (this replica stopped coordinating: `group::replicated`); committed
+    /// offsets stay.
+    pub(crate) fn unload_membership(&self) {
+        let joins: Vec<_> = self.join_waiters.borrow_mut().drain().collect();
+        for ((_, member_id), waiter) in joins {
+            let _ = waiter.try_send(JoinOutcome {
+                result: Err(GroupError::NotCoordinator),
+                member_id,
+                generation: -1,
+                protocol_type: None,
+                protocol: None,
+                leader: String::new(),
+                members: Vec::new(),
+            });
+        }
+        for (_, waiter) in self.sync_waiters.borrow_mut().drain() {
+            let _ = waiter.try_send(Err(GroupError::NotCoordinator));
+        }
+        self.groups.borrow_mut().clear();
+        self.empty_since.borrow_mut().clear();
+    }
+
+    /// Every group with committed offsets as an Empty group since now, as `restore` makes
+    /// them (this replica starts coordinating: `group::replicated`), so offset retention
+    /// counts from here.
+    pub(crate) fn load_groups_with_offsets(&self) {
+        let now = wall_ms();
+        let mut groups = self.groups.borrow_mut();
+        for group in self.offsets.borrow().keys() {
+            groups.entry(group.clone()).or_insert_with(|| Group::new(group));
+            self.empty_since.borrow_mut().entry(group.clone()).or_insert(now);
+        }
     }
 
     /// Rebuilds committed offsets from the recovered `GroupOffsets` entries (in log order).
@@ -264,18 +304,25 @@ fn summary(group: &Group) -> GroupSummary {
 }
 
 impl Shard {
-    /// NOT_COORDINATOR unless this shard of this node coordinates `group_id`.
+    /// NOT_COORDINATOR unless this shard of this node coordinates `group_id` now: on a
+    /// single node its `coordinator_shard`; in a cluster that shard of the node that leads
+    /// the shard's offsets group, once it applied everything committed before its term
+    /// (`group::replicated`; COORDINATOR_LOAD_IN_PROGRESS until then).
     pub fn check_coordinator(&self, group_id: &str) -> Result<(), GroupError> {
         if group_id.is_empty() {
             return Err(GroupError::InvalidGroupId);
         }
-        if !self.coordinates(group_id) {
+        if super::coordinator_shard(group_id, self.nr_shards) != self.id {
             return Err(GroupError::NotCoordinator);
         }
-        Ok(())
+        match self.offsets_group() {
+            Some(group) => self.check_offsets_leader(group),
+            None => Ok(()),
+        }
     }
 
-    /// Whether this shard of this node coordinates `key` (a group or transactional id).
+    /// Whether this shard of this node coordinates transactional id `key`: its
+    /// `coordinator_shard` of its `coordinator_node` (transactions are not replicated).
     pub(crate) fn coordinates(&self, key: &str) -> bool {
         super::coordinator_shard(key, self.nr_shards) == self.id
             && super::coordinator_node(key, &self.config.nodes, self.nr_shards)
@@ -453,8 +500,24 @@ impl Shard {
         (results, offsets)
     }
 
-    /// Writes one `GroupOffsets` entry, waits for fdatasync, applies it; snapshots now and then.
+    /// Makes one change to committed offsets durable and visible: on a single node written
+    /// to the `GroupOffsets` stream, fdatasync'd, then applied; in a cluster proposed to the
+    /// shard's offsets group and answered once applied here (`group::replicated`).
     pub(crate) async fn write_offset_entry(&self, entry: OffsetLogEntry) -> Result<(), GroupError> {
+        if let Some(group) = self.offsets_group() {
+            return self.replicate_offset_entry(group, &entry).await;
+        }
+        let durable = self.log_offset_entry(&entry)?;
+        if let Err(e) = durable.wait().await {
+            self.fatal_storage_error(&e);
+        }
+        self.groups.apply_offsets(entry);
+        Ok(())
+    }
+
+    /// Appends one `GroupOffsets` entry (not waiting for it), and a snapshot of every
+    /// group's offsets behind it every `SNAPSHOT_EVERY` entries.
+    pub(crate) fn log_offset_entry(&self, entry: &OffsetLogEntry) -> Result<Durable, GroupError> {
         let durable = self
             .log
             .append_internal(InternalStream::GroupOffsets, false, &entry.encode())
@@ -470,11 +533,7 @@ impl Shard {
                 warn!(shard = self.id, error = ?e, "writing an offsets snapshot");
             }
         }
-        if let Err(e) = durable.wait().await {
-            self.fatal_storage_error(&e);
-        }
-        entry.apply(&mut self.groups.offsets.borrow_mut());
-        Ok(())
+        Ok(durable)
     }
 
     /// DeleteGroups: only Empty groups; their offsets are deleted durably.
@@ -550,6 +609,9 @@ impl Shard {
     }
 
     async fn expire_offsets(&self) {
+        if self.offsets_group().is_some_and(|g| self.check_offsets_leader(g).is_err()) {
+            return; // a replica that does not coordinate, or has not caught up: not its call
+        }
         let coordinator = &self.groups;
         let cutoff = wall_ms() - coordinator.config.offsets_retention_ms;
         let expired: Vec<String> = coordinator

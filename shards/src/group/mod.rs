@@ -1,15 +1,17 @@
 //! Consumer groups: the classic membership protocol and durable committed offsets.
 //!
-//! A group lives on its coordinator shard, `coordinator_shard(group_id)`, of its
-//! coordinator node, `coordinator_node(group_id)` (in a cluster; on a single node, that
-//! node); requests for it that reach another shard or node get NOT_COORDINATOR, and
-//! clients re-ask FindCoordinator, which names that shard's broker from any node. Membership is in memory (`state`); committed offsets are
-//! written through the shard's log and fdatasync'd before OffsetCommit is answered
-//! (`offsets`), and rebuilt from the log on start-up.
+//! A group lives on its coordinator shard, `coordinator_shard(group_id)`: on a single
+//! node that shard of the node; in a cluster that shard of the node that leads the shard's
+//! offsets group (`replicated`). Requests for it that reach another shard or node get
+//! NOT_COORDINATOR, and clients re-ask FindCoordinator, which names that broker from any
+//! node. Membership is in memory (`state`); committed offsets are written through the
+//! shard's log and fdatasync'd before OffsetCommit is answered (`offsets`), in a cluster
+//! on a majority of the nodes first (`replicated`), and rebuilt from the log on start-up.
 
 pub mod admin;
 pub mod coordinator;
 pub mod offsets;
+pub mod replicated;
 pub mod state;
 
 pub use admin::{GroupDescription, ResetResults};
@@ -22,13 +24,14 @@ pub fn coordinator_shard(group_id: &str, nr_shards: usize) -> usize {
     key_hash(group_id) as usize % nr_shards
 }
 
-/// The node that coordinates `group_id` (or a transactional id) among `nodes` (sorted,
-/// every node of the cluster): the hash modulo all the cluster's brokers (nodes x shards)
-/// names one broker, whose shard is `coordinator_shard` (the shard count divides the
-/// broker count), and whose node is this. The same on every node, so FindCoordinator
-/// names the same broker whichever node is asked; a single node is its own.
-pub fn coordinator_node(group_id: &str, nodes: &[u32], nr_shards: usize) -> u32 {
-    let broker = key_hash(group_id) as usize % (nodes.len() * nr_shards);
+/// The node that coordinates transactional id `key` among `nodes` (sorted, every node of
+/// the cluster; consumer groups follow their offsets group's leader instead: `replicated`):
+/// the hash modulo all the cluster's brokers (nodes x shards) names one broker, whose
+/// shard is `coordinator_shard` (the shard count divides the broker count), and whose node
+/// is this. The same on every node, so FindCoordinator names the same broker whichever
+/// node is asked; a single node is its own.
+pub fn coordinator_node(key: &str, nodes: &[u32], nr_shards: usize) -> u32 {
+    let broker = key_hash(key) as usize % (nodes.len() * nr_shards);
     nodes[broker / nr_shards]
 }
 

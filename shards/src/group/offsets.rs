@@ -126,6 +126,42 @@ mod tests {
         assert_eq!(restored, all);
     }
 
+    /// `group::replicated` invariant 3: after a restart a replica applies again, on top of
+    /// what its `GroupOffsets` stream recovered, the changes it had applied since the raft
+    /// log's compaction point. Applying a run of changes a second time must leave what the
+    /// first time left, whatever the offsets were before it.
+    #[test]
+    fn applying_a_run_of_changes_twice_leaves_what_applying_it_once_did() {
+        use proptest::prelude::*;
+        let key = (0..3u8, 0..2u8, 0..3i32);
+        let change = prop_oneof![
+            3 => (key.clone(), 0..100i64).prop_map(|((g, t, p), o)| OffsetLogEntry::Commit {
+                group: format!("g{g}"),
+                offsets: vec![((format!("t{t}"), p), committed(o))],
+            }),
+            1 => key.clone().prop_map(|(g, t, p)| OffsetLogEntry::Delete {
+                group: format!("g{g}"),
+                partitions: vec![(format!("t{t}"), p)],
+            }),
+            1 => (0..3u8).prop_map(|g| OffsetLogEntry::DeleteGroup { group: format!("g{g}") }),
+        ];
+        let runs = proptest::collection::vec(change, 0..12);
+        proptest!(|(before in runs.clone(), run in runs)| {
+            let mut once = BTreeMap::new();
+            for entry in before {
+                entry.apply(&mut once);
+            }
+            for entry in run.iter().cloned() {
+                entry.apply(&mut once);
+            }
+            let mut twice = once.clone();
+            for entry in run {
+                entry.apply(&mut twice);
+            }
+            prop_assert_eq!(twice, once);
+        });
+    }
+
     #[test]
     fn garbage_and_unknown_versions_are_refused() {
         assert!(OffsetLogEntry::decode(&[]).is_err());

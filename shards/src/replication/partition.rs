@@ -41,6 +41,18 @@
 //! | 1 | kind (= 2, a compaction) |
 //! | 8 | `to`: the last index to fold away (u64), below the entry's own index |
 //!
+//! Offsets entry (version 1, kind 3; docs/replication.md, "Consumer-group offsets"): one
+//! change to the committed offsets of the consumer groups the shard coordinates, proposed
+//! by the group's coordinator (the leader of the shard's group of every node), applied by
+//! every replica to its own copy:
+//!
+//! | size | field |
+//! |---|---|
+//! | 1 | version (= 1) |
+//! | 1 | kind (= 3, committed offsets) |
+//! | n | the change, as the `GroupOffsets` stream stores it (`group::offsets`: its own |
+//! |   | version byte, then the rest of the entry) |
+//!
 //! Invariants:
 //! 1. `ProduceEntry::decode(encode(e)) == e`; `decode` never panics on any bytes.
 //! 2. `partition_group_id` never returns 0, and depends only on the replica *set* and the
@@ -63,6 +75,8 @@ pub const ENTRY_VERSION: u8 = 1;
 const KIND_PRODUCE: u8 = 1;
 /// Kind byte of a compaction entry.
 const KIND_COMPACT: u8 = 2;
+/// Kind byte of an entry carrying a change to committed consumer-group offsets.
+const KIND_OFFSETS: u8 = 3;
 const ENTRY_HEADER_BYTES: usize = 1 + 1 + 16 + 4 + 8 + 8 + 4;
 const COMPACT_ENTRY_BYTES: usize = 1 + 1 + 8;
 
@@ -161,6 +175,9 @@ pub enum PartitionEntry {
     Compact {
         to: u64,
     },
+    /// A change to committed consumer-group offsets, as the `GroupOffsets` stream stores
+    /// it (module docs); decoded by the group coordinator.
+    Offsets(Bytes),
 }
 
 impl PartitionEntry {
@@ -169,6 +186,14 @@ impl PartitionEntry {
         let mut out = Vec::with_capacity(COMPACT_ENTRY_BYTES);
         out.extend_from_slice(&[ENTRY_VERSION, KIND_COMPACT]);
         out.extend_from_slice(&to.to_le_bytes());
+        out
+    }
+
+    /// The bytes of an offsets entry carrying `change` (a `GroupOffsets` entry's payload).
+    pub fn encode_offsets(change: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(2 + change.len());
+        out.extend_from_slice(&[ENTRY_VERSION, KIND_OFFSETS]);
+        out.extend_from_slice(change);
         out
     }
 
@@ -183,6 +208,10 @@ impl PartitionEntry {
         match bytes[1] {
             KIND_PRODUCE => return ProduceEntry::decode(bytes).map(PartitionEntry::Produce),
             KIND_COMPACT => {}
+            KIND_OFFSETS if bytes.len() > 2 => {
+                return Ok(PartitionEntry::Offsets(bytes.slice(2..)))
+            }
+            KIND_OFFSETS => return Err(EntryError::Truncated),
             other => return Err(EntryError::UnknownKind(other)),
         }
         match bytes.len().cmp(&COMPACT_ENTRY_BYTES) {
@@ -358,8 +387,18 @@ mod tests {
         let produce = Bytes::from(entry().encode());
         assert_eq!(PartitionEntry::decode(&produce), Ok(PartitionEntry::Produce(entry())));
         let mut unknown = bytes;
-        unknown[1] = 3;
-        assert_eq!(PartitionEntry::decode(&Bytes::from(unknown)), Err(EntryError::UnknownKind(3)));
+        unknown[1] = 4;
+        assert_eq!(PartitionEntry::decode(&Bytes::from(unknown)), Err(EntryError::UnknownKind(4)));
+    }
+
+    #[test]
+    fn an_offsets_entry_carries_its_change_whole_and_an_empty_one_is_truncated() {
+        let bytes = PartitionEntry::encode_offsets(b"change");
+        assert_eq!(&bytes[..2], &[1, 3]);
+        let decoded = PartitionEntry::decode(&Bytes::from(bytes));
+        assert_eq!(decoded, Ok(PartitionEntry::Offsets(Bytes::from_static(b"change"))));
+        let empty = Bytes::from(PartitionEntry::encode_offsets(b""));
+        assert_eq!(PartitionEntry::decode(&empty), Err(EntryError::Truncated));
     }
 
     #[test]
