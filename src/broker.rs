@@ -320,6 +320,7 @@ async fn start_shard(
         },
         node_id: cluster.as_ref().map_or(SINGLE_NODE, Cluster::node),
         nodes: cluster.as_ref().map_or(SINGLE_NODE_LIST.to_vec(), Cluster::nodes),
+        replica_lag_time_max: Duration::from_millis(config.replica_lag_time_max_ms.max(1)),
         metadata_snapshot: SnapshotPolicy {
             max_changes: config.metadata_snapshot_max_changes.max(1),
             min_change_bytes: config.metadata_snapshot_min_change_bytes,

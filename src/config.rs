@@ -194,6 +194,11 @@ pub struct Config {
     #[arg(long, env = "SHARDLOG_PROBE_LOG_INTERVAL_MS", default_value_t = 60_000)]
     pub probe_log_interval_ms: u64,
 
+    /// A replica of a replicated partition that has not caught up with its leader for this
+    /// long leaves the partition's ISR (Kafka's replica.lag.time.max.ms).
+    #[arg(long, env = "SHARDLOG_REPLICA_LAG_TIME_MAX_MS", default_value_t = 30_000)]
+    pub replica_lag_time_max_ms: u64,
+
     /// Shortest consumer session timeout accepted (Kafka's group.min.session.timeout.ms).
     #[arg(long, env = "SHARDLOG_GROUP_MIN_SESSION_TIMEOUT_MS", default_value_t = 6000)]
     pub group_min_session_timeout_ms: u64,

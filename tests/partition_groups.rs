@@ -8,7 +8,9 @@
 //! read back with a consumer from the leader; the three nodes' copies end the same size
 //! (DescribeLogDirs), which a restarted node that applied its group's entries twice (the
 //! applying-marker rule removed) would not be: records of a producer that is not
-//! idempotent come first, so no sequence check hides a second apply.
+//! idempotent come first, so no sequence check hides a second apply. Metadata's ISR: all
+//! three before the kill, the two survivors on both once the dead replica lagged for
+//! replica.lag.time.max.ms (1 s here), all three again once the restarted node caught up.
 //!
 //! Before that, the replicas that do not lead answer Produce, Fetch and ListOffsets
 //! NOT_LEADER_OR_FOLLOWER, and replication factors 4 and 2 are refused
@@ -106,6 +108,8 @@ fn a_replicated_topic_loses_no_acknowledged_record_across_a_kill_of_its_leader()
     let load = Load::start(&cluster, TOPIC, "r");
     load.acked.wait_for(60, "60 records acknowledged before the kill");
 
+    TOPIC.wait_for_isr(&cluster, &all, &[1, 2, 3]);
+
     // The leader's node dies; the two others elect a new leader in a higher term.
     let dead = leader_node - 1;
     cluster[dead].kill();
@@ -117,6 +121,9 @@ fn a_replicated_topic_loses_no_acknowledged_record_across_a_kill_of_its_leader()
             && views[0].iter().zip(&before).all(|(now, then)| now.2 > then.2)
     });
     load.acked.wait_for(acked_at_kill + 60, "60 more records acknowledged after the kill");
+    // The dead replica leaves the ISR (after replica.lag.time.max.ms), on both survivors.
+    let alive: Vec<usize> = survivors.iter().map(|n| n + 1).collect();
+    TOPIC.wait_for_isr(&cluster, &survivors, &alive);
 
     // The killed node restarts and catches up.
     replicated::wait_for_listeners_closed(&cluster[dead]);
@@ -124,6 +131,8 @@ fn a_replicated_topic_loses_no_acknowledged_record_across_a_kill_of_its_leader()
     TOPIC.wait_for_one_leader(&cluster, &all, "the restarted node to name the same leader");
     let acked_at_restart = load.acked.len();
     load.acked.wait_for(acked_at_restart + 30, "30 more records after the restart");
+    // Caught up, it is back in the ISR, on every node.
+    TOPIC.wait_for_isr(&cluster, &all, &[1, 2, 3]);
     let acked = load.stop();
 
     // Every acknowledged record exactly once, at its offset; offsets dense.

@@ -49,6 +49,8 @@ pub enum ShardRequest {
     ControllerNode,
     /// A partition group's (leader node, raft term) changed on the shard that hosts it.
     PartitionLeader { group: u64, leader: Option<u32>, term: u64 },
+    /// A partition group's ISR (node ids, ascending) as the shard that hosts it applied it.
+    PartitionIsr { group: u64, isr: Vec<u32> },
     /// Ask the controller (shard 0) to change topics' configs.
     AlterTopicConfigs { changes: Vec<TopicConfigChange>, validate_only: bool },
     /// A snapshot of the receiver's counters, of the parts `MetricsScope` names (the admin
@@ -102,6 +104,7 @@ pub enum ShardReply {
     ApplyTopicChanges,
     ControllerNode(Option<u64>),
     PartitionLeader,
+    PartitionIsr,
     AlterTopicConfigs(Vec<Result<(), TopicError>>),
     Metrics(Box<ShardMetrics>),
     Health(Option<String>),

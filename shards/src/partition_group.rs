@@ -17,6 +17,11 @@
 //! - Consumer-group offsets (`group::replicated`): every shard of a node with peers hosts
 //!   the group of (every node, its shard), whether or not a partition is placed on it; its
 //!   offsets entries are applied by the same task, in the same index order.
+//! - ISR (docs/replication.md, "The ISR"): every TICK a leader notes which voters' match
+//!   index reached its own last index of the tick before (caught up, and heard from
+//!   lately); a voter not caught up for `replica_lag_time_max` leaves the ISR, and one
+//!   caught up again rejoins. A change is proposed as an ISR entry, so every replica's
+//!   Metadata shows the same ISR from when it applies it (`ShardRequest::PartitionIsr`).
 //! - Leaders: every TICK the hosting shard compares each group's (leader, term) with what
 //!   it last published, and sends changes to the node's other shards
 //!   (`ShardRequest::PartitionLeader`), so Metadata on any shard reads its own map.
@@ -50,7 +55,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_lite::FutureExt;
@@ -138,6 +143,21 @@ pub struct PartitionGroups {
     to_apply: Rc<LocalSender<Committed>>,
     /// (leader, term) of each hosted group as last published to the node's shards.
     published: RefCell<HashMap<u64, GroupLeader>>,
+    /// Each led group's view of its voters' catching up (the ISR).
+    in_sync: RefCell<HashMap<u64, InSync>>,
+}
+
+/// A leader's view of its voters' catching up, for the ISR (module docs), in one term.
+struct InSync {
+    term: u64,
+    /// The leader's last index at the previous tick: a voter whose match index reached it
+    /// is caught up now.
+    last_index: u64,
+    /// When each voter (node id) was last caught up; a voter the applied ISR left out has
+    /// no entry until it catches up.
+    caught_up_at: BTreeMap<u32, Instant>,
+    /// The last ISR entry proposed in this term.
+    proposed: Option<Proposal>,
 }
 
 /// A shard's log compaction figures since its start (`/metrics`).
@@ -321,6 +341,7 @@ impl Shard {
             offsets_loaded: Cell::new(None),
             to_apply: Rc::new(to_apply),
             published: RefCell::new(HashMap::new()),
+            in_sync: RefCell::new(HashMap::new()),
         });
         *self.partition_groups.borrow_mut() = Some(groups.clone());
         // Groups restored from the log are served only once this replica leads the
@@ -512,6 +533,10 @@ impl Shard {
                 groups.resolve_offsets(group, entry.index, entry.term, applied);
                 return None;
             }
+            PartitionEntry::Isr(isr) => {
+                self.publish_isr(group, isr);
+                return None;
+            }
             PartitionEntry::Compact { to } => {
                 // Invariant 4: every entry up to `to` applied here before this one.
                 if groups.host.with_group(group, |g| g.compact(to)) == Some(true) {
@@ -617,6 +642,7 @@ async fn every_tick(shard: Rc<Shard>, groups: Rc<PartitionGroups>) {
             return; // shutting down: the host is stopped, the log takes nothing more
         }
         publish_leaders(&shard, &groups);
+        propose_isr_changes(&shard, &groups);
         shard.follow_offsets_leadership(&groups);
         propose_compactions(&groups);
         shard.snapshot_stream_if_due(&groups);
@@ -697,6 +723,83 @@ impl Shard {
                 );
                 groups.count(|s| s.stream_snapshot_failures += 1);
             }
+        }
+    }
+}
+
+/// In each group this replica leads, notes the voters caught up since the last tick and
+/// proposes an ISR entry when the ISR differs from the one applied (module docs).
+fn propose_isr_changes(shard: &Shard, groups: &PartitionGroups) {
+    let now = Instant::now();
+    let lag = shard.config.replica_lag_time_max;
+    let hosted: Vec<(u64, Vec<u32>)> =
+        groups.groups.borrow().iter().map(|(g, r)| (*g, r.clone())).collect();
+    let mut in_sync = groups.in_sync.borrow_mut();
+    for (group, replicas) in hosted {
+        let view = groups.host.with_group(group, |g| {
+            Some((g.term(), g.last_index(), g.commit_index(), g.progress()?))
+        });
+        let Some(Some((term, last_index, commit_index, progress))) = view else {
+            in_sync.remove(&group); // not leading it
+            continue;
+        };
+        let applied = shard.partition_isr(group).unwrap_or_else(|| replicas.clone());
+        let state = in_sync.entry(group).or_insert_with(|| InSync::new(term, &applied, now));
+        if state.term != term {
+            *state = InSync::new(term, &applied, now);
+        }
+        for (id, matched, recent_active) in progress {
+            let Some(node) = node_of(id) else { continue };
+            if recent_active && matched >= state.last_index {
+                state.caught_up_at.insert(node as u32, now);
+            }
+        }
+        state.last_index = last_index;
+        let caught_up = |n: &&u32| state.caught_up_at.get(n).is_some_and(|t| now - *t <= lag);
+        let isr: Vec<u32> = replicas.iter().filter(caught_up).copied().collect();
+        let in_flight = state.proposed.is_some_and(|p| p.term == term && commit_index < p.index);
+        if isr == applied || isr.is_empty() || in_flight {
+            continue;
+        }
+        let entry = PartitionEntry::encode_isr(&isr);
+        if let Some(Ok(proposal)) = groups.host.with_group(group, |g| g.propose(entry)) {
+            tracing::info!(group = format!("{group:#x}"), ?isr, "ISR change proposed");
+            state.proposed = Some(proposal);
+        }
+    }
+}
+
+impl InSync {
+    /// A new leadership: the applied ISR's voters count as caught up now.
+    fn new(term: u64, applied: &[u32], now: Instant) -> InSync {
+        let caught_up_at = applied.iter().map(|n| (*n, now)).collect();
+        InSync { term, last_index: 0, caught_up_at, proposed: None }
+    }
+}
+
+impl Shard {
+    /// A replicated partition group's ISR as this shard knows it (node ids, ascending);
+    /// None while no ISR entry was applied: every replica is in sync.
+    pub fn partition_isr(&self, group: u64) -> Option<Vec<u32>> {
+        self.partition_isrs.borrow().get(&group).cloned()
+    }
+
+    /// Records an applied ISR entry of `group` here and on the node's other shards.
+    fn publish_isr(&self, group: u64, isr: Vec<u32>) {
+        if self.partition_isr(group).as_ref() == Some(&isr) {
+            return;
+        }
+        self.partition_isrs.borrow_mut().insert(group, isr.clone());
+        for to in (0..self.nr_shards).filter(|s| *s != self.id) {
+            let request = ShardRequest::PartitionIsr { group, isr: isr.clone() };
+            let mesh = self.mesh.clone();
+            glommio::spawn_local(async move {
+                match mesh.call(to, request).await {
+                    ShardReply::PartitionIsr => {}
+                    other => panic!("partition ISR answered with {other:?}"),
+                }
+            })
+            .detach();
         }
     }
 }

@@ -58,6 +58,10 @@ impl MeshService for Shard {
                 self.set_partition_leader(group, (leader, term));
                 Box::pin(async { ShardReply::PartitionLeader })
             }
+            ShardRequest::PartitionIsr { group, isr } => {
+                self.partition_isrs.borrow_mut().insert(group, isr);
+                Box::pin(async { ShardReply::PartitionIsr })
+            }
             ShardRequest::AlterTopicConfigs { changes, validate_only } => Box::pin(async move {
                 let results = self.controller_alter_topic_configs(changes, validate_only).await;
                 ShardReply::AlterTopicConfigs(results)

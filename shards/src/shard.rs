@@ -58,6 +58,9 @@ pub struct ShardConfig {
     /// Every node of the cluster, this one included, sorted: where new partitions are
     /// placed (`[SINGLE_NODE]` without `--peers`).
     pub nodes: Vec<u32>,
+    /// A replica not caught up with its leader for this long leaves the ISR
+    /// (replica.lag.time.max.ms; `partition_group`).
+    pub replica_lag_time_max: Duration,
 }
 
 impl Default for ShardConfig {
@@ -78,6 +81,7 @@ impl Default for ShardConfig {
             authorizer: Default::default(),
             node_id: crate::metadata::SINGLE_NODE,
             nodes: crate::metadata::SINGLE_NODE_LIST.to_vec(),
+            replica_lag_time_max: Duration::from_secs(30),
         }
     }
 }
@@ -204,6 +208,9 @@ pub struct Shard {
     /// (Metadata reads it here: no lock, no cross-core call).
     pub(crate) partition_leaders:
         RefCell<std::collections::HashMap<u64, crate::partition_group::GroupLeader>>,
+    /// Every partition group's ISR (node ids) as the node's shards applied it; a group
+    /// not in the map has all its replicas in sync (no ISR entry applied yet).
+    pub(crate) partition_isrs: RefCell<std::collections::HashMap<u64, Vec<u32>>>,
 }
 
 impl Shard {
@@ -233,6 +240,7 @@ impl Shard {
             metadata_group: RefCell::new(None),
             partition_groups: RefCell::new(None),
             partition_leaders: RefCell::default(),
+            partition_isrs: RefCell::default(),
         })
     }
 

@@ -161,8 +161,8 @@ fn topic_response(shard: &Shard, meta: &TopicMeta) -> MetadataResponseTopic {
 /// One partition: of one replica, its owner shard leads (epoch 0); of a replicated
 /// partition, the raft leader of its group as this shard last heard it (epoch: the raft
 /// term), or -1 with LEADER_NOT_AVAILABLE while none is known. Replicas are the replica
-/// set's brokers (the same shard on each node), and the ISR is the replicas (raft's
-/// progress is not consulted: docs/replication.md).
+/// set's brokers (the same shard on each node); the ISR is the group's last applied ISR
+/// entry, all the replicas before one (docs/replication.md, "The ISR").
 fn partition_response(
     shard: &Shard,
     meta: &TopicMeta,
@@ -184,11 +184,15 @@ fn partition_response(
         Some(node) => (BrokerId(broker_id(node, owner)), 0),
         None => (BrokerId(-1), errors::LEADER_NOT_AVAILABLE),
     };
+    let isr = match shard.partition_isr(group) {
+        Some(nodes) => nodes.iter().map(|n| BrokerId(broker_id(*n, owner))).collect(),
+        None => brokers.clone(),
+    };
     response
         .with_error_code(error)
         .with_leader_id(leader)
         .with_leader_epoch(term.min(i32::MAX as u64) as i32)
-        .with_isr_nodes(brokers.clone())
+        .with_isr_nodes(isr)
         .with_replica_nodes(brokers)
 }
 

@@ -511,6 +511,16 @@ impl Broker {
     /// each on its own block of `ports_per_node` free ports (bootstrap first, admin last),
     /// all listed in every node's `--peers`.
     pub fn start_cluster(nodes: usize, cores: usize, ports_per_node: usize) -> Vec<Broker> {
+        Broker::start_cluster_with(nodes, cores, ports_per_node, &[])
+    }
+
+    /// [`Broker::start_cluster`] with `extra_args` for every node.
+    pub fn start_cluster_with(
+        nodes: usize,
+        cores: usize,
+        ports_per_node: usize,
+        extra_args: &[&str],
+    ) -> Vec<Broker> {
         let base = free_port_range(nodes * ports_per_node);
         let port = |node: usize| base + (node * ports_per_node) as u16;
         let peers: Vec<String> =
@@ -519,8 +529,9 @@ impl Broker {
         (0..nodes)
             .map(|n| {
                 let admin_port = port(n) + ports_per_node as u16 - 1;
-                let args =
+                let mut args =
                     vec!["--node-id".into(), (n + 1).to_string(), "--peers".into(), peers.clone()];
+                args.extend(extra_args.iter().map(|a| a.to_string()));
                 Broker::start_at(cores, port(n), admin_port, args)
             })
             .collect()

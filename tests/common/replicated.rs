@@ -26,6 +26,9 @@ pub const NODES: usize = 3;
 pub const PORTS_PER_NODE: usize = 4;
 /// Each wait's deadline: generous, the machine is shared; a hang fails, slowness does not.
 pub const DEADLINE: Duration = Duration::from_secs(120);
+/// replica.lag.time.max.ms of the test clusters: short, so a dead replica leaves the ISR
+/// within a test (Kafka's default is 30 s).
+pub const ISR_LAG_MS: &str = "1000";
 
 /// One node's Metadata of a topic: per partition (error, leader broker, leader epoch,
 /// replicas).
@@ -55,6 +58,28 @@ impl Topic {
             (p.error_code, p.leader_id.0, p.leader_epoch, replicas)
         });
         Some(partitions.collect())
+    }
+
+    /// `broker`'s Metadata ISR of each of the topic's partitions (node ids, ascending), or
+    /// None if it does not answer or does not know the topic.
+    pub fn isrs(&self, broker: &Broker) -> Option<Vec<Vec<usize>>> {
+        let r = common::all_metadata(broker)?;
+        let named = |n: &kafka_protocol::messages::TopicName| n.0.as_str() == self.name;
+        let topic = r.topics.iter().find(|t| t.name.as_ref().is_some_and(named))?;
+        let isr = |p: &kafka_protocol::messages::metadata_response::MetadataResponsePartition| {
+            let mut nodes: Vec<usize> = p.isr_nodes.iter().map(|b| node_of(b.0)).collect();
+            nodes.sort_unstable();
+            nodes
+        };
+        Some(topic.partitions.iter().map(isr).collect())
+    }
+
+    /// Waits until every node of `nodes` shows `isr` (node ids) for every partition.
+    pub fn wait_for_isr(&self, cluster: &[Broker], nodes: &[usize], isr: &[usize]) {
+        let what = format!("every partition's ISR to be {isr:?}");
+        let shown = |n: usize| self.isrs(&cluster[n]);
+        let done = |views: &[Vec<Vec<usize>>]| views.iter().flatten().all(|p| p == isr);
+        common::wait_for_views(DEADLINE, nodes, &what, shown, done)
     }
 
     /// Polls the views of `nodes` (indexes into `cluster`) until `done` holds, or fails
@@ -90,10 +115,12 @@ impl Topic {
         shared.into_inner().expect("the views that ended the wait")
     }
 
-    /// Starts a cluster of `NODES` (one shard each), waits for its controller, creates the
-    /// topic and waits until every node names the same leader: the cluster and that view.
+    /// Starts a cluster of `NODES` (one shard each; a replica leaves the ISR after
+    /// `ISR_LAG_MS`), waits for its controller, creates the topic and waits until every
+    /// node names the same leader: the cluster and that view.
     pub fn start_cluster(&self) -> (Vec<Broker>, View) {
-        let cluster = Broker::start_cluster(NODES, 1, PORTS_PER_NODE);
+        let lag = ["--replica-lag-time-max-ms", ISR_LAG_MS];
+        let cluster = Broker::start_cluster_with(NODES, 1, PORTS_PER_NODE, &lag);
         wait_for_one_controller(&cluster);
         self.create(&cluster[0]);
         let all: Vec<usize> = (0..NODES).collect();

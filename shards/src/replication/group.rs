@@ -286,6 +286,16 @@ impl RaftGroup {
         Some(slowest.min(self.commit_index()))
     }
 
+    /// On the leader, each voter's raft id, match index and whether it was heard from lately
+    /// (raft-rs's `recent_active`); None on a follower.
+    pub fn progress(&self) -> Option<Vec<(u64, u64, bool)>> {
+        if !self.is_leader() {
+            return None;
+        }
+        let prs = self.node.raft.prs().iter();
+        Some(prs.map(|(id, p)| (*id, p.matched, p.recent_active)).collect())
+    }
+
     /// Compacts this replica's log up to `to`, no further than what raft-rs applied (so
     /// never an entry it still hands out). Returns whether anything was dropped.
     pub fn compact(&mut self, to: u64) -> bool {

@@ -53,6 +53,15 @@
 //! | n | the change, as the `GroupOffsets` stream stores it (`group::offsets`: its own |
 //! |   | version byte, then the rest of the entry) |
 //!
+//! ISR entry (version 1, kind 4; docs/replication.md, "The ISR"): the replicas the leader
+//! found caught up, which every replica's Metadata shows from when it applies the entry:
+//!
+//! | size | field |
+//! |---|---|
+//! | 1 | version (= 1) |
+//! | 1 | kind (= 4, the ISR) |
+//! | 4 x n | the in-sync node ids (u32 each), ascending, at least one |
+//!
 //! Invariants:
 //! 1. `ProduceEntry::decode(encode(e)) == e`; `decode` never panics on any bytes.
 //! 2. `partition_group_id` never returns 0, and depends only on the replica *set* and the
@@ -77,6 +86,8 @@ const KIND_PRODUCE: u8 = 1;
 const KIND_COMPACT: u8 = 2;
 /// Kind byte of an entry carrying a change to committed consumer-group offsets.
 const KIND_OFFSETS: u8 = 3;
+/// Kind byte of an entry carrying the group's in-sync replicas.
+const KIND_ISR: u8 = 4;
 const ENTRY_HEADER_BYTES: usize = 1 + 1 + 16 + 4 + 8 + 8 + 4;
 const COMPACT_ENTRY_BYTES: usize = 1 + 1 + 8;
 
@@ -178,6 +189,8 @@ pub enum PartitionEntry {
     /// A change to committed consumer-group offsets, as the `GroupOffsets` stream stores
     /// it (module docs); decoded by the group coordinator.
     Offsets(Bytes),
+    /// The in-sync replicas' node ids, ascending.
+    Isr(Vec<u32>),
 }
 
 impl PartitionEntry {
@@ -197,6 +210,14 @@ impl PartitionEntry {
         out
     }
 
+    /// The bytes of an ISR entry naming `nodes` (ascending, at least one).
+    pub fn encode_isr(nodes: &[u32]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(2 + 4 * nodes.len());
+        out.extend_from_slice(&[ENTRY_VERSION, KIND_ISR]);
+        nodes.iter().for_each(|n| out.extend_from_slice(&n.to_le_bytes()));
+        out
+    }
+
     /// The entry of `bytes`, whichever kind (invariant 1: never panics).
     pub fn decode(bytes: &Bytes) -> Result<PartitionEntry, EntryError> {
         if bytes.len() < 2 {
@@ -212,6 +233,7 @@ impl PartitionEntry {
                 return Ok(PartitionEntry::Offsets(bytes.slice(2..)))
             }
             KIND_OFFSETS => return Err(EntryError::Truncated),
+            KIND_ISR => return decode_isr(&bytes[2..]),
             other => return Err(EntryError::UnknownKind(other)),
         }
         match bytes.len().cmp(&COMPACT_ENTRY_BYTES) {
@@ -225,6 +247,17 @@ impl PartitionEntry {
             }
         }
     }
+}
+
+fn decode_isr(nodes: &[u8]) -> Result<PartitionEntry, EntryError> {
+    if nodes.len() < 4 {
+        return Err(EntryError::Truncated);
+    }
+    if !nodes.len().is_multiple_of(4) {
+        return Err(EntryError::Trailing(nodes.len() % 4));
+    }
+    let nodes = nodes.chunks_exact(4).map(|n| u32::from_le_bytes(n.try_into().expect("4 bytes")));
+    Ok(PartitionEntry::Isr(nodes.collect()))
 }
 
 /// Why an entry's bytes are not a produce entry.
@@ -387,8 +420,22 @@ mod tests {
         let produce = Bytes::from(entry().encode());
         assert_eq!(PartitionEntry::decode(&produce), Ok(PartitionEntry::Produce(entry())));
         let mut unknown = bytes;
-        unknown[1] = 4;
-        assert_eq!(PartitionEntry::decode(&Bytes::from(unknown)), Err(EntryError::UnknownKind(4)));
+        unknown[1] = 5;
+        assert_eq!(PartitionEntry::decode(&Bytes::from(unknown)), Err(EntryError::UnknownKind(5)));
+    }
+
+    #[test]
+    fn an_isr_entry_round_trips_and_its_cuts_are_named() {
+        let bytes = PartitionEntry::encode_isr(&[1, 0x0302]);
+        assert_eq!(bytes, [1, 4, 1, 0, 0, 0, 2, 3, 0, 0]);
+        let decoded = PartitionEntry::decode(&Bytes::from(bytes.clone()));
+        assert_eq!(decoded, Ok(PartitionEntry::Isr(vec![1, 0x0302])));
+        for cut in [2, 3, 4, 5] {
+            let cut = Bytes::copy_from_slice(&bytes[..cut]);
+            assert_eq!(PartitionEntry::decode(&cut), Err(EntryError::Truncated), "{}", cut.len());
+        }
+        let cut = Bytes::copy_from_slice(&bytes[..7]);
+        assert_eq!(PartitionEntry::decode(&cut), Err(EntryError::Trailing(1)));
     }
 
     #[test]
