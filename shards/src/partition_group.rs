@@ -790,17 +790,22 @@ impl Shard {
             return;
         }
         self.partition_isrs.borrow_mut().insert(group, isr.clone());
-        for to in (0..self.nr_shards).filter(|s| *s != self.id) {
-            let request = ShardRequest::PartitionIsr { group, isr: isr.clone() };
-            let mesh = self.mesh.clone();
-            glommio::spawn_local(async move {
-                match mesh.call(to, request).await {
-                    ShardReply::PartitionIsr => {}
-                    other => panic!("partition ISR answered with {other:?}"),
-                }
-            })
-            .detach();
-        }
+        tell_other_shards(self, || ShardRequest::PartitionIsr { group, isr: isr.clone() });
+    }
+}
+
+/// Sends a partition group notice (`PartitionLeader`, `PartitionIsr`) to the node's other
+/// shards, without waiting for their answers.
+fn tell_other_shards(shard: &Shard, notice: impl Fn() -> ShardRequest) {
+    for to in (0..shard.nr_shards).filter(|s| *s != shard.id) {
+        let (mesh, request) = (shard.mesh.clone(), notice());
+        glommio::spawn_local(async move {
+            match mesh.call(to, request).await {
+                ShardReply::PartitionLeader | ShardReply::PartitionIsr => {}
+                other => panic!("a partition group notice answered with {other:?}"),
+            }
+        })
+        .detach();
     }
 }
 
@@ -819,16 +824,7 @@ fn publish_leaders(shard: &Rc<Shard>, groups: &PartitionGroups) {
             continue;
         }
         shard.set_partition_leader(group, now);
-        for to in (0..shard.nr_shards).filter(|s| *s != shard.id) {
-            let request = ShardRequest::PartitionLeader { group, leader: now.0, term: now.1 };
-            let mesh = shard.mesh.clone();
-            glommio::spawn_local(async move {
-                match mesh.call(to, request).await {
-                    ShardReply::PartitionLeader => {}
-                    other => panic!("partition leader answered with {other:?}"),
-                }
-            })
-            .detach();
-        }
+        let (leader, term) = now;
+        tell_other_shards(shard, || ShardRequest::PartitionLeader { group, leader, term });
     }
 }
