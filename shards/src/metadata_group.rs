@@ -35,6 +35,14 @@
 //! 2. A request is answered Ok only once its own entry (index and term) applied on this
 //!    node; an entry of another term at its index, a skipped record, a leader that
 //!    stepped down, or the wait's end answers NOT_CONTROLLER.
+//! 3. Log compaction as for partition groups (`partition_group` invariant 4,
+//!    docs/replication.md "Log compaction"): the leader proposes a compaction entry (the
+//!    partition groups' format, `PartitionEntry::encode_compact`: its first byte, 1, is
+//!    never a change record's in the group, whose version byte is 5) up to what every
+//!    voter has; every node compacts when its applier reaches it, so every entry before
+//!    it is in the node's metadata log, fdatasync'd. A restarted node's table is then the
+//!    table after a prefix at least as long as the compacted one, and the entries after
+//!    the compaction point are skipped by version where they applied before (invariant 1).
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -48,6 +56,7 @@ use shardlog_storage::InternalEntry;
 use crate::controller::CONTROLLER_SHARD;
 use crate::error::TopicError;
 use crate::metadata_log::ChangeRecord;
+use crate::replication::partition::PartitionEntry;
 use crate::replication::persist::{self, ShardLogSink};
 use crate::replication::{
     node_of, raft_id, Entry, GroupConfig, GroupHost, LogImage, Outcome, ProposeError, RaftGroup,
@@ -243,6 +252,13 @@ impl Shard {
     async fn apply_metadata_entry(self: &Rc<Self>, entry: &Entry) -> Applied {
         if entry.data.is_empty() {
             return Applied::Skipped; // a new leader's empty entry
+        }
+        if let Ok(PartitionEntry::Compact { to }) = PartitionEntry::decode(&entry.data) {
+            // Invariant 3: every entry up to `to` applied here before this one.
+            if let Some(groups) = self.partition_groups() {
+                groups.compact(METADATA_GROUP, to);
+            }
+            return Applied::Skipped;
         }
         let record = ChangeRecord::decode(&entry.data).unwrap_or_else(|e| {
             // Every node writes the formats it reads: a committed entry that does not

@@ -177,6 +177,14 @@ impl PartitionGroups {
         self.stats.get()
     }
 
+    /// Compacts `group`'s log up to `to` (a compaction entry applied: invariant 4), and
+    /// counts it if anything was dropped.
+    pub(crate) fn compact(&self, group: u64, to: u64) {
+        if self.host.with_group(group, |g| g.compact(to)) == Some(true) {
+            self.count(|s| s.compactions += 1);
+        }
+    }
+
     fn count(&self, change: impl FnOnce(&mut CompactionStats)) {
         let mut stats = self.stats.get();
         change(&mut stats);
@@ -539,9 +547,7 @@ impl Shard {
             }
             PartitionEntry::Compact { to } => {
                 // Invariant 4: every entry up to `to` applied here before this one.
-                if groups.host.with_group(group, |g| g.compact(to)) == Some(true) {
-                    groups.count(|s| s.compactions += 1);
-                }
+                groups.compact(group, to);
                 return None;
             }
         };
@@ -653,7 +659,12 @@ async fn every_tick(shard: Rc<Shard>, groups: Rc<PartitionGroups>) {
 /// once that is `COMPACT_AFTER_ENTRIES` or `COMPACT_AFTER_BYTES` past the log's snapshot
 /// point and no earlier compaction of this term is still uncommitted (invariant 4).
 fn propose_compactions(groups: &PartitionGroups) {
-    let hosted: Vec<u64> = groups.groups.borrow().keys().copied().collect();
+    let mut hosted: Vec<u64> = groups.groups.borrow().keys().copied().collect();
+    // The metadata group (shard 0) compacts alike: its applier compacts on the same entry
+    // (`metadata_group` invariant 3).
+    if groups.host.with_group(METADATA_GROUP, |_| ()).is_some() {
+        hosted.push(METADATA_GROUP);
+    }
     for group in hosted {
         let proposed = groups.compactions_proposed.borrow().get(&group).copied();
         let proposal = groups.host.with_group(group, |g| {
