@@ -35,9 +35,9 @@ start() {
     port=$((base + 4 * (n - 1)))
     local cluster=()
     [ "$nodes" -gt 1 ] && cluster=(--node-id "$n" --peers "$peers")
-    "$target/release/shardlog" --data-dir "$dir/r$round-n$n" --kafka-addr "127.0.0.1:$port" \
+    "$target/release/shardlog" --data-dir "$dir/r$round-$shape-n$n" --kafka-addr "127.0.0.1:$port" \
       --cores 1 --admin-addr "127.0.0.1:$((port + 3))" "${cluster[@]}" \
-      >"$dir/r$round-n$n.log" 2>&1 &
+      >"$dir/r$round-$shape-n$n.log" 2>&1 &
     pids+=($!)
   done
   for n in $(seq "$nodes"); do

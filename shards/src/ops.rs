@@ -109,8 +109,11 @@ impl Shard {
     }
 
     /// Phase two of a produce: waits for what its append's acknowledgement needs.
-    pub(crate) async fn acknowledge(&self, appended: Queued) -> Result<ProduceAck, PartitionError> {
-        match appended.wait {
+    pub(crate) async fn acknowledge(
+        &self,
+        mut appended: Queued,
+    ) -> Result<ProduceAck, PartitionError> {
+        match std::mem::replace(&mut appended.wait, Wait::Nothing) {
             Wait::Durable(durable) => {
                 if let Err(e) = durable.wait().await {
                     self.fatal_storage_error(&e);
@@ -127,13 +130,18 @@ impl Shard {
                 flushed.await;
             },
         }
+        Ok(self.answer_of(&appended))
+    }
+
+    /// The answer to a produce whose append is `appended`, whatever it waited for.
+    pub(crate) fn answer_of(&self, appended: &Queued) -> ProduceAck {
         let log_start_offset =
             self.log.partition_info(appended.partition_id).map_or(0, |info| info.log_start_offset);
-        Ok(ProduceAck {
+        ProduceAck {
             base_offset: appended.base_offset,
             log_start_offset,
             log_append_time_ms: appended.log_append_time_ms,
-        })
+        }
     }
 
     fn queue_append(

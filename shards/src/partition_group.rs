@@ -9,7 +9,7 @@
 //!   for LogAppendTime, the batches). Offsets are assigned when the entry is *applied*.
 //!   A replica that does not lead answers NOT_LEADER_OR_FOLLOWER, as when no leader is
 //!   known. acks=1 and acks=all are answered at the same point: once the leader applied the
-//!   committed entry and its own append is durable.
+//!   committed entry (invariant 5).
 //! - Apply: one task per shard applies each group's committed entries in index order,
 //!   through the produce path's own append (`Shard::append_produced`: sequence checks,
 //!   LogAppendTime stamp, append, producer state), on every replica alike, so every replica
@@ -51,6 +51,13 @@
 //!    leader's match indexes when it proposed) and it has applied itself: no voter ever
 //!    needs a compacted entry from it, and no entry is dropped before its data is on the
 //!    shard log (its batches precede the stream snapshot that drops the entry).
+//! 5. A produce is answered once its entry is committed (durable in a majority's raft
+//!    logs) and applied on the leader, without waiting for the fdatasync of the applied
+//!    copy (the partition's batches): should the leader's node die before that, the
+//!    entry applies again at its restart, from the group's log (its own or the new
+//!    leader's; invariant 1, the applying marker), at the same offsets, and the other
+//!    replicas apply it alike. What consumers
+//!    read is unchanged: the leader's durable partition log.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
@@ -106,8 +113,8 @@ type Committed = (u64, Vec<Entry>, Vec<Outcome>);
 type Waiter = (u64, LocalSender<Applied>);
 
 /// What the applier tells a waiting change to committed offsets (`group::replicated`):
-/// its append to this replica's `GroupOffsets` stream, or why there is none.
-pub(crate) type OffsetsApplied = Result<Durable, GroupError>;
+/// applied here, or why not.
+pub(crate) type OffsetsApplied = Result<(), GroupError>;
 
 /// Waiters of one kind: (group, index) -> (the proposal's term, where to answer).
 type Waiters<T> = RefCell<BTreeMap<(u64, u64), (u64, LocalSender<T>)>>;
@@ -467,7 +474,7 @@ impl Shard {
             // No answer within the wait: no quorum, or the leader moved. Retriable; an
             // idempotent producer's retry is deduplicated if the entry committed after all.
             let queued = applied.unwrap_or(Err(PartitionError::NotLeaderOrFollower))?;
-            shard.acknowledge(queued).await
+            Ok(shard.answer_of(&queued)) // invariant 5
         })
     }
 

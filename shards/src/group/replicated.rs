@@ -13,7 +13,9 @@
 //!   expiry, a transaction's offsets when it commits) is proposed as an offsets entry
 //!   (`replication::partition`, kind 3). Every replica applies the committed entry to its
 //!   own copy: its `GroupOffsets` stream, as a single node writes it, and its in-memory
-//!   offsets. So a new leader holds every offset the old one acknowledged.
+//!   offsets. So a new leader holds every offset the old one acknowledged. The
+//!   coordinator answers once the entry is committed and applied here, without waiting
+//!   for its copy's fdatasync (invariant 2).
 //! - A leader takes the groups over on the first tick after it applied an entry of its
 //!   own term (raft's empty entry: everything committed before its election is then
 //!   applied); it answers COORDINATOR_LOAD_IN_PROGRESS until then. A replica that stops
@@ -26,8 +28,11 @@
 //! Invariants:
 //! 1. A replica serves a group (joins, commits, fetches of offsets) only while it leads the
 //!    offsets group and has taken its groups over in the current term (`check_offsets_leader`).
-//! 2. A change is answered only once committed (durable on a majority) and applied to the
-//!    answering replica's own copy, durably.
+//! 2. A change is answered only once committed (durable in a majority's raft logs) and
+//!    applied to the answering replica's own copy. That copy's append is made durable by
+//!    the next group commit, not waited for: until then the raft log holds the change,
+//!    and compaction drops it from there only after a stream snapshot written behind the
+//!    append (`partition_group` invariant 4).
 //! 3. Every replica applies the same changes in the same order. After a restart the
 //!    entries past the raft log's compaction point are applied again on top of what the
 //!    `GroupOffsets` stream recovered; each change sets or removes values, so applying a
@@ -74,7 +79,7 @@ impl Shard {
         }
     }
 
-    /// Proposes `entry` to `group` and waits until it is applied here and durable
+    /// Proposes `entry` to `group` and waits until it is committed and applied here
     /// (invariant 2).
     pub(crate) async fn replicate_offset_entry(
         &self,
@@ -91,11 +96,7 @@ impl Shard {
             .await;
         groups.forget_offsets_waiter(group, index);
         // No answer in time: no quorum. Retriable; the change may still commit.
-        let durable = applied.unwrap_or(Err(GroupError::CoordinatorNotAvailable))?;
-        if let Err(e) = durable.wait().await {
-            self.fatal_storage_error(&e);
-        }
-        Ok(())
+        applied.unwrap_or(Err(GroupError::CoordinatorNotAvailable))
     }
 
     /// Applies a committed offsets entry of `group` (entry `index`) to this replica's copy
@@ -112,12 +113,12 @@ impl Shard {
             tracing::error!(group, index, error = %e, "an offsets entry does not decode");
             crate::runtime::exit_process(crate::runtime::SHARD_STOPPED_EXIT_CODE);
         });
-        let durable = self.log_offset_entry(&entry);
-        if durable.is_err() {
+        let logged = self.log_offset_entry(&entry);
+        if logged.is_err() {
             self.unstorable_committed_entry(group, index, "the offsets entry was refused");
         }
         self.groups.apply_offsets(entry);
-        durable
+        logged.map(|_durable| ()) // not waited for (invariant 2)
     }
 
     /// Every TICK: takes the consumer groups over once this replica leads the offsets group
