@@ -56,8 +56,8 @@
 //!    copy (the partition's batches): should the leader's node die before that, the
 //!    entry applies again at its restart, from the group's log (its own or the new
 //!    leader's; invariant 1, the applying marker), at the same offsets, and the other
-//!    replicas apply it alike. What consumers
-//!    read is unchanged: the leader's durable partition log.
+//!    replicas apply it alike. What consumers read is unchanged: the leader's durable
+//!    partition log.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
@@ -109,9 +109,6 @@ type Applied = Result<Queued, PartitionError>;
 /// Committed entries of a group and its proposals' outcomes, for the applier.
 type Committed = (u64, Vec<Entry>, Vec<Outcome>);
 
-/// A produce waiting for its entry: its term, and where to answer.
-type Waiter = (u64, LocalSender<Applied>);
-
 /// What the applier tells a waiting change to committed offsets (`group::replicated`):
 /// applied here, or why not.
 pub(crate) type OffsetsApplied = Result<(), GroupError>;
@@ -138,7 +135,7 @@ pub struct PartitionGroups {
     stream_snapshot: RefCell<Option<Durable>>,
     stats: Cell<CompactionStats>,
     /// Produces of this shard waiting for their entry: (group, index) -> (term, answer).
-    waiters: RefCell<BTreeMap<(u64, u64), Waiter>>,
+    waiters: Waiters<Applied>,
     /// Changes to committed offsets waiting for their entry, likewise.
     offset_waiters: Waiters<OffsetsApplied>,
     /// The term of the last entry applied, per group.
