@@ -5,9 +5,10 @@
 //! a new coordinator, which answers the offsets committed before the kill and takes new
 //! commits. The killed node restarts; then the second coordinator's node is killed, and the
 //! third coordinator (one of the two that saw the second's commits, or the restarted
-//! node once it caught up) answers the newest offsets. With offsets written only to the
-//! coordinator's own log, as a single node writes them, the first check after the kill
-//! finds no committed offsets.
+//! node once it caught up) answers the newest offsets; once it is killed too, the node
+//! left alone names no coordinator (COORDINATOR_NOT_AVAILABLE). With offsets written only
+//! to the coordinator's own log, as a single node writes them, the first check after the
+//! kill finds no committed offsets.
 //!
 //! A second test gives the group a member: a subscribed librdkafka consumer reads half of
 //! a topic and commits; the coordinator's node (which also leads the topic) is killed;
@@ -108,6 +109,14 @@ fn committed_offsets_survive_the_kill_of_each_coordinator_in_turn() {
     let third = wait_for_coordinator(&cluster, GROUP, &survivors, Some(second));
     let last = consumer(&cluster, GROUP, &survivors);
     assert_eq!(committed(&last), expected(&[9, 11]), "after the second coordinator's kill");
+
+    // A node left alone has no quorum: its leader steps down (check-quorum) and it names
+    // no coordinator, COORDINATOR_NOT_AVAILABLE (15), which clients retry.
+    let alone = survivors.iter().copied().find(|n| *n != third).unwrap();
+    cluster[third].kill();
+    common::eventually(DEADLINE, "COORDINATOR_NOT_AVAILABLE from a node alone", || {
+        find_coordinator(&cluster[alone], GROUP).0 == 15
+    });
     eprintln!("coordinators: node {}, then {}, then {}", first + 1, second + 1, third + 1);
 }
 
