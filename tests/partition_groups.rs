@@ -10,7 +10,9 @@
 //! applying-marker rule removed) would not be: records of a producer that is not
 //! idempotent come first, so no sequence check hides a second apply. Metadata's ISR: all
 //! three before the kill, the two survivors on both once the dead replica lagged for
-//! replica.lag.time.max.ms (1 s here), all three again once the restarted node caught up.
+//! replica.lag.time.max.ms (1 s here), all three again once the restarted node caught up;
+//! meanwhile an acks=all produce to a topic of that group with min.insync.replicas 3 gets
+//! NOT_ENOUGH_REPLICAS, and acks=1 does not.
 //!
 //! Before that, the replicas that do not lead answer Produce, Fetch and ListOffsets
 //! NOT_LEADER_OR_FOLLOWER, and replication factors 4 and 2 are refused
@@ -47,6 +49,29 @@ fn raw_create_topic(broker: &Broker, name: &str, replication_factor: i16) -> (i1
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// A topic of one partition, replication factor 3 and min.insync.replicas 3, created with
+/// librdkafka's admin API: in the same raft group as `TOPIC` (the same replica set and
+/// shard), so it shares its leader and ISR.
+const STRICT: &str = "strict";
+
+fn create_strict_topic(broker: &Broker) {
+    use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
+    let topic = NewTopic::new(STRICT, 1, TopicReplication::Fixed(NODES as i32))
+        .set("min.insync.replicas", "3");
+    let admin = common::admin_client(broker);
+    let results = common::runtime().block_on(admin.create_topics(&[topic], &AdminOptions::new()));
+    results.unwrap()[0].clone().expect("the strict topic created");
+}
+
+/// An acks=`acks` produce of one record to the strict topic at the leader named in
+/// `view` (whose leader is the group's): its error code.
+fn produce_strict(cluster: &[Broker], view: &View, acks: i16) -> i16 {
+    let leader = node_of(view[0].1) - 1;
+    let mut client = RawClient::connect(cluster[leader].shard_addr(0));
+    let batch = common::record_batch(&[(&b"k"[..], &b"v"[..])], 0);
+    common::raw_produce_acks(&mut client, STRICT, 0, batch, acks).0
 }
 
 /// Produce, Fetch and ListOffsets of partition 0 sent to `broker`'s shard: their error
@@ -109,6 +134,11 @@ fn a_replicated_topic_loses_no_acknowledged_record_across_a_kill_of_its_leader()
     load.acked.wait_for(60, "60 records acknowledged before the kill");
 
     TOPIC.wait_for_isr(&cluster, &all, &[1, 2, 3]);
+    create_strict_topic(&cluster[0]);
+    let strict_view = |cluster: &[Broker], n: usize| TOPIC.view(&cluster[n]).unwrap();
+    common::eventually(replicated::DEADLINE, "acks=all to the strict topic", || {
+        produce_strict(&cluster, &strict_view(&cluster, 0), -1) == 0
+    });
 
     // The leader's node dies; the two others elect a new leader in a higher term.
     let dead = leader_node - 1;
@@ -124,6 +154,11 @@ fn a_replicated_topic_loses_no_acknowledged_record_across_a_kill_of_its_leader()
     // The dead replica leaves the ISR (after replica.lag.time.max.ms), on both survivors.
     let alive: Vec<usize> = survivors.iter().map(|n| n + 1).collect();
     TOPIC.wait_for_isr(&cluster, &survivors, &alive);
+    // With 2 in sync of the 3 min.insync.replicas asks, acks=all is refused
+    // (NOT_ENOUGH_REPLICAS), acks=1 is not.
+    let view_now = strict_view(&cluster, survivors[0]);
+    assert_eq!(produce_strict(&cluster, &view_now, -1), 19, "acks=all below min.insync");
+    assert_eq!(produce_strict(&cluster, &view_now, 1), 0, "acks=1 below min.insync");
 
     // The killed node restarts and catches up.
     replicated::wait_for_listeners_closed(&cluster[dead]);
@@ -131,8 +166,10 @@ fn a_replicated_topic_loses_no_acknowledged_record_across_a_kill_of_its_leader()
     TOPIC.wait_for_one_leader(&cluster, &all, "the restarted node to name the same leader");
     let acked_at_restart = load.acked.len();
     load.acked.wait_for(acked_at_restart + 30, "30 more records after the restart");
-    // Caught up, it is back in the ISR, on every node.
+    // Caught up, it is back in the ISR, on every node, and acks=all is taken again.
     TOPIC.wait_for_isr(&cluster, &all, &[1, 2, 3]);
+    let view_now = strict_view(&cluster, 0);
+    assert_eq!(produce_strict(&cluster, &view_now, -1), 0, "acks=all, all in sync again");
     let acked = load.stop();
 
     // Every acknowledged record exactly once, at its offset; offsets dense.

@@ -700,3 +700,26 @@ fn produce_to_a_log_append_time_topic_answers_with_the_append_time() {
     assert!((before..=now_ms()).contains(&stamped), "{stamped}");
     assert_eq!(log_append_time("plain"), -1);
 }
+
+/// min.insync.replicas: an acks=all produce to a partition with fewer in-sync replicas
+/// (one, for a topic of one replica) is refused with NOT_ENOUGH_REPLICAS (19) and a message
+/// naming both counts, nothing stored; acks=1 is not affected; 0 is INVALID_CONFIG. (The
+/// ISR of a replicated partition: tests/partition_groups.rs.)
+#[test]
+fn min_insync_replicas_refuses_acks_all_below_it_and_not_acks_1() {
+    let broker = Broker::start(1, &[]);
+    create(&broker, "insync", &[("min.insync.replicas", "2")]).unwrap();
+    let refused = create(&broker, "zero", &[("min.insync.replicas", "0")]);
+    assert_eq!(refused, Err(RDKafkaErrorCode::InvalidConfig));
+    assert_eq!(
+        entry(&describe(&broker, "insync"), "min.insync.replicas").value.as_deref(),
+        Some("2")
+    );
+
+    let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
+    let batch = || record_batch(&[(b"k", b"v")], now_ms());
+    let (code, _) = common::raw_produce_acks(&mut client, "insync", 0, batch(), -1);
+    assert_eq!(code, 19, "acks=all with 1 in-sync replica of 2 required");
+    let (code, offset) = common::raw_produce_acks(&mut client, "insync", 0, batch(), 1);
+    assert_eq!((code, offset), (0, 0), "acks=1 is not affected, and nothing was stored before");
+}

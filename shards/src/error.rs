@@ -55,6 +55,8 @@ pub enum PartitionError {
     TransactionalIdMissing,
     /// A request field no broker accepts (an empty transactional id).
     InvalidRequest(String),
+    /// acks=all to a partition with fewer in-sync replicas than its min.insync.replicas.
+    NotEnoughReplicas(String),
 }
 
 /// Why a topic operation failed.

@@ -50,6 +50,11 @@ impl Shard {
         acks: i16,
         transactional_id: Option<&str>,
     ) -> ProduceWait {
+        if acks == -1 {
+            if let Err(e) = self.check_min_insync(topic, partition) {
+                return Box::pin(async { Err(e) });
+            }
+        }
         match self.owner_of(topic, partition) {
             Err(e) => Box::pin(async { Err(e) }),
             Ok(owner) if owner == self.id => {

@@ -799,6 +799,33 @@ impl Shard {
         self.partition_isrs.borrow().get(&group).cloned()
     }
 
+    /// NOT_ENOUGH_REPLICAS for an acks=all produce while the partition has fewer in-sync
+    /// replicas than its topic's min.insync.replicas (a partition of one replica has one).
+    pub(crate) fn check_min_insync(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(), PartitionError> {
+        let table = self.table_ref();
+        let Some(meta) = table.topic(topic) else { return Ok(()) }; // answered by the produce
+        let min = meta.config_i64("min.insync.replicas").unwrap_or(1);
+        if min <= 1 {
+            return Ok(());
+        }
+        let in_sync = match self.replicated(meta, partition) {
+            Some((group, replicas)) => {
+                self.partition_isr(group).map_or(replicas.len(), |i| i.len())
+            }
+            None => 1,
+        };
+        if (in_sync as i64) < min {
+            return Err(PartitionError::NotEnoughReplicas(format!(
+                "{topic}-{partition} has {in_sync} in-sync replicas, min.insync.replicas is {min}"
+            )));
+        }
+        Ok(())
+    }
+
     /// Records an applied ISR entry of `group` here and on the node's other shards.
     fn publish_isr(&self, group: u64, isr: Vec<u32>) {
         if self.partition_isr(group).as_ref() == Some(&isr) {

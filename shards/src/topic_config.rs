@@ -133,6 +133,15 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
          does not run yet).",
     ),
     def(
+        "min.insync.replicas",
+        "1",
+        ConfigType::Int,
+        None,
+        "An acks=all produce is refused with NOT_ENOUGH_REPLICAS while the partition has \
+         fewer in-sync replicas than this (its ISR in Metadata; a partition of one replica \
+         has one). acks=0 and acks=1 are not affected.",
+    ),
+    def(
         "retention.bytes",
         "-1",
         ConfigType::Long,
@@ -241,6 +250,7 @@ fn validate_value(def: &TopicConfigDef, value: &str) -> Result<(), String> {
             Err(_) => Err("not a number".into()),
         },
         "retention.bytes" | "retention.ms" => at_least(-1),
+        "min.insync.replicas" => at_least(1),
         // Kafka 3.x's minimum (LogConfig: one v0 record's overhead, 14 bytes), which
         // clients' tests rely on (librdkafka 0129 sets 20000). Kafka 4.0 raised it to
         // 1 MiB; here the value is stored only, so a small one costs nothing.

@@ -89,6 +89,7 @@ pub fn partition_error_code(error: &PartitionError) -> i16 {
         PartitionError::TxnNotVerified(_) => NOT_ENOUGH_REPLICAS,
         PartitionError::TransactionalIdMissing => TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         PartitionError::InvalidRequest(_) => INVALID_REQUEST,
+        PartitionError::NotEnoughReplicas(_) => NOT_ENOUGH_REPLICAS,
     }
 }
 
@@ -187,7 +188,8 @@ pub fn partition_error_message(error: &PartitionError) -> String {
         | PartitionError::PolicyViolation(message)
         | PartitionError::NotInTransaction(message)
         | PartitionError::TxnNotVerified(message)
-        | PartitionError::InvalidRequest(message) => message.clone(),
+        | PartitionError::InvalidRequest(message)
+        | PartitionError::NotEnoughReplicas(message) => message.clone(),
         PartitionError::TransactionalIdMissing => {
             "transactional records need the request's transactional_id".to_string()
         }

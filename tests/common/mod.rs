@@ -689,11 +689,22 @@ pub fn raw_produce(
     partition: i32,
     records: Bytes,
 ) -> (i16, i64) {
+    raw_produce_acks(client, topic, partition, records, -1)
+}
+
+/// [`raw_produce`] with `acks` (1 or -1; acks=0 gets no response).
+pub fn raw_produce_acks(
+    client: &mut RawClient,
+    topic: &str,
+    partition: i32,
+    records: Bytes,
+    acks: i16,
+) -> (i16, i64) {
     use kafka_protocol::messages::produce_request::{
         PartitionProduceData, ProduceRequest, TopicProduceData,
     };
     let request =
-        ProduceRequest::default().with_acks(-1).with_timeout_ms(10_000).with_topic_data(vec![
+        ProduceRequest::default().with_acks(acks).with_timeout_ms(10_000).with_topic_data(vec![
             TopicProduceData::default().with_name(topic_name(topic)).with_partition_data(vec![
                 PartitionProduceData::default().with_index(partition).with_records(Some(records)),
             ]),
