@@ -157,6 +157,13 @@ fn a_replicated_topic_loses_no_acknowledged_record_across_a_kill_of_its_leader()
     // With 2 in sync of the 3 min.insync.replicas asks, acks=all is refused
     // (NOT_ENOUGH_REPLICAS), acks=1 is not.
     let view_now = strict_view(&cluster, survivors[0]);
+    let under_replicated = |cluster: &[Broker], nodes: &[usize]| -> f64 {
+        let metric = "shardlog_under_replicated_partitions";
+        nodes.iter().map(|n| cluster[*n].metric_sum(metric)).sum()
+    };
+    // The leader's shard counts the topic's partitions and the strict topic's one.
+    let expected = (TOPIC.partitions + 1) as f64;
+    assert_eq!(under_replicated(&cluster, &survivors), expected, "under-replicated");
     assert_eq!(produce_strict(&cluster, &view_now, -1), 19, "acks=all below min.insync");
     assert_eq!(produce_strict(&cluster, &view_now, 1), 0, "acks=1 below min.insync");
 
@@ -170,6 +177,7 @@ fn a_replicated_topic_loses_no_acknowledged_record_across_a_kill_of_its_leader()
     TOPIC.wait_for_isr(&cluster, &all, &[1, 2, 3]);
     let view_now = strict_view(&cluster, 0);
     assert_eq!(produce_strict(&cluster, &view_now, -1), 0, "acks=all, all in sync again");
+    assert_eq!(under_replicated(&cluster, &all), 0.0, "none under-replicated");
     let acked = load.stop();
 
     // Every acknowledged record exactly once, at its offset; offsets dense.

@@ -209,6 +209,9 @@ pub struct ReplicationMetrics {
     /// Bytes of the shard log's `Raft` stream held in memory (and in the next checkpoint).
     pub stream_held_bytes: u64,
     pub compaction: crate::partition_group::CompactionStats,
+    /// Partitions this shard leads whose ISR is smaller than their replica set (Kafka's
+    /// UnderReplicatedPartitions).
+    pub under_replicated_partitions: u64,
 }
 
 /// A group as the console's group list shows it.
@@ -394,6 +397,7 @@ impl Shard {
                     log_entry_bytes,
                     stream_held_bytes: self.log.internal_stream_held_bytes(InternalStream::Raft),
                     compaction: groups.map(|g| g.compaction_stats()).unwrap_or_default(),
+                    under_replicated_partitions: self.under_replicated_partitions(),
                     peers: transport.peer_count() as u64,
                     connected_peers: transport.connected_peers() as u64,
                     inbound_connections: transport.inbound_connections() as u64,

@@ -799,6 +799,34 @@ impl Shard {
         self.partition_isrs.borrow().get(&group).cloned()
     }
 
+    /// Partitions of this shard whose group this replica leads and whose applied ISR is
+    /// smaller than their replica set (`/metrics`). Walks the table only when such a group
+    /// exists (rare: a replica down or behind), so a scrape costs a pass over the groups.
+    pub fn under_replicated_partitions(&self) -> u64 {
+        let Some(groups) = self.partition_groups() else { return 0 };
+        let hosted: Vec<(u64, usize)> =
+            groups.groups.borrow().iter().map(|(g, r)| (*g, r.len())).collect();
+        let short: Vec<u64> = hosted
+            .into_iter()
+            .filter(|(g, replicas)| {
+                groups.leads(*g) && self.partition_isr(*g).is_some_and(|isr| isr.len() < *replicas)
+            })
+            .map(|(g, _)| g)
+            .collect();
+        if short.is_empty() {
+            return 0;
+        }
+        let table = self.table_ref();
+        let mut count = 0;
+        for meta in table.topics.values() {
+            for index in self.partitions_here(meta) {
+                let group = self.replicated(meta, index as i32).map(|(g, _)| g);
+                count += u64::from(group.is_some_and(|g| short.contains(&g)));
+            }
+        }
+        count
+    }
+
     /// NOT_ENOUGH_REPLICAS for an acks=all produce while the partition has fewer in-sync
     /// replicas than its topic's min.insync.replicas (a partition of one replica has one).
     pub(crate) fn check_min_insync(

@@ -290,7 +290,7 @@ fn render_replication(text: &mut Text, shards: &[ShardMetrics]) {
     if replicating.is_empty() {
         return;
     }
-    let figures: [(&str, &str, &str, ReplicationValue); 22] = [
+    let figures: [(&str, &str, &str, ReplicationValue); 23] = [
         ("shardlog_replication_peers", "gauge", "Peer nodes this shard replicates with.", |r| {
             r.peers
         }),
@@ -402,6 +402,12 @@ fn render_replication(text: &mut Text, shards: &[ShardMetrics]) {
             "counter",
             "Snapshots of the shard's raft groups written to its Raft stream.",
             |r| r.compaction.stream_snapshots,
+        ),
+        (
+            "shardlog_under_replicated_partitions",
+            "gauge",
+            "Partitions this shard leads whose ISR is smaller than their replica set.",
+            |r| r.under_replicated_partitions,
         ),
         (
             "shardlog_raft_stream_snapshot_failures_total",
