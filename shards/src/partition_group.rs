@@ -836,7 +836,10 @@ impl Shard {
     ) -> Result<(), PartitionError> {
         let table = self.table_ref();
         let Some(meta) = table.topic(topic) else { return Ok(()) }; // answered by the produce
-        let min = meta.config_i64("min.insync.replicas").unwrap_or(1);
+                                                                    // Only an explicit setting can ask for more than the default (1): no walk of the
+                                                                    // config definitions on every acks=all produce.
+        let explicit = meta.explicit_config("min.insync.replicas");
+        let min = explicit.and_then(|v| v.parse::<i64>().ok()).unwrap_or(1);
         if min <= 1 {
             return Ok(());
         }
@@ -856,7 +859,7 @@ impl Shard {
 
     /// Records an applied ISR entry of `group` here and on the node's other shards.
     fn publish_isr(&self, group: u64, isr: Vec<u32>) {
-        if self.partition_isr(group).as_ref() == Some(&isr) {
+        if self.partition_isrs.borrow().get(&group) == Some(&isr) {
             return;
         }
         self.partition_isrs.borrow_mut().insert(group, isr.clone());
