@@ -89,12 +89,13 @@ fn every_replication_frame_in_the_fuzz_corpus_decodes_or_fails_without_panicking
 
 /// Writes the seeds of the `replication_frame` target: a hello, frames of the raft
 /// messages a group sends (appends with entries, votes, heartbeats, a snapshot), several
-/// groups, an empty frame and two frames back to back. Run once by hand:
+/// groups, leader notices, an empty frame and two frames back to back. Run once by hand:
 /// `cargo test --release -p shardlog --test fuzz_corpus -- --ignored`.
 #[test]
 #[ignore]
 fn write_replication_frame_seed_corpus() {
     use shardlog_shards::replication::frame::{FrameEncoder, Hello};
+    use shardlog_shards::replication::notice::{self, LeaderNotice};
     use shardlog_shards::replication::{Entry, Message, MessageType, Snapshot};
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/replication_frame");
     std::fs::create_dir_all(&dir).unwrap();
@@ -138,7 +139,14 @@ fn write_replication_frame_seed_corpus() {
         (1, message(MessageType::MsgHeartbeatResponse, 0)),
         (u64::MAX, message(MessageType::MsgAppendResponse, 0)),
     ]);
+    let notices = notice::encode(&[
+        LeaderNotice { group: 1 << 63 | 7, leader: 2, term: 5, isr: vec![1, 2] },
+        LeaderNotice { group: 1 << 63 | 9, leader: 2, term: 1, isr: vec![2] },
+    ]);
+    let mut with_notices = Message::default();
+    with_notices.set_context(notices.into());
     let seeds = [
+        ("seed-leader-notices", frame(&[(notice::NOTICE_GROUP, with_notices)])),
         ("seed-hello", Hello { node_id: 1, shard: 0, shard_count: 8 }.encode().to_vec()),
         ("seed-append-with-entries", appends.clone()),
         ("seed-votes-of-three-groups", votes),

@@ -15,8 +15,15 @@
 //! NOT_ENOUGH_REPLICAS, and acks=1 does not.
 //!
 //! Before that, the replicas that do not lead answer Produce, Fetch and ListOffsets
-//! NOT_LEADER_OR_FOLLOWER, and replication factors 4 and 2 are refused
-//! (INVALID_REPLICATION_FACTOR).
+//! NOT_LEADER_OR_FOLLOWER, and replication factor 4 is refused (INVALID_REPLICATION_FACTOR).
+//!
+//! A topic of replication factor 2 on the three nodes: every node, the one outside each
+//! partition's replica set included, names the same leader, epoch and ISR (leader
+//! notices), and the node outside answers NOT_LEADER_OR_FOLLOWER; with one node killed the
+//! partitions it replicates have no leader on any node (two replicas need both for a raft
+//! majority) while the other one takes produces; restarted, every node names the new
+//! leaders, and every acknowledged record is there once, the two copies of each
+//! partition the same.
 //!
 //! Every wait has a deadline that fails with what it waited for; nothing asserts on speed.
 
@@ -30,7 +37,7 @@ use common::{read_topic, Broker, RawClient};
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use replicated::{controller, node_of, Load, Topic, View, NODES};
 
-const TOPIC: Topic = Topic { name: "replicated", partitions: 2 };
+const TOPIC: Topic = Topic { name: "replicated", partitions: 2, replicas: NODES };
 
 /// CreateTopics v5 of one topic with `replication_factor` straight to `broker`: its error
 /// code and message.
@@ -74,22 +81,24 @@ fn produce_strict(cluster: &[Broker], view: &View, acks: i16) -> i16 {
     common::raw_produce_acks(&mut client, STRICT, 0, batch, acks).0
 }
 
-/// Produce, Fetch and ListOffsets of partition 0 sent to `broker`'s shard: their error
-/// codes.
-fn partition_request_errors(broker: &Broker) -> [i16; 3] {
+/// Produce, Fetch and ListOffsets of `topic`'s `partition` sent to `broker`'s shard: their
+/// error codes.
+fn partition_request_errors(broker: &Broker, topic: &str, partition: i32) -> [i16; 3] {
     use kafka_protocol::messages::list_offsets_request::{
         ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
     };
     let mut client = RawClient::connect(broker.shard_addr(0));
     let batch = common::record_batch(&[(&b"k"[..], &b"v"[..])], 0);
-    let (produce, _) = common::raw_produce(&mut client, TOPIC.name, 0, batch);
-    let fetch = match client.call(ApiKey::Fetch, 12, common::fetch_request(TOPIC.name, 0, 0, 0)) {
+    let (produce, _) = common::raw_produce(&mut client, topic, partition, batch);
+    let fetch = match client.call(ApiKey::Fetch, 12, common::fetch_request(topic, partition, 0, 0))
+    {
         ResponseKind::Fetch(r) => r.responses[0].partitions[0].error_code,
         other => panic!("{other:?}"),
     };
-    let partition = ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1);
+    let partition =
+        ListOffsetsPartition::default().with_partition_index(partition).with_timestamp(-1);
     let topic = ListOffsetsTopic::default()
-        .with_name(common::topic_name(TOPIC.name))
+        .with_name(common::topic_name(topic))
         .with_partitions(vec![partition]);
     let request =
         ListOffsetsRequest::default().with_replica_id((-1).into()).with_topics(vec![topic]);
@@ -112,18 +121,16 @@ fn a_replicated_topic_loses_no_acknowledged_record_across_a_kill_of_its_leader()
     let leader_node = node_of(before[0].1);
     assert!(before.iter().all(|p| node_of(p.1) == leader_node), "one group: {before:?}");
 
-    // Replicas that do not lead answer NOT_LEADER_OR_FOLLOWER; replication factors other
-    // than 1 and 3 are refused with the reason.
+    // Replicas that do not lead answer NOT_LEADER_OR_FOLLOWER; a replication factor above
+    // the nodes is refused with the reason.
     for follower in all.iter().copied().filter(|n| *n + 1 != leader_node) {
-        let errors = partition_request_errors(&cluster[follower]);
+        let errors = partition_request_errors(&cluster[follower], TOPIC.name, 0);
         assert_eq!(errors, [6; 3], "produce, fetch, list offsets on node {}", follower + 1);
     }
     let controller_node = node_of(controller(&cluster[0])) - 1;
     let (code, message) = raw_create_topic(&cluster[controller_node], "four", 4);
     assert_eq!(code, 38, "replication factor 4 on 3 nodes: {message}");
     assert!(message.contains("number of nodes in the cluster (3)"), "{message}");
-    let (code, message) = raw_create_topic(&cluster[controller_node], "two", 2);
-    assert_eq!(code, 38, "replication factor 2 on 3 nodes: {message}");
 
     // Records of a producer that is not idempotent first: a replica that applied their
     // entries again after its restart would store them twice (no sequence check would
@@ -284,6 +291,101 @@ fn raft_logs_compact_only_what_every_replica_has_and_a_node_restarts_from_a_stre
         "{} records acknowledged; stored per partition {ends:?}; log sizes {sizes:?}; raft \
          figures per node once compacted {compacted:?} ([log entry bytes, entries, \
          compactions, stream snapshots, stream bytes held])",
+        acked.len()
+    );
+}
+
+/// Replication factor 2 on 3 nodes (docs/replication.md, "Replication factors between 1
+/// and n"): each node is outside one partition's replica set and learns its leader from
+/// the leader's notices.
+const TWO: Topic = Topic { name: "two-replicas", partitions: 3, replicas: 2 };
+
+/// The node indexes (0-based) of a partition's replicas in a view.
+fn replica_nodes(partition: &(i16, i32, i32, Vec<i32>)) -> Vec<usize> {
+    partition.3.iter().map(|b| node_of(*b) - 1).collect()
+}
+
+#[test]
+fn a_topic_of_two_replicas_on_three_nodes_is_named_by_every_node_and_loses_nothing() {
+    let (mut cluster, before) = TWO.start_cluster();
+    let all = [0, 1, 2];
+    for (partition, p) in before.iter().enumerate() {
+        let replicas = replica_nodes(p);
+        assert_eq!(replicas.len(), 2, "partition {partition}'s replicas: {p:?}");
+        assert!(replicas.contains(&(node_of(p.1) - 1)), "partition {partition}'s leader: {p:?}");
+        // The node outside the set: not a replica, and says so.
+        let outside = all.iter().copied().find(|n| !replicas.contains(n)).unwrap();
+        let errors = partition_request_errors(&cluster[outside], TWO.name, partition as i32);
+        assert_eq!(errors, [6; 3], "partition {partition} on node {}", outside + 1);
+    }
+    let outsiders: Vec<usize> = before
+        .iter()
+        .map(|p| all.iter().copied().find(|n| !replica_nodes(p).contains(n)).unwrap())
+        .collect();
+    assert_eq!(
+        outsiders.iter().collect::<std::collections::BTreeSet<_>>().len(),
+        NODES,
+        "each node is outside one partition's set: {before:?}"
+    );
+    // Every node shows each partition's ISR: both replicas; and counts the notices heard.
+    for node in &all {
+        let heard = cluster[*node].metric_sum("shardlog_replication_leader_notices_received_total");
+        assert!(heard > 0.0, "node {} heard no leader notice", node + 1);
+        let isrs = TWO.isrs(&cluster[*node]).unwrap();
+        for (isr, p) in isrs.iter().zip(&before) {
+            let mut replicas: Vec<usize> = replica_nodes(p).iter().map(|n| n + 1).collect();
+            replicas.sort_unstable();
+            assert_eq!(*isr, replicas, "node {}'s ISR of {p:?}", node + 1);
+        }
+    }
+
+    let load = Load::start(&cluster, TWO, "two");
+    load.acked.wait_for(60, "60 records acknowledged before the kill");
+
+    // A node dies: the partitions it replicates lose their raft majority and every live
+    // node, the one outside their set too (its notice expires), says they have no leader;
+    // the partition it does not replicate keeps its leader and takes a produce.
+    let dead = 0;
+    cluster[dead].kill();
+    let survivors = [1, 2];
+    let lost = |p: &(i16, i32, i32, Vec<i32>)| replica_nodes(p).contains(&dead);
+    TWO.wait_for(&cluster, &survivors, "no leader for the dead node's partitions", |views| {
+        views
+            .iter()
+            .all(|view| view.iter().all(|p| if lost(p) { p.0 == 5 && p.1 == -1 } else { p.0 == 0 }))
+    });
+    let (kept, p) = before.iter().enumerate().find(|(_, p)| !lost(p)).unwrap();
+    let view_now = TWO.view(&cluster[survivors[0]]).unwrap();
+    let mut client = RawClient::connect(cluster[node_of(view_now[kept].1) - 1].shard_addr(0));
+    let batch = common::record_batch(&[(&b"k"[..], &b"during-the-outage"[..])], 0);
+    let (code, offset) = common::raw_produce_acks(&mut client, TWO.name, kept as i32, batch, -1);
+    assert_eq!(code, 0, "acks=all to partition {kept} ({p:?}) while node {} is down", dead + 1);
+
+    // It restarts: elections in a higher term, named alike by every node.
+    replicated::wait_for_listeners_closed(&cluster[dead]);
+    cluster[dead].restart();
+    let after = TWO.wait_for_one_leader(&cluster, &all, "every node to name the new leaders");
+    for (then, now) in before.iter().zip(&after).filter(|(then, _)| lost(then)) {
+        assert!(now.2 > then.2, "a higher epoch after the restart: {then:?} then {now:?}");
+    }
+    let acked_at_restart = load.acked.len();
+    load.acked.wait_for(acked_at_restart + 30, "30 more records after the restart");
+    let mut acked = load.stop();
+    acked.push((kept as i32, offset, "during-the-outage".to_string()));
+
+    let stored = read_topic(&cluster[1], TWO.name, TWO.partitions);
+    let ends = replicated::check_acknowledged(&stored, &acked);
+    // Each partition's two copies end the same size; the node outside holds none.
+    common::eventually(replicated::DEADLINE, "each partition's two copies the same", || {
+        let sizes: Vec<Vec<i64>> = cluster.iter().map(|b| TWO.log_sizes(b)).collect();
+        (0..TWO.partitions as usize).all(|p| {
+            let copies: Vec<i64> = sizes.iter().map(|s| s[p]).filter(|s| *s >= 0).collect();
+            copies.len() == 2 && copies[0] > 0 && copies[0] == copies[1]
+        })
+    });
+    eprintln!(
+        "{} records acknowledged; stored per partition {ends:?}; before {before:?}; after \
+         {after:?}",
         acked.len()
     );
 }

@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 use common::{find_coordinator, Broker};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
-use replicated::{node_of, Topic, DEADLINE};
+use replicated::{node_of, Topic, DEADLINE, NODES};
 
-const TOPIC: Topic = Topic { name: "consumed", partitions: 2 };
+const TOPIC: Topic = Topic { name: "consumed", partitions: 2, replicas: NODES };
 const GROUP: &str = "replicated-offsets";
 
 /// The node (index into the cluster) every one of `nodes` names as the group's
@@ -159,7 +159,7 @@ fn consume_and_commit(member: &BaseConsumer, topic: Topic, target: &BTreeMap<i32
 #[test]
 fn a_member_rejoins_at_the_new_coordinator_and_commits_after_its_kill() {
     const RECORDS: usize = 200;
-    let topic = Topic { name: "membered", partitions: 2 };
+    let topic = Topic { name: "membered", partitions: 2, replicas: NODES };
     let (mut cluster, _) = topic.start_cluster();
     let all = [0, 1, 2];
     common::produce_tagged(&cluster[0], topic.name, topic.partitions, "m", RECORDS);

@@ -44,7 +44,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use replicated::{node_of, Ack, Load, Topic, View, DEADLINE, NODES};
 use shardlog_storage::XorShift;
 
-const TOPIC: Topic = Topic { name: "kill-loop", partitions: 2 };
+const TOPIC: Topic = Topic { name: "kill-loop", partitions: 2, replicas: NODES };
 const GROUP: &str = "kill-loop-group";
 const ALL: [usize; NODES] = [0, 1, 2];
 const DEFAULT_SEED: u64 = 16_006;

@@ -285,10 +285,11 @@ fn validate_new_topic(table: &PendingTable, topic: &NewTopic) -> Result<(), Topi
     validate_topic_configs(&topic.configs)
 }
 
-/// Replication factor 1 (or -1, the default) anywhere; on a cluster of n nodes also n
-/// (every node replicates every such partition: docs/replication.md, "partition groups",
-/// says why not 1 < r < n in this slice), provided the raft group ids of the cluster's
-/// replica sets do not collide (`replication::partition::check_group_ids`).
+/// Replication factor 1 (or -1, the default) anywhere; on a cluster of n nodes also
+/// 2..=n, provided the raft group ids of the replica sets the cluster may place do not
+/// collide (`replication::partition::check_group_ids`: every window of 2..=n
+/// consecutive nodes that `TopicTable::placement` can pick, on every shard, so a set of
+/// this factor is checked against those of every other).
 pub(crate) fn validate_replication_factor(
     replication_factor: i16,
     nodes: &[u32],
@@ -306,13 +307,17 @@ pub(crate) fn validate_replication_factor(
         r if r as usize > n => refuse(format!(
             "replication factor {r} is larger than the number of nodes in the cluster ({n})"
         )),
-        r if (r as usize) < n => refuse(format!(
-            "replication factor {r} is not supported yet: 1 or the number of nodes ({n}) in \
-             this version (docs/replication.md)"
-        )),
         _ => {
-            let shards = (0..nr_shards).map(|shard| (nodes, shard));
-            crate::replication::partition::check_group_ids(shards)
+            let window = |size: usize, first: usize| -> Vec<u32> {
+                (0..size).map(|k| nodes[(first + k) % n]).collect()
+            };
+            let sets: Vec<Vec<u32>> = (2..=n)
+                .flat_map(|size| (0..n).map(move |first| (size, first)))
+                .map(|(size, first)| window(size, first))
+                .collect();
+            let placements =
+                (0..nr_shards).flat_map(|shard| sets.iter().map(move |set| (&set[..], shard)));
+            crate::replication::partition::check_group_ids(placements)
                 .map_err(|e| TopicError::InvalidReplicationFactor(e.to_string()))
         }
     }
@@ -399,15 +404,16 @@ mod tests {
     }
 
     #[test]
-    fn replication_factor_is_one_or_every_node_and_never_more_than_the_nodes() {
+    fn replication_factor_is_one_to_the_nodes_and_never_more() {
         for nodes in [&[0][..], &[1, 2, 3][..]] {
             assert_eq!(validate_replication_factor(1, nodes, 4), Ok(()));
             assert_eq!(validate_replication_factor(-1, nodes, 4), Ok(()));
         }
         assert_eq!(validate_replication_factor(3, &[1, 2, 3], 4), Ok(()));
         assert_eq!(validate_replication_factor(2, &[5, 9], 1), Ok(()));
+        assert_eq!(validate_replication_factor(2, &[1, 2, 3], 4), Ok(()));
+        assert_eq!(validate_replication_factor(3, &[1, 2, 3, 4, 5], 8), Ok(()));
         assert!(refusal(4, &[1, 2, 3]).contains("number of nodes in the cluster (3)"));
-        assert!(refusal(2, &[1, 2, 3]).contains("1 or the number of nodes (3)"));
         assert!(refusal(3, &[0]).contains("single node"));
         assert!(refusal(0, &[1, 2, 3]).contains("at least 1"));
         assert!(refusal(-2, &[1, 2, 3]).contains("at least 1"));

@@ -25,6 +25,8 @@
 //! - Leaders: every TICK the hosting shard compares each group's (leader, term) with what
 //!   it last published, and sends changes to the node's other shards
 //!   (`ShardRequest::PartitionLeader`), so Metadata on any shard reads its own map.
+//!   Nodes outside a group's replica set (replication factor r < n) learn its leader and
+//!   ISR from the leader's notices (`crate::leader_notices`).
 //! - Log compaction (docs/replication.md, "Log compaction"): every TICK a leader whose
 //!   voters all have at least `COMPACT_AFTER_ENTRIES` committed entries (or
 //!   `COMPACT_AFTER_BYTES` of them) past its log's snapshot point proposes a compaction
@@ -70,6 +72,7 @@ use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use shardlog_storage::{split_batches, Durable, InternalEntry, InternalStream, PartitionId};
 
 use crate::error::{GroupError, PartitionError};
+use crate::leader_notices::LeaderNotices;
 use crate::message::{ShardReply, ShardRequest};
 use crate::metadata::TopicMeta;
 use crate::metadata_group::{COMMIT_WAIT, METADATA_GROUP};
@@ -121,7 +124,7 @@ pub type GroupLeader = (Option<u32>, u64);
 
 /// A shard's partition groups (only on a node with peers).
 pub struct PartitionGroups {
-    host: Rc<GroupHost>,
+    pub(crate) host: Rc<GroupHost>,
     /// Hosted groups: id -> replica nodes (sorted).
     groups: RefCell<BTreeMap<u64, Vec<u32>>>,
     /// Images recovered at start-up, taken when their group is created.
@@ -149,6 +152,8 @@ pub struct PartitionGroups {
     published: RefCell<HashMap<u64, GroupLeader>>,
     /// Each led group's view of its voters' catching up (the ISR).
     in_sync: RefCell<HashMap<u64, InSync>>,
+    /// Leader notices sent and heard (`crate::leader_notices`).
+    pub(crate) notices: RefCell<LeaderNotices>,
 }
 
 /// A leader's view of its voters' catching up, for the ISR (module docs), in one term.
@@ -193,6 +198,11 @@ impl PartitionGroups {
         let mut stats = self.stats.get();
         change(&mut stats);
         self.stats.set(stats);
+    }
+
+    /// The groups hosted here: id -> replica nodes (sorted), a copy.
+    pub(crate) fn hosted_groups(&self) -> BTreeMap<u64, Vec<u32>> {
+        self.groups.borrow().clone()
     }
 
     /// Whether this replica leads group `group` now.
@@ -354,6 +364,7 @@ impl Shard {
             to_apply: Rc::new(to_apply),
             published: RefCell::new(HashMap::new()),
             in_sync: RefCell::new(HashMap::new()),
+            notices: RefCell::default(),
         });
         *self.partition_groups.borrow_mut() = Some(groups.clone());
         // Groups restored from the log are served only once this replica leads the
@@ -652,6 +663,7 @@ async fn every_tick(shard: Rc<Shard>, groups: Rc<PartitionGroups>) {
             return; // shutting down: the host is stopped, the log takes nothing more
         }
         publish_leaders(&shard, &groups);
+        shard.exchange_leader_notices(&groups);
         propose_isr_changes(&shard, &groups);
         shard.follow_offsets_leadership(&groups);
         propose_compactions(&groups);
@@ -747,8 +759,7 @@ impl Shard {
 fn propose_isr_changes(shard: &Shard, groups: &PartitionGroups) {
     let now = Instant::now();
     let lag = shard.config.replica_lag_time_max;
-    let hosted: Vec<(u64, Vec<u32>)> =
-        groups.groups.borrow().iter().map(|(g, r)| (*g, r.clone())).collect();
+    let hosted = groups.hosted_groups();
     let mut in_sync = groups.in_sync.borrow_mut();
     for (group, replicas) in hosted {
         let view = groups.host.with_group(group, |g| {
@@ -858,7 +869,7 @@ impl Shard {
     }
 
     /// Records an applied ISR entry of `group` here and on the node's other shards.
-    fn publish_isr(&self, group: u64, isr: Vec<u32>) {
+    pub(crate) fn publish_isr(&self, group: u64, isr: Vec<u32>) {
         if self.partition_isrs.borrow().get(&group) == Some(&isr) {
             return;
         }
@@ -869,7 +880,7 @@ impl Shard {
 
 /// Sends a partition group notice (`PartitionLeader`, `PartitionIsr`) to the node's other
 /// shards, without waiting for their answers.
-fn tell_other_shards(shard: &Shard, notice: impl Fn() -> ShardRequest) {
+pub(crate) fn tell_other_shards(shard: &Shard, notice: impl Fn() -> ShardRequest) {
     for to in (0..shard.nr_shards).filter(|s| *s != shard.id) {
         let (mesh, request) = (shard.mesh.clone(), notice());
         glommio::spawn_local(async move {

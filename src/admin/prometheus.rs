@@ -290,7 +290,7 @@ fn render_replication(text: &mut Text, shards: &[ShardMetrics]) {
     if replicating.is_empty() {
         return;
     }
-    let figures: [(&str, &str, &str, ReplicationValue); 23] = [
+    let figures: [(&str, &str, &str, ReplicationValue); 24] = [
         ("shardlog_replication_peers", "gauge", "Peer nodes this shard replicates with.", |r| {
             r.peers
         }),
@@ -410,6 +410,12 @@ fn render_replication(text: &mut Text, shards: &[ShardMetrics]) {
             |r| r.under_replicated_partitions,
         ),
         (
+            "shardlog_replication_leader_notices_received_total",
+            "counter",
+            "Leader notices received: how nodes outside a replica set learn its leader.",
+            |r| r.host.notices_received,
+        ),
+        (
             "shardlog_raft_stream_snapshot_failures_total",
             "counter",
             "Raft stream snapshots the shard log refused (too large, or a stopped log).",
@@ -426,7 +432,8 @@ fn render_replication(text: &mut Text, shards: &[ShardMetrics]) {
     let help = "Raft messages dropped: outbox_full (the oldest, past the outbox bound), \
                 write_failed (in a frame whose write failed), too_large (larger than a frame), \
                 unknown_group (received for a group not hosted here), refused (received, \
-                refused by its group), unknown_peer (addressed to a node not in --peers).";
+                refused by its group), unknown_peer (addressed to a node not in --peers), \
+                notices_untaken (leader notices received past the bound the shard takes).";
     text.family(name, "counter", help);
     for (shard, r) in &replicating {
         let reasons = [
@@ -436,6 +443,7 @@ fn render_replication(text: &mut Text, shards: &[ShardMetrics]) {
             ("unknown_group", r.host.dropped_unknown_group),
             ("refused", r.host.dropped_refused),
             ("unknown_peer", r.host.dropped_unknown_peer),
+            ("notices_untaken", r.host.dropped_notices),
         ];
         for (reason, value) in reasons {
             text.sample(name, &[("shard", shard), ("reason", &reason)], value);

@@ -39,11 +39,12 @@ pub fn node_of(broker_id: i32) -> usize {
     broker_id as usize / 1024
 }
 
-/// A replicated topic on the cluster: its name and partition count.
+/// A replicated topic on the cluster: its name, partition count and replication factor.
 #[derive(Clone, Copy, Debug)]
 pub struct Topic {
     pub name: &'static str,
     pub partitions: i32,
+    pub replicas: usize,
 }
 
 impl Topic {
@@ -147,15 +148,15 @@ impl Topic {
         sizes
     }
 
-    /// Creates the topic with replication factor 3 through librdkafka's admin API.
+    /// Creates the topic with its replication factor through librdkafka's admin API.
     pub fn create(&self, broker: &Broker) {
         use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
         let admin = common::admin_client(broker);
-        let topic =
-            NewTopic::new(self.name, self.partitions, TopicReplication::Fixed(NODES as i32));
+        let replication = TopicReplication::Fixed(self.replicas as i32);
+        let topic = NewTopic::new(self.name, self.partitions, replication);
         let (topics, options) = ([topic], AdminOptions::new());
         for result in common::runtime().block_on(admin.create_topics(&topics, &options)).unwrap() {
-            result.expect("topic of replication factor 3 created");
+            result.expect("replicated topic created");
         }
     }
 

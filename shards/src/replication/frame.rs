@@ -302,6 +302,13 @@ pub fn fuzz_decode(data: &[u8]) {
     let mut rest = data;
     while let Ok((frame, used)) = decode_frame(rest) {
         assert!(used >= FRAME_HEADER_BYTES && used <= rest.len());
+        // Leader notices ride as a message's context (`notice.rs`): they decode or fail too.
+        for (_, message) in frame.messages.iter().filter(|(g, _)| *g == super::notice::NOTICE_GROUP)
+        {
+            if let Ok(notices) = super::notice::decode(&message.context) {
+                assert_eq!(super::notice::encode(&notices)[..], message.context[..]);
+            }
+        }
         let mut encoder = FrameEncoder::new(frame.sender, frame.shard);
         if frame.messages.iter().all(|(group, message)| encoder.push(*group, message)) {
             let (again, _) = decode_frame(&encoder.finish()).expect("a re-encoded frame decodes");

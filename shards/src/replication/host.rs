@@ -14,6 +14,10 @@
 //! Raft ids are node ids plus one (`raft_id`): raft-rs reserves id 0, and node 0 is a valid
 //! node.
 //!
+//! Leader notices (`notice.rs`) travel as messages of the reserved group `NOTICE_GROUP`:
+//! `send_notice` queues one for a peer, and what arrives is kept, not stepped, until the
+//! shard takes it (`take_notices`; at most `MAX_PENDING_NOTICES`, the oldest dropped).
+//!
 //! Invariants:
 //! 1. A group's outputs are drained after every input the host gives it (a message, a
 //!    tick, `durable`, a call through `with_group`), so nothing it emits waits for another
@@ -41,12 +45,18 @@ use shardlog_storage::Durable;
 
 use super::group::{Outcome, RaftGroup};
 use super::log::{LogImage, WriteRequest};
-use super::transport::{Inbound, Transport, TransportConfig};
+use super::notice::NOTICE_GROUP;
+use super::transport::{Inbound, Transport, TransportConfig, UnknownPeer};
+use super::Message;
 
 /// The tick interval of the broker's groups: raft-rs's elections after 10-20 ticks are
 /// then 1-2 s, heartbeats every 200 ms (`GroupConfig::new`; docs/replication.md's
 /// figures assume it).
 pub const TICK: Duration = Duration::from_millis(100);
+
+/// Leader notice messages kept until the shard takes them (it does every tick; each
+/// peer sends one per tick at most).
+const MAX_PENDING_NOTICES: usize = 1024;
 
 /// The raft id of node `node_id` in every group (raft-rs reserves 0).
 pub fn raft_id(node_id: u64) -> u64 {
@@ -94,6 +104,9 @@ pub struct HostStats {
     pub dropped_refused: u64,
     /// Messages a group addressed to a node that is not a peer (a misconfigured group).
     pub dropped_unknown_peer: u64,
+    /// Leader notice messages received, and those dropped untaken (`MAX_PENDING_NOTICES`).
+    pub notices_received: u64,
+    pub dropped_notices: u64,
 }
 
 /// A group id hosted twice.
@@ -122,6 +135,8 @@ struct Inner {
     stats: Cell<HostStats>,
     /// Set by `GroupHost::stop` (invariant 3).
     stopped: Cell<bool>,
+    /// Leader notices received and not taken yet: (sender node, notice bytes).
+    notices: RefCell<Vec<(u64, bytes::Bytes)>>,
     /// (group, number, flush) of writes on the shard log not yet reported, in log order
     /// (so in the order their flushes complete), to the durability task. Bounded by what
     /// the groups write while one flush is in flight.
@@ -144,6 +159,7 @@ impl GroupHost {
             groups: RefCell::new(BTreeMap::new()),
             stats: Cell::new(HostStats::default()),
             stopped: Cell::new(false),
+            notices: RefCell::new(Vec::new()),
             flushes,
         });
         let tasks = vec![
@@ -233,6 +249,19 @@ impl GroupHost {
         self.inner.stats.get()
     }
 
+    /// Queues leader notices (`notice::encode`) for node `to`'s same shard.
+    pub fn send_notice(&self, to: u64, notices: Vec<u8>) -> Result<(), UnknownPeer> {
+        let mut message = Message::default();
+        message.set_context(notices.into());
+        self.inner.transport.send(to, NOTICE_GROUP, message)
+    }
+
+    /// The leader notices received since the last call: (sender node, notice bytes), in
+    /// the order they arrived.
+    pub fn take_notices(&self) -> Vec<(u64, bytes::Bytes)> {
+        std::mem::take(&mut *self.inner.notices.borrow_mut())
+    }
+
     /// The shard's transport (its counters, its address).
     pub fn transport(&self) -> &Transport {
         &self.inner.transport
@@ -247,7 +276,17 @@ impl Inner {
     }
 
     fn step(&self, inbound: Inbound) {
-        let Inbound { from, group: id, message } = inbound;
+        let Inbound { from, group: id, mut message } = inbound;
+        if id == NOTICE_GROUP {
+            let mut notices = self.notices.borrow_mut();
+            if notices.len() >= MAX_PENDING_NOTICES {
+                notices.remove(0);
+                self.count(|s| s.dropped_notices += 1);
+            }
+            notices.push((from, message.take_context()));
+            self.count(|s| s.notices_received += 1);
+            return;
+        }
         let mut groups = self.groups.borrow_mut();
         let Some(hosted) = groups.get_mut(&id) else {
             self.count(|s| s.dropped_unknown_group += 1);

@@ -36,6 +36,7 @@ pub mod frame;
 mod group;
 mod host;
 mod log;
+pub mod notice;
 pub mod partition;
 pub mod persist;
 pub mod transport;
