@@ -199,6 +199,12 @@ pub struct Config {
     #[arg(long, env = "SHARDLOG_REPLICA_LAG_TIME_MAX_MS", default_value_t = 30_000)]
     pub replica_lag_time_max_ms: u64,
 
+    /// How often the leader of a replicated partition's group checks whether the group's
+    /// preferred replica is caught up, and hands it the leadership if so (Kafka's
+    /// leader.imbalance.check.interval.seconds, in ms); 0: never.
+    #[arg(long, env = "SHARDLOG_LEADER_IMBALANCE_CHECK_INTERVAL_MS", default_value_t = 300_000)]
+    pub leader_imbalance_check_interval_ms: u64,
+
     /// Shortest consumer session timeout accepted (Kafka's group.min.session.timeout.ms).
     #[arg(long, env = "SHARDLOG_GROUP_MIN_SESSION_TIMEOUT_MS", default_value_t = 6000)]
     pub group_min_session_timeout_ms: u64,

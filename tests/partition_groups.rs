@@ -389,3 +389,53 @@ fn a_topic_of_two_replicas_on_three_nodes_is_named_by_every_node_and_loses_nothi
         acked.len()
     );
 }
+
+/// Preferred leaders (docs/replication.md, "Preferred leaders"): with one shard per node
+/// the topic's partitions share one group, whose preferred replica is node 1 (shard 0 of
+/// nodes 1, 2, 3). Every node names node 1 the leader (its campaign at creation, or the
+/// hand-over); node 1 is killed and another leads; node 1 restarts, catches up, and the
+/// leader hands the group back to it (the leader imbalance check every second here), in a
+/// higher epoch, while an idempotent producer writes throughout with nothing lost.
+#[test]
+fn a_returning_node_takes_back_the_leadership_it_prefers() {
+    const BALANCED: Topic = Topic { name: "balanced", partitions: 2, replicas: NODES };
+    let balance = ["--leader-imbalance-check-interval-ms", "1000"];
+    let (mut cluster, _) = BALANCED.start_cluster_with(&balance);
+    let all = [0, 1, 2];
+    let led_by = |node: usize| {
+        move |views: &[View]| {
+            BALANCED.one_leader(views) && views[0].iter().all(|p| node_of(p.1) == node)
+        }
+    };
+    BALANCED.wait_for(&cluster, &all, "every node to name node 1 the leader", led_by(1));
+    let before = BALANCED.view(&cluster[0]).unwrap();
+    let load = Load::start(&cluster, BALANCED, "b");
+    load.acked.wait_for(30, "30 records acknowledged before the kill");
+
+    cluster[0].kill();
+    BALANCED.wait_for(&cluster, &[1, 2], "another leader", |views| {
+        BALANCED.one_leader(views) && views[0].iter().all(|p| node_of(p.1) != 1)
+    });
+    let acked_at_kill = load.acked.len();
+    load.acked.wait_for(acked_at_kill + 30, "30 more records while node 1 is down");
+
+    replicated::wait_for_listeners_closed(&cluster[0]);
+    cluster[0].restart();
+    BALANCED.wait_for(&cluster, &all, "node 1 to lead again", led_by(1));
+    let after = BALANCED.view(&cluster[0]).unwrap();
+    assert!(after[0].2 > before[0].2 + 1, "two elections since: {before:?} then {after:?}");
+    let acked_at_return = load.acked.len();
+    load.acked.wait_for(acked_at_return + 30, "30 more records once node 1 leads again");
+    let acked = load.stop();
+
+    let stored = read_topic(&cluster[0], BALANCED.name, BALANCED.partitions);
+    let ends = replicated::check_acknowledged(&stored, &acked);
+    let sizes = BALANCED.wait_for_equal_copies(&cluster);
+    eprintln!(
+        "{} records acknowledged; stored per partition {ends:?}; log sizes {sizes:?}; leader \
+         and epoch before {:?}, after {:?}",
+        acked.len(),
+        (before[0].1, before[0].2),
+        (after[0].1, after[0].2)
+    );
+}

@@ -22,6 +22,8 @@
 //!   lately); a voter not caught up for `replica_lag_time_max` leaves the ISR, and one
 //!   caught up again rejoins. A change is proposed as an ISR entry, so every replica's
 //!   Metadata shows the same ISR from when it applies it (`ShardRequest::PartitionIsr`).
+//! - Preferred leaders (`crate::leader_balance`): a new group's preferred replica campaigns
+//!   at once, and a leader hands the group back to it once it is caught up.
 //! - Leaders: every TICK the hosting shard compares each group's (leader, term) with what
 //!   it last published, and sends changes to the node's other shards
 //!   (`ShardRequest::PartitionLeader`), so Metadata on any shard reads its own map.
@@ -154,11 +156,15 @@ pub struct PartitionGroups {
     in_sync: RefCell<HashMap<u64, InSync>>,
     /// Leader notices sent and heard (`crate::leader_notices`).
     pub(crate) notices: RefCell<LeaderNotices>,
+    /// When leaders were last handed to preferred replicas (`crate::leader_balance`).
+    pub(crate) last_leader_balance: Cell<Option<Instant>>,
 }
 
 /// A leader's view of its voters' catching up, for the ISR (module docs), in one term.
 struct InSync {
     term: u64,
+    /// The tick this view started (the applied ISR counts as caught up then, unseen).
+    since: Instant,
     /// The leader's last index at the previous tick: a voter whose match index reached it
     /// is caught up now.
     last_index: u64,
@@ -203,6 +209,16 @@ impl PartitionGroups {
     /// The groups hosted here: id -> replica nodes (sorted), a copy.
     pub(crate) fn hosted_groups(&self) -> BTreeMap<u64, Vec<u32>> {
         self.groups.borrow().clone()
+    }
+
+    /// Whether this replica leads `group` and saw voter `node` caught up (the ISR's test,
+    /// `propose_isr_changes`) at this tick or the one before, after its first tick as
+    /// leader (`leader_balance` invariant 1).
+    pub(crate) fn caught_up_lately(&self, group: u64, node: u32, now: Instant) -> bool {
+        let in_sync = self.in_sync.borrow();
+        let Some(state) = in_sync.get(&group) else { return false };
+        let seen = state.caught_up_at.get(&node).filter(|at| **at > state.since);
+        self.leads(group) && seen.is_some_and(|at| now.saturating_duration_since(*at) <= 2 * TICK)
     }
 
     /// Whether this replica leads group `group` now.
@@ -365,6 +381,7 @@ impl Shard {
             published: RefCell::new(HashMap::new()),
             in_sync: RefCell::new(HashMap::new()),
             notices: RefCell::default(),
+            last_leader_balance: Cell::new(None),
         });
         *self.partition_groups.borrow_mut() = Some(groups.clone());
         // Groups restored from the log are served only once this replica leads the
@@ -427,6 +444,7 @@ impl Shard {
         }
         let voters: Vec<u64> = replicas.iter().map(|n| raft_id(*n as u64)).collect();
         let image = groups.recovered.borrow_mut().remove(&group);
+        let new_group = image.is_none();
         let image = image.unwrap_or_else(|| LogImage::new(&voters));
         let config = GroupConfig::new(raft_id(self.config.node_id as u64));
         // Applied index 0: raft hands every committed entry out again; the markers say
@@ -439,6 +457,9 @@ impl Shard {
         });
         let sink = ShardLogSink::new(self.log.clone(), group, on_apply);
         groups.host.add_group(group, raft, Box::new(sink)).map_err(|e| e.to_string())?;
+        if new_group && self.prefers_here(&replicas) {
+            groups.host.with_group(group, RaftGroup::campaign); // `leader_balance` invariant 2
+        }
         groups.groups.borrow_mut().insert(group, replicas);
         tracing::info!(shard = self.id, group = format!("{group:#x}"), "partition group hosted");
         Ok(())
@@ -668,6 +689,7 @@ async fn every_tick(shard: Rc<Shard>, groups: Rc<PartitionGroups>) {
         shard.follow_offsets_leadership(&groups);
         propose_compactions(&groups);
         shard.snapshot_stream_if_due(&groups);
+        shard.balance_leaders(&groups);
     }
 }
 
@@ -799,7 +821,7 @@ impl InSync {
     /// A new leadership: the applied ISR's voters count as caught up now.
     fn new(term: u64, applied: &[u32], now: Instant) -> InSync {
         let caught_up_at = applied.iter().map(|n| (*n, now)).collect();
-        InSync { term, last_index: 0, caught_up_at, proposed: None }
+        InSync { term, since: now, last_index: 0, caught_up_at, proposed: None }
     }
 }
 

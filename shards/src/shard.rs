@@ -61,6 +61,9 @@ pub struct ShardConfig {
     /// A replica not caught up with its leader for this long leaves the ISR
     /// (replica.lag.time.max.ms; `partition_group`).
     pub replica_lag_time_max: Duration,
+    /// How often a group's leader hands the leadership to the group's preferred replica
+    /// once it is caught up (`partition_group`); None: never.
+    pub leader_imbalance_check_interval: Option<Duration>,
 }
 
 impl Default for ShardConfig {
@@ -82,6 +85,7 @@ impl Default for ShardConfig {
             node_id: crate::metadata::SINGLE_NODE,
             nodes: crate::metadata::SINGLE_NODE_LIST.to_vec(),
             replica_lag_time_max: Duration::from_secs(30),
+            leader_imbalance_check_interval: Some(Duration::from_secs(300)),
         }
     }
 }

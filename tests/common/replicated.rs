@@ -120,8 +120,13 @@ impl Topic {
     /// `ISR_LAG_MS`), waits for its controller, creates the topic and waits until every
     /// node names the same leader: the cluster and that view.
     pub fn start_cluster(&self) -> (Vec<Broker>, View) {
-        let lag = ["--replica-lag-time-max-ms", ISR_LAG_MS];
-        let cluster = Broker::start_cluster_with(NODES, 1, PORTS_PER_NODE, &lag);
+        self.start_cluster_with(&[])
+    }
+
+    /// `start_cluster` with more broker arguments.
+    pub fn start_cluster_with(&self, args: &[&str]) -> (Vec<Broker>, View) {
+        let args = [&["--replica-lag-time-max-ms", ISR_LAG_MS][..], args].concat();
+        let cluster = Broker::start_cluster_with(NODES, 1, PORTS_PER_NODE, &args);
         wait_for_one_controller(&cluster);
         self.create(&cluster[0]);
         let all: Vec<usize> = (0..NODES).collect();

@@ -320,9 +320,28 @@ impl RaftGroup {
         };
         let (to, _) = progress.max_by_key(rank)?;
         let to = *to;
+        self.transfer_leadership_to(to).then_some(to)
+    }
+
+    /// Hands the leadership to voter `to` (a raft id): raft-rs brings it up to date, then
+    /// tells it to campaign at once; proposals are refused meanwhile (`Dropped`). False if
+    /// this replica does not lead or `to` is not another voter.
+    pub fn transfer_leadership_to(&mut self, to: u64) -> bool {
+        if !self.is_leader() || to == self.id() || self.node.raft.prs().get(to).is_none() {
+            return false;
+        }
         self.node.transfer_leader(to);
         self.handle_ready();
-        Some(to)
+        true
+    }
+
+    /// Starts an election now rather than after an election timeout (a new group's
+    /// preferred replica: `partition_group`). With pre-vote it disrupts no group that has
+    /// a live leader: the voters that hear from one refuse it.
+    pub fn campaign(&mut self) {
+        // Refused only for a replica that cannot be leader (not a voter): nothing to do.
+        let _ = self.node.campaign();
+        self.handle_ready();
     }
 
     // -- the ready loop -------------------------------------------------------------------

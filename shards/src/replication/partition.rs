@@ -114,6 +114,29 @@ pub fn partition_group_id(replicas: &[u32], shard: u32) -> u64 {
     hash | 1 << 63
 }
 
+/// The preferred leader of the group of (`replicas`, `shard`) on a cluster of `nodes`
+/// (sorted): the node whose window of consecutive nodes is the set, as
+/// `TopicTable::placement` chose it (so the partitions' first replica, Kafka's preferred
+/// leader), and for a set of every node, where every window is the set, node `shard % n`,
+/// so the groups of a node's shards spread their leaders over the nodes. A set that is no
+/// window (not placed by this version) prefers its lowest node.
+pub fn preferred_leader(replicas: &[u32], shard: u32, nodes: &[u32]) -> u32 {
+    let mut set = replicas.to_vec();
+    set.sort_unstable();
+    set.dedup();
+    let n = nodes.len();
+    if set.len() >= n && n > 0 {
+        return nodes[shard as usize % n];
+    }
+    let window = |first: usize| {
+        let mut window: Vec<u32> = (0..set.len()).map(|k| nodes[(first + k) % n]).collect();
+        window.sort_unstable();
+        window
+    };
+    let start = (0..n).find(|first| window(*first) == set);
+    start.map_or(set[0], |first| nodes[first])
+}
+
 /// Two (replica set, shard) pairs whose group ids collide.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupIdCollision {
@@ -359,6 +382,19 @@ pub fn applied_before_restart(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_preferred_leader_is_where_the_placement_starts_the_set_or_spread_by_shard() {
+        let nodes = [1, 2, 3];
+        assert_eq!(preferred_leader(&[1, 2], 0, &nodes), 1);
+        assert_eq!(preferred_leader(&[3, 2], 5, &nodes), 2);
+        assert_eq!(preferred_leader(&[1, 3], 0, &nodes), 3, "the window from 3 wraps to 1");
+        for shard in 0..6 {
+            assert_eq!(preferred_leader(&[3, 1, 2], shard, &nodes), nodes[shard as usize % 3]);
+        }
+        assert_eq!(preferred_leader(&[1, 3], 0, &[1, 2, 3, 4]), 1, "no window: the lowest");
+        assert_eq!(preferred_leader(&[4, 1], 0, &[1, 2, 3, 4]), 4);
+    }
 
     fn entry() -> ProduceEntry {
         ProduceEntry {
