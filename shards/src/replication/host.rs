@@ -179,7 +179,8 @@ impl GroupHost {
         self.tasks.borrow_mut().clear();
     }
 
-    /// Hosts `group` as group `id`; its outputs go to `sink` from now on.
+    /// Hosts `group` as group `id` (never `NOTICE_GROUP`, reserved: its messages would go
+    /// to the notices); its outputs go to `sink` from now on.
     pub fn add_group(
         &self,
         id: u64,

@@ -12,9 +12,10 @@
 //! leader and sends nothing: Metadata then says LEADER_NOT_AVAILABLE, as on its members).
 //!
 //! Notices ride the raft transport as the `context` bytes of a raft `Message` addressed
-//! to the reserved group id `NOTICE_GROUP` (1; partition group ids have the top bit set
-//! and the metadata group is 0), so the wire format (`frame.rs`) is unchanged; the host
-//! hands them to the shard instead of stepping a group (`GroupHost::take_notices`).
+//! to the reserved group id `NOTICE_GROUP` (2^63 - 1; partition group ids have the top
+//! bit set and the metadata group is 0), so the wire format (`frame.rs`) is unchanged;
+//! the host hands them to the shard instead of stepping a group
+//! (`GroupHost::take_notices`).
 //!
 //! Encoding (little-endian): version u8 (= 1), count u32, then per notice: group u64,
 //! leader node u32, term u64, ISR length u16, the ISR's node ids u32 each.
@@ -28,7 +29,7 @@
 use std::fmt;
 
 /// The group id notices travel under; never a raft group's.
-pub const NOTICE_GROUP: u64 = 1;
+pub const NOTICE_GROUP: u64 = u64::MAX >> 1;
 /// Ticks between two notices of an unchanged group (1 s at the broker's 100 ms tick).
 pub const REFRESH_TICKS: u64 = 10;
 /// Ticks after which a receiver forgets a leader it heard no notice about (3 s: three
