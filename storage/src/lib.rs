@@ -189,6 +189,7 @@ pub mod bench_support;
 mod checkpoint;
 mod cleaner;
 mod disk;
+mod epochs;
 mod frame;
 pub mod fuzzing;
 mod histogram;
@@ -205,6 +206,7 @@ pub use batch::{
 };
 pub use cleaner::{AbortedTxnRange, Bounds, CleanPolicy, CleanReport, Cleanable};
 pub use disk::{Disk, DmaDisk, IoBuffer, SegmentFile, IOPOLL_PROBE_FILE};
+pub use epochs::{EpochEntry, LeaderEpochs, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};
 pub use frame::{EntryKind, ENTRY_HEADER_BYTES, FORMAT_VERSION, PAGE_BYTES};
 pub use histogram::{
     Histogram, COUNT_BOUNDS, LATENCY_BOUNDS_US, MAX_BUCKETS, SIZE_BOUNDS_BYTES, STAGE_BOUNDS_US,
