@@ -11,8 +11,9 @@
 //! 1. Epochs strictly increase, and so do their start offsets.
 //! 2. A batch whose epoch is negative (a producer's -1, written by a broker that did not
 //!    stamp epochs) or lower than the last cached one adds nothing, as in Kafka.
-//! 3. After a trim of the log start to `s`, no entry starts below `s` except the first,
-//!    which then starts at `s` (the epoch of the first offset still in the log).
+//! 3. After a trim of the log start to `s`, no entry starts below `s`: the epoch of the
+//!    first offset still in the log then starts at `s` (at the log end, if the trim
+//!    emptied the log: the next new epoch replaces it there).
 
 use crate::Offset;
 
@@ -60,8 +61,10 @@ impl LeaderEpochs {
         if epoch < 0 || self.latest().is_some_and(|last| epoch <= last) {
             return;
         }
-        if let Some(last) = self.entries.last() {
-            assert!(base_offset > last.start_offset, "offsets increase (invariant 1)");
+        // A trim to the log end left the last epoch starting at this very offset
+        // (invariant 3): the new epoch replaces it there, as Kafka's `assign` does.
+        while self.entries.last().is_some_and(|last| last.start_offset >= base_offset) {
+            self.entries.pop();
         }
         if self.entries.capacity() == 0 {
             self.entries.reserve_exact(1); // most partitions never see a second epoch
@@ -201,6 +204,17 @@ mod tests {
         assert_eq!(epochs.entries(), &[EpochEntry { epoch: 3, start_offset: 20 }]);
         assert_eq!(epochs.epoch_of(25), Some(3));
         assert_eq!(epochs.epoch_of(19), None);
+    }
+
+    /// Retention or DeleteRecords up to the log end, then a batch of a new epoch at that
+    /// offset: it takes the place of the epoch the trim kept there.
+    #[test]
+    fn a_new_epoch_at_the_offset_a_trim_to_the_log_end_left_replaces_the_kept_one() {
+        let mut epochs = cache(&[(1, 0), (2, 10)]);
+        epochs.trim_start(15);
+        epochs.note(3, 15);
+        assert_eq!(epochs.entries(), &[EpochEntry { epoch: 3, start_offset: 15 }]);
+        assert_eq!(epochs.end_offset_for(2, 3, 16), (2, 15));
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! On-disk format (entry framing, version byte 1): `frame.rs` and docs/storage.md.
 //!
 //! Modules: `batch` (Kafka v2 batch validation), `cleaner` (the log cleaner of compacted
-//! partitions), `frame` (entry framing), `batcher` (the
+//! partitions), `epochs` (a partition's leader-epoch cache, KIP-320), `frame` (entry framing), `batcher` (the
 //! group-commit state machine), `index` (per-partition index), `state` (in-memory state,
 //! retention, checkpoint snapshots), `recovery`, `checkpoint` (rkyv file), `disk` (Disk
 //! trait + DmaDisk), `sim` (SimDisk), `any` (AnyDisk: either, what the shards hold), `log`

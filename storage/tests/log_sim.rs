@@ -1459,7 +1459,7 @@ fn leader_epochs_are_stamped_and_rebuilt_by_recovery_with_and_without_a_checkpoi
     run(|| async {
         let disk = SimDisk::new(31);
         let (log, _, _) = open(&disk, small_config()).await;
-        let mut append = |epoch: i32, seq: u64| {
+        let append = |epoch: i32, seq: u64| {
             let batch = validated(&batch_of(2, 10, seq, 0));
             log.append_batches_in_epoch(P0, Some(epoch), &batch).unwrap().durable
         };
