@@ -73,9 +73,13 @@ fn a_partition_sent_to_the_wrong_shards_port_is_forwarded_and_answered() {
     assert_eq!(produce(&mut shard0, "routed", foreign, batch.clone()), (0, 1));
     let (error, high_watermark, records) = fetch(&mut shard0, "routed", foreign, 0, 1000);
     assert_eq!((error, high_watermark), (0, 2));
-    // Stored bytes come back unchanged but for the base offset the log assigned.
+    // Stored bytes come back unchanged but for the base offset the log assigned and the
+    // partition leader epoch the broker stamps (0: one replica; KIP-320), neither of which
+    // the CRC covers.
     assert_eq!(&records[..8], &0i64.to_be_bytes());
-    assert_eq!(&records[8..batch.len()], &batch[8..]);
+    assert_eq!(&records[8..12], &batch[8..12]);
+    assert_eq!(&records[12..16], &0i32.to_be_bytes());
+    assert_eq!(&records[16..batch.len()], &batch[16..]);
 
     let mut shard1 = RawClient::connect(broker.shard_addr(1));
     let (error, _, same) = fetch(&mut shard1, "routed", foreign, 0, 1000);
