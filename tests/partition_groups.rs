@@ -31,7 +31,8 @@
 //! new term's first batch starts), fences an old current_leader_epoch (OffsetForLeaderEpoch,
 //! Fetch, ListOffsets: 74) and refuses a newer one (75), and a follower answers
 //! NOT_LEADER_OR_FOLLOWER; after a second kill, a third leader's copy carries the same
-//! stamps and answers the same.
+//! stamps and answers the same. A librdkafka consumer reading across the first kill
+//! validates its position with OffsetForLeaderEpoch and reads every offset once.
 //!
 //! Every wait has a deadline that fails with what it waited for; nothing asserts on speed.
 
@@ -420,12 +421,36 @@ fn produce_until_acknowledged(cluster: &[Broker], node: usize) -> i64 {
     base_offset + 1
 }
 
+/// A librdkafka consumer of `EPOCHS`' partition 0 from offset 0 (assigned, no group).
+fn librdkafka_reader(broker: &Broker) -> rdkafka::consumer::BaseConsumer {
+    use rdkafka::consumer::Consumer;
+    let consumer = common::assign_only_consumer(broker);
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    assignment.add_partition_offset(EPOCHS.name, 0, rdkafka::Offset::Beginning).unwrap();
+    consumer.assign(&assignment).unwrap();
+    consumer
+}
+
+/// Polls `consumer` until `consumed` (the offsets read so far) holds `count` offsets.
+fn read_until(consumer: &rdkafka::consumer::BaseConsumer, consumed: &mut Vec<i64>, count: usize) {
+    use rdkafka::Message;
+    let deadline = Instant::now() + replicated::DEADLINE;
+    while consumed.len() < count {
+        assert!(Instant::now() < deadline, "librdkafka read only {consumed:?} of {count}");
+        if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
+            consumed.push(message.offset());
+        }
+    }
+}
+
 /// KIP-320 on three nodes: batches are stamped with the raft term they were applied in
 /// (the Metadata leader epoch), and the new leader after a kill answers
 /// OffsetForLeaderEpoch from those terms: the old epoch ends where the new term's first
 /// batch starts, the current one at the log end; a current_leader_epoch of the old term is
 /// FENCED_LEADER_EPOCH (OffsetForLeaderEpoch, Fetch and ListOffsets alike), a newer one
-/// UNKNOWN_LEADER_EPOCH; a follower answers NOT_LEADER_OR_FOLLOWER. Then the restarted
+/// UNKNOWN_LEADER_EPOCH; a follower answers NOT_LEADER_OR_FOLLOWER. A librdkafka consumer
+/// reading across the kill sends OffsetForLeaderEpoch (counted in `/metrics`) and reads
+/// every offset once, in order. Then the restarted
 /// node and the other survivor elect a leader again: that other replica's copy carries the
 /// same stamps, and its answers (its cache, rebuilt at restart if it is the restarted one)
 /// are the same.
@@ -438,6 +463,13 @@ fn offset_for_leader_epoch_answers_from_the_raft_terms_stamped_on_the_batches() 
         old_end = produce_until_acknowledged(&cluster, first_leader);
     }
     let topic = EPOCHS.name;
+    // A librdkafka consumer reads across the kill: it validates its position with
+    // OffsetForLeaderEpoch once Metadata shows the new epoch (KIP-320), and must go on
+    // reading without a reset, skip or repeat.
+    let bootstrap_node = [0, 1, 2].into_iter().find(|n| *n != first_leader).unwrap();
+    let consumer = librdkafka_reader(&cluster[bootstrap_node]);
+    let mut consumed = Vec::new();
+    read_until(&consumer, &mut consumed, old_end as usize);
     let mut client = RawClient::connect(cluster[first_leader].shard_addr(0));
     let (error, batches) = common::fetch_batch_epochs(&mut client, topic, 0, 0, first_epoch);
     assert_eq!(error, 0);
@@ -464,6 +496,16 @@ fn offset_for_leader_epoch_answers_from_the_raft_terms_stamped_on_the_batches() 
     for _ in 0..2 {
         log_end = produce_until_acknowledged(&cluster, leader);
     }
+    read_until(&consumer, &mut consumed, log_end as usize);
+    assert_eq!(consumed, (0..log_end).collect::<Vec<_>>(), "librdkafka read each offset once");
+    let validations: f64 = survivors
+        .iter()
+        .map(|n| {
+            let count = "shardlog_request_duration_seconds_count";
+            cluster[*n].metric_sum_labelled(count, "api=\"OffsetForLeaderEpoch\"")
+        })
+        .sum();
+    assert!(validations >= 1.0, "librdkafka validated its position: {validations} requests");
     let mut client = RawClient::connect(cluster[leader].shard_addr(0));
     let (error, stored) = common::fetch_batch_epochs(&mut client, topic, 0, 0, epoch);
     assert_eq!(error, 0);

@@ -74,12 +74,19 @@ impl Broker {
 
     /// The sum over shards of a counter or gauge from `GET /metrics`.
     pub fn metric_sum(&self, name: &str) -> f64 {
+        self.metric_sum_labelled(name, "")
+    }
+
+    /// The sum over shards of a metric's samples whose labels contain `label` (such as
+    /// `api="Fetch"`) from `GET /metrics`.
+    pub fn metric_sum_labelled(&self, name: &str, label: &str) -> f64 {
         let mut stream = TcpStream::connect(("127.0.0.1", self.admin_port)).expect("admin port");
         stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
         let mut text = String::new();
         stream.read_to_string(&mut text).expect("the metrics, then close");
-        let samples = text.lines().filter(|l| l.starts_with(&format!("{name}{{")));
+        let prefix = format!("{name}{{");
+        let samples = text.lines().filter(|l| l.starts_with(&prefix) && l.contains(label));
         samples.filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
     }
 
