@@ -801,4 +801,10 @@ fn topic_admin_apis_without_acls_are_refused_and_create_delete_or_reveal_nothing
     let mut as_alice = alice_raw(port);
     assert_eq!(list_offset(&mut as_alice, "secret", -1), (TOPIC_AUTHORIZATION_FAILED, -1));
     assert_eq!(list_offset(&mut as_alice, "kept", -1), (0, 5));
+    // OffsetForLeaderEpoch likewise (DESCRIBE, or CLUSTER_ACTION on the cluster).
+    let epoch_end = |client: &mut RawClient, topic: &str| {
+        common::offset_for_leader_epoch(client, topic, 0, -1, 0)
+    };
+    assert_eq!(epoch_end(&mut as_alice, "secret"), (TOPIC_AUTHORIZATION_FAILED, -1, -1));
+    assert_eq!(epoch_end(&mut as_alice, "kept"), (0, 0, 5));
 }

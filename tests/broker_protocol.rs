@@ -73,9 +73,13 @@ fn a_partition_sent_to_the_wrong_shards_port_is_forwarded_and_answered() {
     assert_eq!(produce(&mut shard0, "routed", foreign, batch.clone()), (0, 1));
     let (error, high_watermark, records) = fetch(&mut shard0, "routed", foreign, 0, 1000);
     assert_eq!((error, high_watermark), (0, 2));
-    // Stored bytes come back unchanged but for the base offset the log assigned.
+    // Stored bytes come back unchanged but for the base offset the log assigned and the
+    // partition leader epoch the broker stamps (0: one replica; KIP-320), neither of which
+    // the CRC covers.
     assert_eq!(&records[..8], &0i64.to_be_bytes());
-    assert_eq!(&records[8..batch.len()], &batch[8..]);
+    assert_eq!(&records[8..12], &batch[8..12]);
+    assert_eq!(&records[12..16], &0i32.to_be_bytes());
+    assert_eq!(&records[16..batch.len()], &batch[16..]);
 
     let mut shard1 = RawClient::connect(broker.shard_addr(1));
     let (error, _, same) = fetch(&mut shard1, "routed", foreign, 0, 1000);
@@ -154,6 +158,43 @@ fn list_offsets_answers_earliest_latest_and_by_time() {
     assert_eq!(ask(150), (0, 2));
     assert_eq!(ask(300), (0, 4));
     assert_eq!(ask(301), (0, -1));
+}
+
+/// KIP-320 on one node (replication factor 1: a leader that never moves, epoch 0, as
+/// Metadata says): batches are stored in epoch 0 whatever the producer sent, and
+/// OffsetForLeaderEpoch, ListOffsets and Fetch answer in it, on the partition's own shard
+/// and forwarded to it (two shards, two partitions).
+#[test]
+fn a_partition_of_one_replica_answers_offset_for_leader_epoch_in_epoch_0() {
+    let broker = Broker::start(2, &[]);
+    let mut client = RawClient::connect(broker.shard_addr(0));
+    assert_eq!(create(&mut client, "epoch0", 2, 1), 0);
+    for partition in 0..2 {
+        for t in [100, 200] {
+            let batch = record_batch(&[(b"k", b"v"), (b"k", b"w")], t);
+            assert_eq!(produce(&mut client, "epoch0", partition, batch).0, 0);
+        }
+        let mut asks = |current: i32, requested: i32| {
+            common::offset_for_leader_epoch(&mut client, "epoch0", partition, current, requested)
+        };
+        assert_eq!(asks(-1, 0), (0, 0, 4), "partition {partition}: epoch 0 ends at the log end");
+        assert_eq!(asks(0, 0), (0, 0, 4));
+        assert_eq!(asks(0, 1), (0, -1, -1), "an epoch the partition never had");
+        assert_eq!(asks(0, -1), (0, -1, -1), "no epoch asked");
+        assert_eq!(asks(1, 0).0, 75, "a current leader epoch newer than 0");
+        let (error, batches) = common::fetch_batch_epochs(&mut client, "epoch0", partition, 0, 0);
+        assert_eq!((error, batches), (0, vec![(0, 0), (2, 0)]), "stamped with epoch 0");
+        assert_eq!(common::fetch_batch_epochs(&mut client, "epoch0", partition, 0, 1).0, 75);
+        let listed = |client: &mut RawClient, timestamp: i64| {
+            common::list_offset_epoch(client, "epoch0", partition, timestamp, 0)
+        };
+        assert_eq!(listed(&mut client, -1), (0, 4, 0));
+        assert_eq!(listed(&mut client, -2), (0, 0, 0));
+        assert_eq!(listed(&mut client, 150), (0, 2, 0));
+        assert_eq!(common::list_offset_epoch(&mut client, "epoch0", partition, -1, 1).0, 75);
+    }
+    let unknown = common::offset_for_leader_epoch(&mut client, "epoch0", 2, -1, 0);
+    assert_eq!(unknown, (3, -1, -1), "a partition the topic does not have");
 }
 
 #[test]

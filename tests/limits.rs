@@ -100,6 +100,14 @@ fn batch_of_size(seed: u32, size: usize) -> Bytes {
 }
 
 /// Every batch of `topic`/`partition` up to its high watermark, without base offsets.
+/// A produced batch as `read_all` returns it: without its base offset, and with the
+/// partition leader epoch the broker stamps (0: one replica; KIP-320).
+fn as_stored(batch: &Bytes) -> Bytes {
+    let mut stored = batch[8..].to_vec();
+    stored[4..8].copy_from_slice(&0i32.to_be_bytes());
+    Bytes::from(stored)
+}
+
 fn read_all(client: &mut RawClient, topic: &str, partition: i32) -> Vec<Bytes> {
     let mut batches = Vec::new();
     let mut offset = 0;
@@ -289,8 +297,7 @@ fn frames_of_every_size_around_the_read_buffer_are_read_whole_in_order() {
     let written = read_all(&mut client, "buffered", 0);
     assert_eq!(written.len(), expected.len());
     for (got, want) in written.iter().zip(&expected) {
-        // The stored batch without its base offset, as `read_all` returns it.
-        assert_eq!(got[..], want[8..], "a batch changed on its way in");
+        assert_eq!(got[..], as_stored(want)[..], "a batch changed on its way in");
     }
 }
 
@@ -349,7 +356,7 @@ fn concurrent_producers_within_a_small_produce_budget_all_complete_and_every_rec
                     if acks != 0 {
                         pending.push(id);
                     }
-                    sent.push((seed % 2, batch.slice(8..)));
+                    sent.push((seed % 2, batch.clone()));
                     if pending.len() == 8 {
                         for id in pending.drain(..) {
                             assert_eq!(produce_result(client.receive(ApiKey::Produce, 9, id)).0, 0);
@@ -367,7 +374,7 @@ fn concurrent_producers_within_a_small_produce_budget_all_complete_and_every_rec
         producers.into_iter().flat_map(|p| p.join().expect("producer")).collect();
     for partition in 0..2 {
         let expected: BTreeSet<Bytes> =
-            sent.iter().filter(|(p, _)| *p == partition).map(|(_, b)| b.clone()).collect();
+            sent.iter().filter(|(p, _)| *p == partition).map(|(_, b)| as_stored(b)).collect();
         let mut written = BTreeSet::new();
         // acks=0 batches become readable with a later flush.
         eventually(Duration::from_secs(20), "every produced batch to be readable", || {
@@ -402,10 +409,10 @@ fn a_fetch_response_is_capped_by_fetch_max_bytes_but_always_carries_a_batch() {
     // A batch larger than the cap still comes back whole, alone.
     let response = client.call(ApiKey::Fetch, 11, fetch_request("capped", 0, 6, 0, 1 << 20));
     let (_, _, records) = fetch_result(response);
-    assert_eq!(records.slice(8..), big.slice(8..));
+    assert_eq!(records.slice(8..), as_stored(&big));
 
     // Every batch is reachable through the cap.
     let all = read_all(&mut client, "capped", 0);
-    let expected: Vec<Bytes> = small.iter().chain([&big]).map(|b| b.slice(8..)).collect();
+    let expected: Vec<Bytes> = small.iter().chain([&big]).map(as_stored).collect();
     assert_eq!(all, expected);
 }

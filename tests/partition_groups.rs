@@ -25,6 +25,15 @@
 //! leaders, and every acknowledged record is there once, the two copies of each
 //! partition the same.
 //!
+//! KIP-320 (a topic of one partition, replication factor 3): the batches carry the raft
+//! term they were applied in as their partition leader epoch; after a kill of the leader,
+//! the new one answers OffsetForLeaderEpoch from those terms (the old epoch ends where the
+//! new term's first batch starts), fences an old current_leader_epoch (OffsetForLeaderEpoch,
+//! Fetch, ListOffsets: 74) and refuses a newer one (75), and a follower answers
+//! NOT_LEADER_OR_FOLLOWER; after a second kill, a third leader's copy carries the same
+//! stamps and answers the same. A librdkafka consumer reading across the first kill
+//! validates its position with OffsetForLeaderEpoch and reads every offset once.
+//!
 //! Every wait has a deadline that fails with what it waited for; nothing asserts on speed.
 
 mod common;
@@ -437,5 +446,176 @@ fn a_returning_node_takes_back_the_leadership_it_prefers() {
         acked.len(),
         (before[0].1, before[0].2),
         (after[0].1, after[0].2)
+    );
+}
+
+/// A topic of one partition and replication factor 3 for the KIP-320 test.
+const EPOCHS: Topic = Topic { name: "epochs", partitions: 1, replicas: NODES };
+
+/// Produces one record batch to `EPOCHS` at `node` until one is acknowledged (a leader
+/// just elected may answer NOT_LEADER_OR_FOLLOWER first); then waits until the high
+/// watermark passed it (a produce is answered before the applied copy's fdatasync):
+/// the offset after it.
+fn produce_until_acknowledged(cluster: &[Broker], node: usize) -> i64 {
+    let mut client = RawClient::connect(cluster[node].shard_addr(0));
+    let mut base_offset = -1;
+    common::eventually(replicated::DEADLINE, "a produce acknowledged", || {
+        let batch = common::record_batch(&[(&b"k"[..], &b"v"[..])], 0);
+        let (error, base) = common::raw_produce(&mut client, EPOCHS.name, 0, batch);
+        base_offset = base;
+        error == 0
+    });
+    common::eventually(replicated::DEADLINE, "the high watermark past it", || {
+        common::list_offset_epoch(&mut client, EPOCHS.name, 0, -1, -1).1 > base_offset
+    });
+    base_offset + 1
+}
+
+/// A librdkafka consumer of `EPOCHS`' partition 0 from offset 0 (assigned, no group).
+fn librdkafka_reader(broker: &Broker) -> rdkafka::consumer::BaseConsumer {
+    use rdkafka::consumer::Consumer;
+    let consumer = common::assign_only_consumer(broker);
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    assignment.add_partition_offset(EPOCHS.name, 0, rdkafka::Offset::Beginning).unwrap();
+    consumer.assign(&assignment).unwrap();
+    consumer
+}
+
+/// Polls `consumer` until `consumed` (the offsets read so far) holds `count` offsets.
+fn read_until(consumer: &rdkafka::consumer::BaseConsumer, consumed: &mut Vec<i64>, count: usize) {
+    use rdkafka::Message;
+    let deadline = Instant::now() + replicated::DEADLINE;
+    while consumed.len() < count {
+        assert!(Instant::now() < deadline, "librdkafka read only {consumed:?} of {count}");
+        if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
+            consumed.push(message.offset());
+        }
+    }
+}
+
+/// KIP-320 on three nodes: batches are stamped with the raft term they were applied in
+/// (the Metadata leader epoch), and the new leader after a kill answers
+/// OffsetForLeaderEpoch from those terms: the old epoch ends where the new term's first
+/// batch starts, the current one at the log end; a current_leader_epoch of the old term is
+/// FENCED_LEADER_EPOCH (OffsetForLeaderEpoch, Fetch and ListOffsets alike), a newer one
+/// UNKNOWN_LEADER_EPOCH; a follower answers NOT_LEADER_OR_FOLLOWER. A librdkafka consumer
+/// reading across the kill sends OffsetForLeaderEpoch (counted in `/metrics`) and reads
+/// every offset once, in order. Then the restarted
+/// node and the other survivor elect a leader again: that other replica's copy carries the
+/// same stamps, and its answers (its cache, rebuilt at restart if it is the restarted one)
+/// are the same.
+#[test]
+fn offset_for_leader_epoch_answers_from_the_raft_terms_stamped_on_the_batches() {
+    let (mut cluster, before) = EPOCHS.start_cluster();
+    let (first_leader, first_epoch) = (node_of(before[0].1) - 1, before[0].2);
+    let mut old_end = 0;
+    for _ in 0..3 {
+        old_end = produce_until_acknowledged(&cluster, first_leader);
+    }
+    let topic = EPOCHS.name;
+    // A librdkafka consumer reads across the kill: it validates its position with
+    // OffsetForLeaderEpoch once Metadata shows the new epoch (KIP-320), and must go on
+    // reading without a reset, skip or repeat.
+    let bootstrap_node = [0, 1, 2].into_iter().find(|n| *n != first_leader).unwrap();
+    let consumer = librdkafka_reader(&cluster[bootstrap_node]);
+    let mut consumed = Vec::new();
+    read_until(&consumer, &mut consumed, old_end as usize);
+    let mut client = RawClient::connect(cluster[first_leader].shard_addr(0));
+    let (error, batches) = common::fetch_batch_epochs(&mut client, topic, 0, 0, first_epoch);
+    assert_eq!(error, 0);
+    assert!(batches.iter().all(|(_, e)| *e == first_epoch), "{batches:?} in {first_epoch}");
+
+    // The leader's node dies; the new leader's term is the partition's new leader epoch.
+    cluster[first_leader].kill();
+    let survivors: Vec<usize> = [0, 1, 2].into_iter().filter(|n| *n != first_leader).collect();
+    let leader_apart_from = |cluster: &[Broker], nodes: &[usize], old: usize, what: &str| {
+        let found = std::cell::Cell::new(None);
+        EPOCHS.wait_for(cluster, nodes, what, |views| {
+            let leader = node_of(views[0][0].1).wrapping_sub(1);
+            let elected = EPOCHS.one_leader(views) && leader != old;
+            if elected {
+                found.set(Some((leader, views[0][0].2)));
+            }
+            elected
+        });
+        found.get().expect("the view that ended the wait")
+    };
+    let (leader, epoch) = leader_apart_from(&cluster, &survivors, first_leader, "a new leader");
+    assert!(epoch > first_epoch, "a higher term: {epoch} after {first_epoch}");
+    let mut log_end = 0;
+    for _ in 0..2 {
+        log_end = produce_until_acknowledged(&cluster, leader);
+    }
+    read_until(&consumer, &mut consumed, log_end as usize);
+    assert_eq!(consumed, (0..log_end).collect::<Vec<_>>(), "librdkafka read each offset once");
+    let validations: f64 = survivors
+        .iter()
+        .map(|n| {
+            let count = "shardlog_request_duration_seconds_count";
+            cluster[*n].metric_sum_labelled(count, "api=\"OffsetForLeaderEpoch\"")
+        })
+        .sum();
+    assert!(validations >= 1.0, "librdkafka validated its position: {validations} requests");
+    let mut client = RawClient::connect(cluster[leader].shard_addr(0));
+    let (error, stored) = common::fetch_batch_epochs(&mut client, topic, 0, 0, epoch);
+    assert_eq!(error, 0);
+    let epochs: Vec<i32> = stored.iter().map(|(_, e)| *e).collect();
+    let new_start = stored.iter().find(|(_, e)| *e == epoch).expect("a batch of the new term").0;
+    assert_eq!(new_start, old_end, "the old term's batches, then the new term's: {stored:?}");
+    assert!(epochs.iter().all(|e| *e == first_epoch || *e == epoch), "{stored:?}");
+    let latest = common::list_offset_epoch(&mut client, topic, 0, -1, epoch);
+    assert_eq!(latest, (0, log_end, epoch), "the latest offset, in the current epoch");
+    assert_eq!(common::list_offset_epoch(&mut client, topic, 0, -2, -1), (0, 0, first_epoch));
+
+    // OffsetForLeaderEpoch on the new leader.
+    let mut asks = |current: i32, requested: i32| {
+        common::offset_for_leader_epoch(&mut client, topic, 0, current, requested)
+    };
+    assert_eq!(asks(epoch, first_epoch), (0, first_epoch, new_start), "the old epoch's end");
+    assert_eq!(asks(epoch, epoch), (0, epoch, log_end), "the current epoch: the log end");
+    assert_eq!(asks(-1, epoch), (0, epoch, log_end), "no current epoch to check");
+    // Below every epoch the log holds: Kafka's answer, the first epoch's start offset.
+    assert_eq!(asks(epoch, 0), (0, 0, 0), "an epoch older than the log");
+    assert_eq!(asks(-1, epoch + 1), (0, -1, -1), "an epoch the partition never had");
+    assert_eq!(asks(first_epoch, first_epoch).0, 74, "a fenced current leader epoch");
+    assert_eq!(asks(epoch + 1, first_epoch).0, 75, "an unknown current leader epoch");
+    let ask_unknown = |client: &mut RawClient, topic: &str, partition: i32| {
+        common::offset_for_leader_epoch(client, topic, partition, -1, epoch).0
+    };
+    assert_eq!(ask_unknown(&mut client, "no-such-topic", 0), 3);
+    assert_eq!(ask_unknown(&mut client, topic, 7), 3);
+    // The same checks in Fetch and ListOffsets.
+    assert_eq!(common::fetch_batch_epochs(&mut client, topic, 0, 0, first_epoch).0, 74);
+    assert_eq!(common::fetch_batch_epochs(&mut client, topic, 0, 0, epoch + 1).0, 75);
+    assert_eq!(common::list_offset_epoch(&mut client, topic, 0, -1, first_epoch).0, 74);
+    // A follower does not answer.
+    let follower = survivors.iter().copied().find(|n| *n != leader).unwrap();
+    let mut at_follower = RawClient::connect(cluster[follower].shard_addr(0));
+    let answer = common::offset_for_leader_epoch(&mut at_follower, topic, 0, epoch, first_epoch);
+    assert_eq!(answer.0, 6, "a follower: {answer:?}");
+
+    // The killed node restarts and catches up; then the leader dies: the other replica
+    // that leads now holds the same stamps and gives the same answers.
+    replicated::wait_for_listeners_closed(&cluster[first_leader]);
+    cluster[first_leader].restart();
+    EPOCHS.wait_for_one_leader(&cluster, &[0, 1, 2], "the restarted node to name the leader");
+    EPOCHS.wait_for_equal_copies(&cluster);
+    cluster[leader].kill();
+    let others: Vec<usize> = [0, 1, 2].into_iter().filter(|n| *n != leader).collect();
+    let (third, third_epoch) = leader_apart_from(&cluster, &others, leader, "a third leader");
+    let mut client = RawClient::connect(cluster[third].shard_addr(0));
+    let (error, copy) = common::fetch_batch_epochs(&mut client, topic, 0, 0, third_epoch);
+    assert_eq!((error, &copy), (0, &stored), "node {}'s copy", third + 1);
+    let mut asks = |current: i32, requested: i32| {
+        common::offset_for_leader_epoch(&mut client, topic, 0, current, requested)
+    };
+    assert_eq!(asks(third_epoch, first_epoch), (0, first_epoch, new_start));
+    assert_eq!(asks(third_epoch, epoch), (0, epoch, log_end), "its end: the log end");
+    assert_eq!(asks(third_epoch, third_epoch), (0, third_epoch, log_end));
+    eprintln!(
+        "epochs {first_epoch}, {epoch}, {third_epoch}; leaders {}, {}, {}; batches {stored:?}",
+        first_leader + 1,
+        leader + 1,
+        third + 1
     );
 }

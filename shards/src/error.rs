@@ -57,6 +57,11 @@ pub enum PartitionError {
     InvalidRequest(String),
     /// acks=all to a partition with fewer in-sync replicas than its min.insync.replicas.
     NotEnoughReplicas(String),
+    /// The request's current leader epoch is older than the partition's (KIP-320): the
+    /// client refreshes its metadata.
+    FencedLeaderEpoch,
+    /// The request's current leader epoch is newer than this replica knows (KIP-320).
+    UnknownLeaderEpoch,
 }
 
 /// Why a topic operation failed.

@@ -44,6 +44,6 @@ pub mod write_caching;
 
 pub use error::{GroupError, PartitionError, TopicError, TxnError};
 pub use mesh::{mesh_builder, Mesh, ShardMeshBuilder};
-pub use message::{FetchedRecords, PartitionData, PartitionRead, ProduceAck};
+pub use message::{FetchedRecords, ListedOffset, PartitionData, PartitionRead, ProduceAck};
 pub use metadata::{NewPartitions, NewTopic, TopicMeta, TopicTable};
 pub use shard::{Shard, ShardConfig, ShardProbes};

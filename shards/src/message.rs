@@ -35,7 +35,20 @@ pub enum ShardRequest {
     Fetch { reads: Vec<PartitionRead>, max_wait_ms: u64, min_bytes: usize, max_bytes: usize },
     /// Resolve a ListOffsets query on the partition's owner (latest is the last stable
     /// offset when `read_committed`).
-    ListOffsets { topic: String, partition: i32, timestamp_ms: i64, read_committed: bool },
+    ListOffsets {
+        topic: String,
+        partition: i32,
+        timestamp_ms: i64,
+        read_committed: bool,
+        current_leader_epoch: i32,
+    },
+    /// Where a leader epoch ended in a partition, on its owner (OffsetForLeaderEpoch).
+    OffsetForLeaderEpoch {
+        topic: String,
+        partition: i32,
+        current_leader_epoch: i32,
+        leader_epoch: i32,
+    },
     /// Ask the controller (shard 0) to create topics.
     CreateTopics { topics: Vec<NewTopic>, validate_only: bool },
     /// Ask the controller (shard 0) to delete topics by name.
@@ -97,7 +110,10 @@ pub enum ShardRequest {
 pub enum ShardReply {
     Produce(Result<ProduceAck, PartitionError>),
     Fetch(Vec<PartitionData>),
-    ListOffsets(Result<(Offset, i64), PartitionError>),
+    /// (offset, timestamp, leader epoch).
+    ListOffsets(Result<ListedOffset, PartitionError>),
+    /// (leader epoch, end offset).
+    OffsetForLeaderEpoch(Result<(i32, Offset), PartitionError>),
     CreateTopics(Vec<Result<(), TopicError>>),
     DeleteTopics(Vec<Result<(), TopicError>>),
     ApplyTopicTable,
@@ -140,6 +156,17 @@ pub struct PartitionRead {
     pub partition_max_bytes: usize,
     /// isolation_level=1: only up to the last stable offset, with the aborted list.
     pub read_committed: bool,
+    /// The leader epoch the client believes current (Fetch v9+; -1: not checked).
+    pub current_leader_epoch: i32,
+}
+
+/// What ListOffsets found in one partition: an offset, its record's timestamp (-1 when
+/// not looked up by time) and the leader epoch of its batch (-1 when unknown).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListedOffset {
+    pub offset: Offset,
+    pub timestamp: i64,
+    pub leader_epoch: i32,
 }
 
 /// What a Fetch returns for one partition.

@@ -27,7 +27,8 @@ use tracing::error;
 
 use crate::error::PartitionError;
 use crate::message::{
-    FetchedRecords, PartitionData, PartitionRead, ProduceAck, ShardReply, ShardRequest,
+    FetchedRecords, ListedOffset, PartitionData, PartitionRead, ProduceAck, ShardReply,
+    ShardRequest,
 };
 use crate::metadata::TopicMeta;
 use crate::producer::{BatchSequence, Check, SequenceError};
@@ -171,8 +172,9 @@ impl Shard {
 
     /// The append of validated batches of one produce: the idempotence checks, the
     /// LogAppendTime stamp (`log_append_time_ms`, or -1), the append and the producer
-    /// state. `applying`: (group, raft index) of a replicated partition's committed entry,
-    /// whose applying marker goes on the log right before the batches
+    /// state. `applying`: (group, raft index, the entry's term as a leader epoch) of a
+    /// replicated partition's committed entry, whose applying marker goes on the log right
+    /// before the batches
     /// (`replication::partition` invariant 3); its ack waits for the fdatasync whatever
     /// write.caching says.
     pub(crate) fn append_produced(
@@ -182,7 +184,7 @@ impl Shard {
         policy: &ProducePolicy,
         mut batches: Vec<(RecordBatchHeader, Bytes)>,
         log_append_time_ms: i64,
-        applying: Option<(u64, u64)>,
+        applying: Option<(u64, u64, i32)>,
     ) -> Result<Queued, PartitionError> {
         let sequences = match self.check_sequences(partition_id, &batches)? {
             Sequencing::Duplicate { base_offset, last_offset } => {
@@ -204,10 +206,17 @@ impl Shard {
         if transactional {
             self.ensure_txn_stream();
         }
-        if let Some((group, index)) = applying {
+        // The partition leader epoch stamped on the batches (KIP-320): the applied entry's
+        // term, or 0 for a partition of one replica (a leader that never moved).
+        let mut partition_leader_epoch = 0;
+        if let Some((group, index, term_epoch)) = applying {
             self.append_applying_marker(group, index, partition_id)?;
+            partition_leader_epoch = term_epoch;
         }
-        let appended = self.log.append_batches(partition_id, &batches).map_err(append_error)?;
+        let appended = self
+            .log
+            .append_batches_in_epoch(partition_id, Some(partition_leader_epoch), &batches)
+            .map_err(append_error)?;
         if transactional {
             // A transaction's first batch here holds the last stable offset from now on.
             let mut partitions = self.txn.partitions.borrow_mut();
@@ -378,7 +387,7 @@ impl Shard {
         read: &PartitionRead,
         remaining: usize,
     ) -> Result<FetchedRecords, PartitionError> {
-        self.check_partition_leader(&read.topic, read.partition)?;
+        self.check_leader_epoch(&read.topic, read.partition, read.current_leader_epoch)?;
         let partition_id = self
             .local_partition(&read.topic, read.partition)
             .ok_or(PartitionError::UnknownTopicOrPartition)?;
@@ -422,44 +431,63 @@ impl Shard {
     }
 
     /// ListOffsets on the owner: -1 latest (high watermark, or the last stable offset for
-    /// read_committed), -2 earliest, else by time.
+    /// read_committed), -2 earliest, else by time; each with the leader epoch of its batch
+    /// (KIP-320: the latest is in the current epoch, as Kafka answers).
     pub async fn list_offsets_local(
         &self,
         topic: &str,
         partition: i32,
         timestamp_ms: i64,
         read_committed: bool,
-    ) -> Result<(Offset, i64), PartitionError> {
-        self.check_partition_leader(topic, partition)?;
+        current_leader_epoch: i32,
+    ) -> Result<ListedOffset, PartitionError> {
+        let current_epoch = self.check_leader_epoch(topic, partition, current_leader_epoch)?;
         let partition_id = self
             .local_partition(topic, partition)
             .ok_or(PartitionError::UnknownTopicOrPartition)?;
         let info =
             self.log.partition_info(partition_id).ok_or(PartitionError::UnknownTopicOrPartition)?;
+        let listed = |offset: Offset, timestamp: i64, leader_epoch: i32| ListedOffset {
+            offset,
+            timestamp,
+            leader_epoch,
+        };
+        let of_batch = |found: Option<(Offset, i64)>| match found {
+            None => listed(-1, -1, -1),
+            Some((offset, timestamp)) => {
+                let epoch = self.log.epoch_of_offset(partition_id, offset).unwrap_or(-1);
+                listed(offset, timestamp, epoch)
+            }
+        };
         match timestamp_ms {
-            -1 if read_committed => Ok((self.last_stable_offset(partition_id, &info), -1)),
-            -1 => Ok((info.high_watermark, -1)),
+            -1 if read_committed => {
+                Ok(listed(self.last_stable_offset(partition_id, &info), -1, current_epoch))
+            }
+            -1 => Ok(listed(info.high_watermark, -1, current_epoch)),
             // -4, the earliest local offset: nothing is tiered, so the earliest.
-            -2 | -4 => Ok((info.log_start_offset, -1)),
+            -2 | -4 => {
+                let epoch = self.log.epoch_of_offset(partition_id, info.log_start_offset);
+                Ok(listed(info.log_start_offset, -1, epoch.unwrap_or(-1)))
+            }
             // The latest tiered offset: nothing is tiered (Kafka answers so without
             // remote storage).
-            -5 => Ok((-1, -1)),
+            -5 => Ok(listed(-1, -1, -1)),
             // The record with the largest timestamp: the first that carries it.
             -3 => match self.log.max_timestamp(partition_id) {
-                None => Ok((-1, -1)),
+                None => Ok(listed(-1, -1, -1)),
                 Some(max) => {
                     let found = self
                         .log
                         .offset_for_timestamp(partition_id, max)
                         .await
                         .map_err(read_error)?;
-                    Ok(found.map_or((-1, -1), |(offset, ts)| (offset, ts)))
+                    Ok(of_batch(found))
                 }
             },
             t if t >= 0 => {
                 let found =
                     self.log.offset_for_timestamp(partition_id, t).await.map_err(read_error)?;
-                Ok(found.map_or((-1, -1), |(offset, ts)| (offset, ts)))
+                Ok(of_batch(found))
             }
             _ => Err(PartitionError::InvalidRecord(format!(
                 "ListOffsets timestamp {timestamp_ms} is not supported"
@@ -474,20 +502,85 @@ impl Shard {
         partition: i32,
         timestamp_ms: i64,
         read_committed: bool,
-    ) -> Result<(Offset, i64), PartitionError> {
+        current_leader_epoch: i32,
+    ) -> Result<ListedOffset, PartitionError> {
         match self.owner_of(topic, partition) {
             Err(e) => Err(e),
             Ok(owner) if owner == self.id => {
-                self.list_offsets_local(topic, partition, timestamp_ms, read_committed).await
+                self.list_offsets_local(
+                    topic,
+                    partition,
+                    timestamp_ms,
+                    read_committed,
+                    current_leader_epoch,
+                )
+                .await
             }
             Ok(owner) => {
                 self.count_forward();
                 let topic = topic.to_string();
-                let request =
-                    ShardRequest::ListOffsets { topic, partition, timestamp_ms, read_committed };
+                let request = ShardRequest::ListOffsets {
+                    topic,
+                    partition,
+                    timestamp_ms,
+                    read_committed,
+                    current_leader_epoch,
+                };
                 match self.mesh.call(owner, request).await {
                     ShardReply::ListOffsets(result) => result,
                     other => panic!("list offsets answered with {other:?}"),
+                }
+            }
+        }
+    }
+
+    /// OffsetForLeaderEpoch on the owner (KIP-320): where `leader_epoch` ended in the
+    /// partition, as (epoch, end offset) from its leader-epoch cache, once
+    /// `current_leader_epoch` passed `check_leader_epoch`.
+    pub fn offset_for_leader_epoch_local(
+        &self,
+        topic: &str,
+        partition: i32,
+        current_leader_epoch: i32,
+        leader_epoch: i32,
+    ) -> Result<(i32, Offset), PartitionError> {
+        let current_epoch = self.check_leader_epoch(topic, partition, current_leader_epoch)?;
+        let partition_id = self
+            .local_partition(topic, partition)
+            .ok_or(PartitionError::UnknownTopicOrPartition)?;
+        self.log
+            .end_offset_for_epoch(partition_id, leader_epoch, current_epoch)
+            .ok_or(PartitionError::UnknownTopicOrPartition)
+    }
+
+    /// OffsetForLeaderEpoch on whichever shard owns the partition.
+    pub async fn offset_for_leader_epoch(
+        &self,
+        topic: &str,
+        partition: i32,
+        current_leader_epoch: i32,
+        leader_epoch: i32,
+    ) -> Result<(i32, Offset), PartitionError> {
+        match self.owner_of(topic, partition) {
+            Err(e) => Err(e),
+            Ok(owner) if owner == self.id => self.offset_for_leader_epoch_local(
+                topic,
+                partition,
+                current_leader_epoch,
+                leader_epoch,
+            ),
+            Ok(owner) => {
+                self.count_forward();
+                let topic = topic.to_string();
+                let request = ShardRequest::OffsetForLeaderEpoch {
+                    topic,
+                    partition,
+                    current_leader_epoch,
+                    leader_epoch,
+                };
+                match self.mesh.call(owner, request).await {
+                    ShardReply::OffsetForLeaderEpoch(result) => result,
+                    other => panic!("offset for leader epoch answered with {other:?}"),
                 }
             }
         }

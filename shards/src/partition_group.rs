@@ -13,7 +13,9 @@
 //! - Apply: one task per shard applies each group's committed entries in index order,
 //!   through the produce path's own append (`Shard::append_produced`: sequence checks,
 //!   LogAppendTime stamp, append, producer state), on every replica alike, so every replica
-//!   assigns the same offsets and the partition log holds only committed data.
+//!   assigns the same offsets and the partition log holds only committed data. Each batch
+//!   is stamped with the entry's raft term as its partition leader epoch (KIP-320), which
+//!   `check_leader_epoch` compares with a request's current_leader_epoch.
 //! - Consumer-group offsets (`group::replicated`): every shard of a node with peers hosts
 //!   the group of (every node, its shard), whether or not a partition is placed on it; its
 //!   offsets entries are applied by the same task, in the same index order.
@@ -479,6 +481,40 @@ impl Shard {
         }
     }
 
+    /// The partition's leader epoch on this replica if it serves the partition, after
+    /// the request's `current_leader_epoch` (-1: none) is checked against it (KIP-320; as
+    /// Kafka's `Partition.getLocalLog`, the epoch first, then the leadership): newer than
+    /// this replica's is UNKNOWN_LEADER_EPOCH, older is FENCED_LEADER_EPOCH, and a replica
+    /// that does not lead the group is NOT_LEADER_OR_FOLLOWER. The epoch of a replicated
+    /// partition is its group's raft term, the one stamped on the batches applied in it
+    /// (`apply_partition_entry`); a partition of one replica never moves: 0.
+    pub(crate) fn check_leader_epoch(
+        &self,
+        topic: &str,
+        partition: i32,
+        current_leader_epoch: i32,
+    ) -> Result<i32, PartitionError> {
+        let (leads, epoch) = match self.partition_group_of(topic, partition) {
+            None => (true, 0),
+            Some(group) => {
+                let groups = self.partition_groups().ok_or(PartitionError::NotLeaderOrFollower)?;
+                let hosted = groups.host.with_group(group, |g| (g.is_leader(), g.term()));
+                let (leads, term) = hosted.ok_or(PartitionError::NotLeaderOrFollower)?;
+                (leads, leader_epoch_of_term(term))
+            }
+        };
+        match current_leader_epoch {
+            -1 => {}
+            requested if requested > epoch => return Err(PartitionError::UnknownLeaderEpoch),
+            requested if requested < epoch => return Err(PartitionError::FencedLeaderEpoch),
+            _ => {}
+        }
+        if !leads {
+            return Err(PartitionError::NotLeaderOrFollower);
+        }
+        Ok(epoch)
+    }
+
     /// A produce to a replicated partition (`group` its group) on the shard that hosts the
     /// group: validated and proposed here if this replica leads, answered once the entry
     /// applied here and the append is durable (module docs).
@@ -610,7 +646,8 @@ impl Shard {
             Err(e) => return Some(Err(PartitionError::CorruptMessage(format!("{e:?}")))),
         };
         let time = if policy.log_append_time { produce.log_append_time_ms } else { -1 };
-        let applying = Some((group, entry.index));
+        // Every replica applies the entry in its term: the copies stay identical.
+        let applying = Some((group, entry.index, leader_epoch_of_term(entry.term)));
         let applied = self.append_produced(meta, partition_id, &policy, batches, time, applying);
         if let Err(PartitionError::Storage(e)) = &applied {
             // Every other refusal is decided by what every replica holds alike (sequence
@@ -649,6 +686,11 @@ impl Shard {
     pub fn set_partition_leader(&self, group: u64, leader: GroupLeader) {
         self.partition_leaders.borrow_mut().insert(group, leader);
     }
+}
+
+/// A raft term as a Kafka leader epoch (an i32; Metadata reports the same).
+pub(crate) fn leader_epoch_of_term(term: u64) -> i32 {
+    term.min(i32::MAX as u64) as i32
 }
 
 /// Applies what the groups commit, each group's entries in index order (invariant 1).

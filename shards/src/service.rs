@@ -28,13 +28,35 @@ impl MeshService for Shard {
                     )
                 })
             }
-            ShardRequest::ListOffsets { topic, partition, timestamp_ms, read_committed } => {
-                Box::pin(async move {
-                    ShardReply::ListOffsets(
-                        self.list_offsets_local(&topic, partition, timestamp_ms, read_committed)
-                            .await,
-                    )
-                })
+            ShardRequest::ListOffsets {
+                topic,
+                partition,
+                timestamp_ms,
+                read_committed,
+                current_leader_epoch,
+            } => Box::pin(async move {
+                let listed = self.list_offsets_local(
+                    &topic,
+                    partition,
+                    timestamp_ms,
+                    read_committed,
+                    current_leader_epoch,
+                );
+                ShardReply::ListOffsets(listed.await)
+            }),
+            ShardRequest::OffsetForLeaderEpoch {
+                topic,
+                partition,
+                current_leader_epoch,
+                leader_epoch,
+            } => {
+                let found = self.offset_for_leader_epoch_local(
+                    &topic,
+                    partition,
+                    current_leader_epoch,
+                    leader_epoch,
+                );
+                Box::pin(async move { ShardReply::OffsetForLeaderEpoch(found) })
             }
             ShardRequest::CreateTopics { topics, validate_only } => Box::pin(async move {
                 ShardReply::CreateTopics(self.controller_create_topics(topics, validate_only).await)

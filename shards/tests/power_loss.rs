@@ -524,6 +524,7 @@ async fn fetch_at(
         fetch_offset: offset,
         partition_max_bytes: max_bytes,
         read_committed,
+        current_leader_epoch: -1,
     };
     let data = shard.fetch_local(&[read], Duration::ZERO, 0, max_bytes).await;
     data[0].result.clone().map_err(|e| e.to_string())

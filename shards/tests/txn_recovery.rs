@@ -50,6 +50,7 @@ async fn read(shard: &Shard, read_committed: bool) -> (i64, i64, Vec<(i64, i64)>
         fetch_offset: 0,
         partition_max_bytes: 1 << 20,
         read_committed,
+        current_leader_epoch: -1,
     };
     let data = shard.fetch_local(&[read], Duration::ZERO, 0, 1 << 20).await;
     let fetched = data[0].result.clone().unwrap();

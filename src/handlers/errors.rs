@@ -52,6 +52,8 @@ pub const UNKNOWN_PRODUCER_ID: i16 = 59;
 pub const NON_EMPTY_GROUP: i16 = 68;
 pub const GROUP_ID_NOT_FOUND: i16 = 69;
 pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+pub const FENCED_LEADER_EPOCH: i16 = 74;
+pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
 pub const UNSUPPORTED_COMPRESSION_TYPE: i16 = 76;
 pub const MEMBER_ID_REQUIRED: i16 = 79;
 pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
@@ -90,6 +92,8 @@ pub fn partition_error_code(error: &PartitionError) -> i16 {
         PartitionError::TransactionalIdMissing => TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         PartitionError::InvalidRequest(_) => INVALID_REQUEST,
         PartitionError::NotEnoughReplicas(_) => NOT_ENOUGH_REPLICAS,
+        PartitionError::FencedLeaderEpoch => FENCED_LEADER_EPOCH,
+        PartitionError::UnknownLeaderEpoch => UNKNOWN_LEADER_EPOCH,
     }
 }
 
@@ -228,6 +232,8 @@ mod tests {
             PartitionError::TxnNotVerified(String::new()),
             PartitionError::TransactionalIdMissing,
             PartitionError::InvalidRequest(String::new()),
+            PartitionError::FencedLeaderEpoch,
+            PartitionError::UnknownLeaderEpoch,
         ];
         let mut codes: Vec<i16> = errors.iter().map(partition_error_code).collect();
         assert!(codes.iter().all(|c| *c != NONE));

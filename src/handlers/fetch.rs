@@ -100,6 +100,8 @@ pub fn handle(
                     fetch_offset: partition.fetch_offset,
                     partition_max_bytes: partition.partition_max_bytes.max(0) as usize,
                     read_committed,
+                    // v9+ (the decoder leaves -1 before): checked on the owner (KIP-320).
+                    current_leader_epoch: partition.current_leader_epoch,
                 });
             }
         }

@@ -6,6 +6,9 @@
 //! v0 answers a list (`old_style_offsets`, at most `max_num_offsets` long) instead of one
 //! offset: shardlog keeps no per-partition segments whose base offsets Kafka listed there,
 //! so the list holds the one offset v1 would answer (none when v1 finds none).
+//!
+//! v4+: current_leader_epoch is checked (-1: not), as in Fetch (FENCED_LEADER_EPOCH,
+//! UNKNOWN_LEADER_EPOCH), and the answer carries its offset's leader epoch (KIP-320).
 
 use std::rc::Rc;
 
@@ -21,9 +24,6 @@ use shardlog_shards::acl::AclOperation;
 
 use super::authz::Caller;
 use super::errors::{self, partition_error_code};
-
-/// ListOffsets' special timestamp that asks for the latest offset in tiered storage.
-const LATEST_TIERED_TIMESTAMP: i64 = -5;
 
 pub fn handle(
     shard: Rc<Shard>,
@@ -70,25 +70,32 @@ async fn list_partition(
     let response =
         ListOffsetsPartitionResponse::default().with_partition_index(partition.partition_index);
     let index = partition.partition_index;
-    let found = shard.list_offsets(topic, index, partition.timestamp, read_committed).await;
+    let found = shard
+        .list_offsets(
+            topic,
+            index,
+            partition.timestamp,
+            read_committed,
+            partition.current_leader_epoch,
+        )
+        .await;
     match found {
-        Ok((offset, timestamp)) if version == 0 => {
+        Ok(listed) if version == 0 => {
             let wanted = usize::try_from(partition.max_num_offsets).unwrap_or(0);
-            let offsets = if offset >= 0 { vec![offset] } else { Vec::new() };
+            let offsets = if listed.offset >= 0 { vec![listed.offset] } else { Vec::new() };
             response
                 .with_error_code(errors::NONE)
                 .with_old_style_offsets(offsets.into_iter().take(wanted).collect())
-                .with_timestamp(timestamp)
+                .with_timestamp(listed.timestamp)
         }
-        Ok((offset, timestamp)) => {
-            // leader_epoch exists from v4 (the encoder refuses it before); nothing is
-            // tiered, so the latest tiered offset has no epoch either.
-            let epoch =
-                if version < 4 || partition.timestamp == LATEST_TIERED_TIMESTAMP { -1 } else { 0 };
+        Ok(listed) => {
+            // leader_epoch exists from v4 (the encoder refuses it before): the epoch of
+            // the offset's batch, from the partition's leader-epoch cache (KIP-320).
+            let epoch = if version < 4 { -1 } else { listed.leader_epoch };
             response
                 .with_error_code(errors::NONE)
-                .with_offset(offset)
-                .with_timestamp(timestamp)
+                .with_offset(listed.offset)
+                .with_timestamp(listed.timestamp)
                 .with_leader_epoch(epoch)
         }
         Err(e) => {

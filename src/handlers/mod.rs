@@ -41,6 +41,7 @@ mod metadata;
 mod offset_commit;
 mod offset_delete;
 mod offset_fetch;
+mod offset_for_leader_epoch;
 mod produce;
 mod sync_group;
 mod txn_offset_commit;
@@ -81,6 +82,9 @@ pub const SUPPORTED_APIS: &[ApiSupport] = &[
     api(ApiKey::Fetch, 0, 0, 18),
     api(ApiKey::ListOffsets, 0, 0, 9),
     api(ApiKey::Metadata, 0, 0, 12),
+    // v0-v1 (no current_leader_epoch) left Kafka in 4.0 (KIP-896) and the codec has
+    // neither; consumers send v2+ (KIP-320).
+    api(ApiKey::OffsetForLeaderEpoch, 2, 2, 4),
     api(ApiKey::ApiVersions, 0, 0, 4),
     api(ApiKey::CreateTopics, 0, 0, 7),
     api(ApiKey::DeleteTopics, 0, 0, 6),
@@ -196,6 +200,9 @@ impl RequestHandler for KafkaHandler {
             }
             RequestKind::ListOffsets(body) => {
                 list_offsets::handle(self.shard.clone(), caller, body, version)
+            }
+            RequestKind::OffsetForLeaderEpoch(body) => {
+                offset_for_leader_epoch::handle(self.shard.clone(), caller, body)
             }
             RequestKind::Metadata(body) => metadata::handle(self.clone(), caller, body, version),
             RequestKind::ApiVersions(_) => {

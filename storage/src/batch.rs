@@ -24,7 +24,7 @@
 //!
 //! Invariants: (1) a batch accepted here has magic 2, a length that matches its bytes, a
 //! valid CRC-32C and `records_count == last_offset_delta + 1 >= 1`; (2) rewriting the base
-//! offset never changes the CRC (the CRC starts at `attributes`).
+//! offset or the partition leader epoch never changes the CRC (it starts at `attributes`).
 
 use bytes::{Bytes, BytesMut};
 
@@ -157,10 +157,29 @@ pub fn split_batches(records: &Bytes) -> Result<Vec<(RecordBatchHeader, Bytes)>,
 }
 
 /// Copies `batch` with its base offset replaced by `base_offset` (the CRC stays valid).
+#[cfg(test)]
 pub(crate) fn with_base_offset(batch: &[u8], base_offset: Offset) -> Bytes {
+    with_base_offset_and_epoch(batch, base_offset, None)
+}
+
+/// The copy an append stores: `base_offset` and, if given, the partition leader epoch
+/// written into the header (Kafka's `setPartitionLeaderEpoch`). Neither is covered by the
+/// CRC (invariant 2), so the copy costs nothing more than the base offset's.
+pub(crate) fn with_base_offset_and_epoch(
+    batch: &[u8],
+    base_offset: Offset,
+    partition_leader_epoch: Option<i32>,
+) -> Bytes {
     let mut out = BytesMut::with_capacity(batch.len());
     out.extend_from_slice(&base_offset.to_be_bytes());
-    out.extend_from_slice(&batch[8..]);
+    match partition_leader_epoch {
+        Some(epoch) => {
+            out.extend_from_slice(&batch[8..12]);
+            out.extend_from_slice(&epoch.to_be_bytes());
+            out.extend_from_slice(&batch[16..]);
+        }
+        None => out.extend_from_slice(&batch[8..]),
+    }
     out.freeze()
 }
 

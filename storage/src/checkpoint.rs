@@ -1,15 +1,18 @@
 //! Index checkpoints: the state of the log up to a durable position, so recovery replays
 //! only what came after. Not a hot path (written by `ShardLog::checkpoint`).
 //!
-//! File format (version 1): `b"SLCKPT"`, version u8 (= 1), reserved u8, payload length
-//! u64 LE, CRC-32C of the payload u32 LE, then the rkyv 0.8 archive of `CheckpointV1`.
+//! File format (version 2): `b"SLCKPT"`, version u8 (= 2), reserved u8, payload length
+//! u64 LE, CRC-32C of the payload u32 LE, then the rkyv 0.8 archive of `CheckpointV2`.
+//! Version 2 adds each partition's leader epochs (`epochs.rs`); a version 1 file (written
+//! before batches were stamped with epochs, so its batches carry none) is read with none.
 //! A checkpoint whose magic, version, length or CRC does not verify is ignored (recovery
 //! falls back to an older one, or to the log alone).
 
 use rkyv::{Archive, Deserialize, Serialize};
 
 const MAGIC: &[u8; 6] = b"SLCKPT";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+const VERSION_1: u8 = 1;
 const PREFIX_BYTES: usize = 20;
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -29,6 +32,23 @@ pub struct PartitionV1 {
     pub batches: Vec<BatchV1>,
 }
 
+/// A partition of a version 2 checkpoint: version 1's, with its leader epochs.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct PartitionV2 {
+    pub id: u64,
+    pub log_start_offset: i64,
+    pub next_offset: i64,
+    pub batches: Vec<BatchV1>,
+    /// (epoch, start offset), in order (`epochs` invariant 1).
+    pub epochs: Vec<EpochV2>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq)]
+pub struct EpochV2 {
+    pub epoch: i32,
+    pub start_offset: i64,
+}
+
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct InternalV1 {
     pub position: u64,
@@ -37,6 +57,7 @@ pub struct InternalV1 {
     pub payload: Vec<u8>,
 }
 
+/// A version 1 checkpoint, read only (converted to version 2 without epochs).
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct CheckpointV1 {
     /// Log position (page-aligned, durable) the checkpoint covers: replay starts here.
@@ -48,9 +69,37 @@ pub struct CheckpointV1 {
     pub clean: bool,
 }
 
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct CheckpointV2 {
+    /// Log position (page-aligned, durable) the checkpoint covers: replay starts here.
+    pub position: u64,
+    pub partitions: Vec<PartitionV2>,
+    /// Live internal entries (per stream: since its latest snapshot), in log order.
+    pub internal: Vec<InternalV1>,
+    /// Written by a clean close: nothing was written to the log after `position`.
+    pub clean: bool,
+}
+
+impl From<CheckpointV1> for CheckpointV2 {
+    fn from(v1: CheckpointV1) -> CheckpointV2 {
+        let partitions = v1
+            .partitions
+            .into_iter()
+            .map(|p| PartitionV2 {
+                id: p.id,
+                log_start_offset: p.log_start_offset,
+                next_offset: p.next_offset,
+                batches: p.batches,
+                epochs: Vec::new(),
+            })
+            .collect();
+        CheckpointV2 { position: v1.position, partitions, internal: v1.internal, clean: v1.clean }
+    }
+}
+
 /// The file's bytes, partitions in id order (the checkpoint copy leaves them in map order so
 /// that the sort runs here, off the shard's executor, with the encoding).
-pub fn encode(mut checkpoint: CheckpointV1) -> Vec<u8> {
+pub fn encode(mut checkpoint: CheckpointV2) -> Vec<u8> {
     checkpoint.partitions.sort_unstable_by_key(|p| p.id);
     let payload = rkyv::to_bytes::<rkyv::rancor::Error>(&checkpoint).expect("rkyv encode");
     let mut out = Vec::with_capacity(PREFIX_BYTES + payload.len());
@@ -63,11 +112,11 @@ pub fn encode(mut checkpoint: CheckpointV1) -> Vec<u8> {
     out
 }
 
-pub fn decode(bytes: &[u8]) -> Result<CheckpointV1, String> {
+pub fn decode(bytes: &[u8]) -> Result<CheckpointV2, String> {
     if bytes.len() < PREFIX_BYTES || &bytes[..6] != MAGIC {
         return Err("not a checkpoint".into());
     }
-    if bytes[6] != VERSION {
+    if bytes[6] != VERSION && bytes[6] != VERSION_1 {
         return Err(format!("unknown checkpoint version {}", bytes[6]));
     }
     let len = u64::from_le_bytes(bytes[8..16].try_into().unwrap()) as usize;
@@ -82,17 +131,21 @@ pub fn decode(bytes: &[u8]) -> Result<CheckpointV1, String> {
     // rkyv needs an aligned buffer for checked access.
     let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(len);
     aligned.extend_from_slice(payload);
-    rkyv::from_bytes::<CheckpointV1, rkyv::rancor::Error>(&aligned).map_err(|e| e.to_string())
+    if bytes[6] == VERSION_1 {
+        let v1 = rkyv::from_bytes::<CheckpointV1, rkyv::rancor::Error>(&aligned);
+        return v1.map(CheckpointV2::from).map_err(|e| e.to_string());
+    }
+    rkyv::from_bytes::<CheckpointV2, rkyv::rancor::Error>(&aligned).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn sample() -> CheckpointV1 {
-        CheckpointV1 {
+    fn sample() -> CheckpointV2 {
+        CheckpointV2 {
             position: 8192,
-            partitions: vec![PartitionV1 {
+            partitions: vec![PartitionV2 {
                 id: 3,
                 log_start_offset: 0,
                 next_offset: 2,
@@ -103,6 +156,7 @@ mod tests {
                     len: 100,
                     max_timestamp: 5,
                 }],
+                epochs: vec![EpochV2 { epoch: 4, start_offset: 0 }],
             }],
             internal: vec![InternalV1 {
                 position: 200,
@@ -125,11 +179,12 @@ mod tests {
     fn partitions_are_encoded_in_id_order_whatever_order_they_come_in() {
         let mut sorted = sample();
         sorted.partitions = (0..20)
-            .map(|id| PartitionV1 {
+            .map(|id| PartitionV2 {
                 id,
                 log_start_offset: 0,
                 next_offset: id as i64,
                 batches: vec![],
+                epochs: vec![],
             })
             .collect();
         let mut shuffled = sorted.clone();
@@ -138,6 +193,35 @@ mod tests {
         let bytes = encode(shuffled);
         assert_eq!(decode(&bytes).unwrap(), sorted);
         assert_eq!(bytes, encode(sorted));
+    }
+
+    /// A checkpoint written before version 2 is read, its partitions without epochs (its
+    /// broker stamped none), rather than refused: recovery would then replay a log whose
+    /// older segments may be gone.
+    #[test]
+    fn a_version_1_checkpoint_is_read_without_epochs() {
+        let v2 = sample();
+        let p = &v2.partitions[0];
+        let v1 = CheckpointV1 {
+            position: v2.position,
+            partitions: vec![PartitionV1 {
+                id: p.id,
+                log_start_offset: p.log_start_offset,
+                next_offset: p.next_offset,
+                batches: p.batches.clone(),
+            }],
+            internal: v2.internal.clone(),
+            clean: v2.clean,
+        };
+        let payload = rkyv::to_bytes::<rkyv::rancor::Error>(&v1).unwrap();
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&[VERSION_1, 0]);
+        bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
+        bytes.extend_from_slice(&payload);
+        let mut want = v2.clone();
+        want.partitions[0].epochs.clear();
+        assert_eq!(decode(&bytes).unwrap(), want);
     }
 
     #[test]

@@ -50,6 +50,8 @@ pub struct PartitionLog {
     pub oldest_page: Option<u64>,
     /// Waiting in `state::OldestPositions::stale` to be counted again.
     pub oldest_stale: bool,
+    /// Each leader epoch its batches carry, from its first offset (KIP-320).
+    pub epochs: crate::epochs::LeaderEpochs,
 }
 
 impl PartitionLog {

@@ -14,7 +14,7 @@
 //! On-disk format (entry framing, version byte 1): `frame.rs` and docs/storage.md.
 //!
 //! Modules: `batch` (Kafka v2 batch validation), `cleaner` (the log cleaner of compacted
-//! partitions), `frame` (entry framing), `batcher` (the
+//! partitions), `epochs` (a partition's leader-epoch cache, KIP-320), `frame` (entry framing), `batcher` (the
 //! group-commit state machine), `index` (per-partition index), `state` (in-memory state,
 //! retention, checkpoint snapshots), `recovery`, `checkpoint` (rkyv file), `disk` (Disk
 //! trait + DmaDisk), `sim` (SimDisk), `any` (AnyDisk: either, what the shards hold), `log`
@@ -189,6 +189,7 @@ pub mod bench_support;
 mod checkpoint;
 mod cleaner;
 mod disk;
+mod epochs;
 mod frame;
 pub mod fuzzing;
 mod histogram;
@@ -205,6 +206,7 @@ pub use batch::{
 };
 pub use cleaner::{AbortedTxnRange, Bounds, CleanPolicy, CleanReport, Cleanable};
 pub use disk::{Disk, DmaDisk, IoBuffer, SegmentFile, IOPOLL_PROBE_FILE};
+pub use epochs::{EpochEntry, LeaderEpochs, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};
 pub use frame::{EntryKind, ENTRY_HEADER_BYTES, FORMAT_VERSION, PAGE_BYTES};
 pub use histogram::{
     Histogram, COUNT_BOUNDS, LATENCY_BOUNDS_US, MAX_BUCKETS, SIZE_BOUNDS_BYTES, STAGE_BOUNDS_US,

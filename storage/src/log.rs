@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::batch::{first_record_at_or_after, with_base_offset, RecordBatchHeader};
+use crate::batch::{first_record_at_or_after, with_base_offset_and_epoch, RecordBatchHeader};
 use crate::batcher::{Batcher, Flush};
 use crate::checkpoint;
 use crate::disk::{Disk, IoBuffer};
@@ -308,6 +308,18 @@ impl<D: Disk> ShardLog<D> {
         partition: PartitionId,
         batches: &[(RecordBatchHeader, Bytes)],
     ) -> Result<Appended, AppendError> {
+        self.append_batches_in_epoch(partition, None, batches)
+    }
+
+    /// `append_batches`, each batch stamped with `partition_leader_epoch` if given (a
+    /// leader's append: Kafka's `setPartitionLeaderEpoch`); the partition's leader-epoch
+    /// cache learns a new epoch here (`epochs.rs`).
+    pub fn append_batches_in_epoch(
+        &self,
+        partition: PartitionId,
+        partition_leader_epoch: Option<i32>,
+        batches: &[(RecordBatchHeader, Bytes)],
+    ) -> Result<Appended, AppendError> {
         let inner = &*self.inner;
         let max = inner.config.max_batch_bytes;
         for (header, bytes) in batches {
@@ -334,7 +346,7 @@ impl<D: Disk> ShardLog<D> {
         let stored: Vec<(EntryHeader, Bytes)> = batches
             .iter()
             .map(|(header, bytes)| {
-                let rewritten = with_base_offset(bytes, offset);
+                let rewritten = with_base_offset_and_epoch(bytes, offset, partition_leader_epoch);
                 offset += header.last_offset_delta as i64 + 1;
                 (data_header(partition), rewritten)
             })
@@ -397,6 +409,27 @@ impl<D: Disk> ShardLog<D> {
             log_end_offset: log.next_offset,
             size_bytes: log.size_bytes,
         })
+    }
+
+    /// Where leader epoch `requested` ended in `partition` (OffsetForLeaderEpoch), as
+    /// (epoch, end offset), `current_epoch` being its leader's epoch now
+    /// (`LeaderEpochs::end_offset_for`); None for an unknown partition.
+    pub fn end_offset_for_epoch(
+        &self,
+        partition: PartitionId,
+        requested: i32,
+        current_epoch: i32,
+    ) -> Option<(i32, Offset)> {
+        let state = self.inner.state.borrow();
+        let log = state.core.partitions.get(&partition)?;
+        Some(log.epochs.end_offset_for(requested, current_epoch, log.next_offset))
+    }
+
+    /// The leader epoch of the batch holding `offset` in `partition` (ListOffsets), if a
+    /// cached epoch covers it.
+    pub fn epoch_of_offset(&self, partition: PartitionId, offset: Offset) -> Option<i32> {
+        let state = self.inner.state.borrow();
+        state.core.partitions.get(&partition)?.epochs.epoch_of(offset)
     }
 
     /// How many partitions the log holds.
@@ -772,7 +805,7 @@ impl<D: Disk> ShardLog<D> {
     /// (state.rs invariant 7; docs/storage.md, "Checkpoints hold the executor"). `close`
     /// copies in one piece. `None`: nothing new since the last checkpoint. Also returns
     /// the trims as of the copy's start: it carries every one applied by then.
-    async fn copy_in_turns(&self, clean: bool) -> Option<(checkpoint::CheckpointV1, Trims)> {
+    async fn copy_in_turns(&self, clean: bool) -> Option<(checkpoint::CheckpointV2, Trims)> {
         let inner = &*self.inner;
         // One copy at a time. The broker never overlaps its checkpoints; a second caller
         // (a test) waits for the first.

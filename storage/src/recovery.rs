@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
-use crate::checkpoint::{self, CheckpointV1};
+use crate::checkpoint::{self, CheckpointV2};
 use crate::disk::{Disk, IoBuffer, SegmentFile};
 use crate::frame::{
     align_down, align_up, decode_header, next_entry_position, verify_payload, Decoded, EntryKind,
@@ -76,7 +76,7 @@ pub(crate) struct Recovered {
     pub report: RecoveryReport,
 }
 
-async fn load_checkpoint<D: Disk>(disk: &D, segments: &[SegmentFile]) -> Option<CheckpointV1> {
+async fn load_checkpoint<D: Disk>(disk: &D, segments: &[SegmentFile]) -> Option<CheckpointV2> {
     let mut positions = disk.list_checkpoints().await.ok()?;
     positions.sort_unstable();
     for &position in positions.iter().rev() {
@@ -87,7 +87,7 @@ async fn load_checkpoint<D: Disk>(disk: &D, segments: &[SegmentFile]) -> Option<
         let in_log = segments.iter().any(|s| s.base <= position && position <= s.base + s.len);
         // A stream this broker does not know (a newer broker's) would be misread as
         // another: replay from an older checkpoint, or the log, refuses it instead.
-        let streams_known = |c: &CheckpointV1| {
+        let streams_known = |c: &CheckpointV2| {
             c.internal.iter().all(|i| crate::InternalStream::from_u8(i.stream).is_some())
         };
         match loaded {

@@ -53,7 +53,8 @@ use bytes::Bytes;
 
 use crate::batch::RecordBatchHeader;
 use crate::batcher::Batcher;
-use crate::checkpoint::{BatchV1, CheckpointV1, InternalV1, PartitionV1};
+use crate::checkpoint::{BatchV1, CheckpointV2, EpochV2, InternalV1, PartitionV2};
+use crate::epochs::{EpochEntry, LeaderEpochs};
 use crate::frame::{EntryHeader, EntryKind, ENTRY_HEADER_BYTES};
 use crate::index::PartitionLog;
 use crate::{InternalEntry, InternalStream, Offset, PartitionId, StorageError};
@@ -173,7 +174,7 @@ pub(crate) struct CheckpointCopy {
     /// The turns walk `Replayed::ids` in order; the next one starts after this id.
     walked_to: Option<PartitionId>,
     walked: bool,
-    done: Vec<PartitionV1>,
+    done: Vec<PartitionV2>,
     internal: Vec<InternalV1>,
 }
 
@@ -281,7 +282,7 @@ impl Replayed {
         }
     }
 
-    pub fn from_checkpoint(checkpoint: &CheckpointV1, cache_limit: usize) -> Replayed {
+    pub fn from_checkpoint(checkpoint: &CheckpointV2, cache_limit: usize) -> Replayed {
         let mut replayed = Replayed::new(cache_limit);
         for p in &checkpoint.partitions {
             let mut log = PartitionLog::starting_at(p.log_start_offset);
@@ -300,6 +301,11 @@ impl Replayed {
             }
             log.next_offset = log.next_offset.max(p.next_offset);
             log.high_watermark = log.next_offset;
+            let epochs = p
+                .epochs
+                .iter()
+                .map(|e| EpochEntry { epoch: e.epoch, start_offset: e.start_offset });
+            log.epochs = LeaderEpochs::from_entries(epochs.collect());
             let oldest = log.oldest_position();
             replayed.oldest.count(&mut log, oldest);
             replayed.create_partition(PartitionId(p.id), || log);
@@ -356,6 +362,8 @@ impl Replayed {
                 let at = position + ENTRY_HEADER_BYTES as u64;
                 // The high watermark moves in the flusher (live) or after recovery's sync.
                 log.push(batch.base_offset, last, at, payload.len() as u32, batch.max_timestamp);
+                // Replay and live appends alike: recovery needs no pass of its own.
+                log.epochs.note(batch.partition_leader_epoch, batch.base_offset);
                 // Only a partition's first batch can be its oldest: later ones lie after it.
                 if log.oldest_page.is_none() && !log.oldest_stale {
                     self.oldest.count(log, Some(at));
@@ -383,6 +391,7 @@ impl Replayed {
                 if let Some(log) = self.partitions.get_mut(&header.partition) {
                     let uncached = log.advance_log_start(offset);
                     self.cache_bytes -= uncached;
+                    log.epochs.trim_start(log.log_start_offset);
                     log.next_offset = log.next_offset.max(offset);
                     log.high_watermark = log.high_watermark.max(offset);
                     self.oldest.recount(header.partition, log);
@@ -513,6 +522,7 @@ impl Replayed {
         if log.log_start_offset == before {
             return None;
         }
+        log.epochs.trim_start(log.log_start_offset);
         self.oldest.recount(partition, log);
         Some(log.log_start_offset)
     }
@@ -610,10 +620,10 @@ impl Replayed {
     }
 
     /// The checkpoint once every turn is done (`copy_turn` returned true).
-    pub fn finish_copy(&mut self) -> CheckpointV1 {
+    pub fn finish_copy(&mut self) -> CheckpointV2 {
         let copy = self.copy.take().expect("a checkpoint copy in progress");
         assert!(copy.walked, "a checkpoint copy finished before its turns");
-        CheckpointV1 {
+        CheckpointV2 {
             position: copy.position,
             partitions: copy.done,
             internal: copy.internal,
@@ -629,7 +639,7 @@ impl Replayed {
     /// The state as of durable position `position` (entries at or after it left out), in
     /// one piece, partitions in map order (`checkpoint::encode` sorts them).
     #[cfg(test)]
-    pub fn snapshot(&mut self, position: u64) -> CheckpointV1 {
+    pub fn snapshot(&mut self, position: u64) -> CheckpointV2 {
         self.start_copy(position);
         assert!(self.copy_turn(CopyTurn::WHOLE));
         self.finish_copy()
@@ -885,7 +895,7 @@ fn partition_or_create<'a>(
 /// live next offset. Right only while every batch before `position` comes before every
 /// batch at or after it, which holds until a `Replace` past `position` is applied or a
 /// trim drops batches past it: hence `copy_if_pending` (invariant 7).
-fn copy_at(id: PartitionId, log: &PartitionLog, position: u64) -> PartitionV1 {
+fn copy_at(id: PartitionId, log: &PartitionLog, position: u64) -> PartitionV2 {
     let batches: Vec<BatchV1> = log
         .batches
         .iter()
@@ -903,7 +913,15 @@ fn copy_at(id: PartitionId, log: &PartitionLog, position: u64) -> PartitionV1 {
         .iter()
         .find(|b| b.position >= position)
         .map_or(log.next_offset, |b| b.base_offset);
-    PartitionV1 { id: id.0, log_start_offset: log.log_start_offset, next_offset, batches }
+    let epochs = log.epochs.before(next_offset);
+    let epochs = epochs.iter().map(|e| EpochV2 { epoch: e.epoch, start_offset: e.start_offset });
+    PartitionV2 {
+        id: id.0,
+        log_start_offset: log.log_start_offset,
+        next_offset,
+        batches,
+        epochs: epochs.collect(),
+    }
 }
 
 #[cfg(test)]
@@ -1138,7 +1156,7 @@ mod tests {
         (core, position, entries)
     }
 
-    fn in_id_order(mut checkpoint: CheckpointV1) -> CheckpointV1 {
+    fn in_id_order(mut checkpoint: CheckpointV2) -> CheckpointV2 {
         checkpoint.partitions.sort_unstable_by_key(|p| p.id);
         checkpoint
     }
@@ -1244,9 +1262,9 @@ mod tests {
     }
 
     /// What a checkpoint copy at `position` stands for: one pass over every partition.
-    fn one_pass_copy(core: &Replayed, position: u64) -> CheckpointV1 {
+    fn one_pass_copy(core: &Replayed, position: u64) -> CheckpointV2 {
         let partitions = core.partitions.iter().map(|(&id, log)| copy_at(id, log, position));
-        CheckpointV1 {
+        CheckpointV2 {
             position,
             partitions: partitions.collect(),
             internal: core.internal_at(position),

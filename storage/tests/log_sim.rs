@@ -1450,3 +1450,46 @@ fn log_end_offsets_lists_every_known_partition_once() {
         assert_eq!(listed[1], (PartitionId(2), 4));
     });
 }
+
+/// KIP-320: batches appended in epochs 1, 1, 3 and 4 are stamped with them, and the
+/// partition's leader-epoch cache answers alike live, after a recovery from a checkpoint
+/// (taken between epochs 3 and 4, so the rest is replayed) and from the log alone.
+#[test]
+fn leader_epochs_are_stamped_and_rebuilt_by_recovery_with_and_without_a_checkpoint() {
+    run(|| async {
+        let disk = SimDisk::new(31);
+        let (log, _, _) = open(&disk, small_config()).await;
+        let append = |epoch: i32, seq: u64| {
+            let batch = validated(&batch_of(2, 10, seq, 0));
+            log.append_batches_in_epoch(P0, Some(epoch), &batch).unwrap().durable
+        };
+        for (seq, epoch) in [1, 1, 3].into_iter().enumerate() {
+            append(epoch, seq as u64).wait().await.unwrap();
+        }
+        log.checkpoint().await.unwrap();
+        append(4, 3).wait().await.unwrap();
+        let answers = |log: &ShardLog<SimDisk>| {
+            [0, 1, 2, 3, 4, 5].map(|e| log.end_offset_for_epoch(P0, e, 4).unwrap())
+        };
+        let want = [(0, 0), (1, 4), (1, 4), (3, 6), (4, 8), (-1, -1)];
+        assert_eq!(answers(&log), want);
+        assert_eq!((log.epoch_of_offset(P0, 5), log.epoch_of_offset(P0, 7)), (Some(3), Some(4)));
+        let stamped: Vec<i32> = read_all(&log, P0)
+            .await
+            .iter()
+            .map(|(_, b)| RecordBatchHeader::parse_validated(b).unwrap().partition_leader_epoch)
+            .collect();
+        assert_eq!(stamped, vec![1, 1, 3, 4]);
+        drop(log);
+        let disk = disk.crash();
+        let (recovered, _, report) = open(&disk, small_config()).await;
+        assert!(report.checkpoint_position.is_some());
+        assert_eq!(answers(&recovered), want, "from the checkpoint and the replay after it");
+        drop(recovered);
+        let disk = disk.crash();
+        disk.remove_all_checkpoints();
+        let (rebuilt, _, report) = open(&disk, small_config()).await;
+        assert_eq!(report.checkpoint_position, None);
+        assert_eq!(answers(&rebuilt), want, "from the log alone");
+    });
+}

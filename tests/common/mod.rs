@@ -74,12 +74,19 @@ impl Broker {
 
     /// The sum over shards of a counter or gauge from `GET /metrics`.
     pub fn metric_sum(&self, name: &str) -> f64 {
+        self.metric_sum_labelled(name, "")
+    }
+
+    /// The sum over shards of a metric's samples whose labels contain `label` (such as
+    /// `api="Fetch"`) from `GET /metrics`.
+    pub fn metric_sum_labelled(&self, name: &str, label: &str) -> f64 {
         let mut stream = TcpStream::connect(("127.0.0.1", self.admin_port)).expect("admin port");
         stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
         let mut text = String::new();
         stream.read_to_string(&mut text).expect("the metrics, then close");
-        let samples = text.lines().filter(|l| l.starts_with(&format!("{name}{{")));
+        let prefix = format!("{name}{{");
+        let samples = text.lines().filter(|l| l.starts_with(&prefix) && l.contains(label));
         samples.filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
     }
 
@@ -816,4 +823,97 @@ pub fn committed_offsets(
     };
     let offset = |o: Offset| if let Offset::Offset(o) = o { Some(o) } else { None };
     found.elements().iter().map(|e| (e.partition(), offset(e.offset()))).collect()
+}
+
+/// OffsetForLeaderEpoch (v4, KIP-320) of one partition: (error code, leader epoch, end
+/// offset).
+pub fn offset_for_leader_epoch(
+    client: &mut RawClient,
+    topic: &str,
+    partition: i32,
+    current_leader_epoch: i32,
+    leader_epoch: i32,
+) -> (i16, i32, i64) {
+    use kafka_protocol::messages::offset_for_leader_epoch_request::{
+        OffsetForLeaderEpochRequest, OffsetForLeaderPartition, OffsetForLeaderTopic,
+    };
+    let partition = OffsetForLeaderPartition::default()
+        .with_partition(partition)
+        .with_current_leader_epoch(current_leader_epoch)
+        .with_leader_epoch(leader_epoch);
+    let topic = OffsetForLeaderTopic::default()
+        .with_topic(topic_name(topic))
+        .with_partitions(vec![partition]);
+    let request = OffsetForLeaderEpochRequest::default()
+        .with_replica_id((-1).into())
+        .with_topics(vec![topic]);
+    let body = RequestKind::OffsetForLeaderEpoch(request);
+    match client.call(ApiKey::OffsetForLeaderEpoch, 4, body) {
+        ResponseKind::OffsetForLeaderEpoch(r) => {
+            let p = &r.topics[0].partitions[0];
+            (p.error_code, p.leader_epoch, p.end_offset)
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// ListOffsets (v7) of one partition at `timestamp` with `current_leader_epoch`: (error
+/// code, offset, leader epoch).
+pub fn list_offset_epoch(
+    client: &mut RawClient,
+    topic: &str,
+    partition: i32,
+    timestamp: i64,
+    current_leader_epoch: i32,
+) -> (i16, i64, i32) {
+    use kafka_protocol::messages::list_offsets_request::{
+        ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
+    };
+    let partition = ListOffsetsPartition::default()
+        .with_partition_index(partition)
+        .with_timestamp(timestamp)
+        .with_current_leader_epoch(current_leader_epoch);
+    let topic =
+        ListOffsetsTopic::default().with_name(topic_name(topic)).with_partitions(vec![partition]);
+    let request =
+        ListOffsetsRequest::default().with_replica_id((-1).into()).with_topics(vec![topic]);
+    match client.call(ApiKey::ListOffsets, 7, RequestKind::ListOffsets(request)) {
+        ResponseKind::ListOffsets(r) => {
+            let p = &r.topics[0].partitions[0];
+            (p.error_code, p.offset, p.leader_epoch)
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Fetch (v12) of one partition from `offset` with `current_leader_epoch`, not parked:
+/// its error code and each returned batch's (base offset, partition leader epoch).
+pub fn fetch_batch_epochs(
+    client: &mut RawClient,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    current_leader_epoch: i32,
+) -> (i16, Vec<(i64, i32)>) {
+    let RequestKind::Fetch(mut request) = fetch_request(topic, partition, offset, 0) else {
+        unreachable!()
+    };
+    request.topics[0].partitions[0].current_leader_epoch = current_leader_epoch;
+    let ResponseKind::Fetch(r) = client.call(ApiKey::Fetch, 12, RequestKind::Fetch(request)) else {
+        panic!("not a Fetch response")
+    };
+    let p = &r.responses[0].partitions[0];
+    let mut batches = Vec::new();
+    let mut rest = p.records.clone().unwrap_or_default();
+    // v2 batch header: base_offset i64, batch_length i32, partition_leader_epoch i32.
+    while rest.len() >= 12 {
+        let base_offset = i64::from_be_bytes(rest[..8].try_into().unwrap());
+        let total = 12 + i32::from_be_bytes(rest[8..12].try_into().unwrap()) as usize;
+        if rest.len() < total {
+            break; // a partial batch at the end of the response
+        }
+        batches.push((base_offset, i32::from_be_bytes(rest[12..16].try_into().unwrap())));
+        rest = rest.slice(total..);
+    }
+    (p.error_code, batches)
 }

@@ -249,8 +249,12 @@ impl Shard {
         let now = wall_ms();
         let batch = control_batch(producer_id, epoch, commit, now);
         let header = RecordBatchHeader::parse_unvalidated(&batch).expect("a control batch");
-        let appended =
-            self.log.append_batches(partition_id, &[(header, batch)]).map_err(append_error)?;
+        // Epoch 0: transactions are refused on replicated partitions (a leader that never
+        // moves), as `append_produced` stamps their data.
+        let appended = self
+            .log
+            .append_batches_in_epoch(partition_id, Some(0), &[(header, batch)])
+            .map_err(append_error)?;
         self.forget_txn_verification(partition_id, producer_id);
         let mut partitions = self.txn.partitions.borrow_mut();
         let state = partitions.entry(partition_id).or_default();

@@ -444,13 +444,15 @@ async fn reset_offsets(
     }
     let mut offsets = Vec::with_capacity(partitions.len());
     for (topic, partition) in partitions {
-        let offset = match shard.list_offsets(&topic, partition, timestamp, false).await {
+        let offset = match shard.list_offsets(&topic, partition, timestamp, false, -1).await {
             // No record at or after the time: the end, as Kafka's --to-datetime.
-            Ok((-1, _)) => shard.list_offsets(&topic, partition, LATEST, false).await,
+            Ok(listed) if listed.offset == -1 => {
+                shard.list_offsets(&topic, partition, LATEST, false, -1).await
+            }
             found => found,
         };
         match offset {
-            Ok((offset, _)) => offsets.push((topic, partition, offset)),
+            Ok(listed) => offsets.push((topic, partition, listed.offset)),
             Err(e) => {
                 let message = format!("Looking up {target} of {topic}-{partition}: {e}");
                 return Outcome::kafka(crate::handlers::errors::partition_error_code(&e), &message);

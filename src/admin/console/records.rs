@@ -120,18 +120,18 @@ impl Browse {
         let offset = match self.start {
             Start::Offset(offset) => offset,
             Start::Timestamp(ms) => {
-                match shard.list_offsets(&self.topic, self.partition, ms, false).await {
-                    Ok((-1, _)) => {
+                match shard.list_offsets(&self.topic, self.partition, ms, false, -1).await {
+                    Ok(listed) if listed.offset == -1 => {
                         return Err((200, format!("No record has a timestamp at or after {ms}.")))
                     }
-                    Ok((offset, _)) => offset,
+                    Ok(listed) => listed.offset,
                     Err(PartitionError::UnknownTopicOrPartition) => return Err(not_found()),
                     Err(e) => return Err((500, format!("Looking up timestamp {ms}: {e:?}"))),
                 }
             }
             Start::Earliest => {
-                match shard.list_offsets(&self.topic, self.partition, EARLIEST, false).await {
-                    Ok((offset, _)) => offset,
+                match shard.list_offsets(&self.topic, self.partition, EARLIEST, false, -1).await {
+                    Ok(listed) => listed.offset,
                     Err(PartitionError::UnknownTopicOrPartition) => return Err(not_found()),
                     Err(e) => return Err((500, format!("Looking up the log start: {e:?}"))),
                 }
@@ -143,6 +143,7 @@ impl Browse {
             fetch_offset: offset,
             partition_max_bytes: WINDOW_BYTES,
             read_committed: false,
+            current_leader_epoch: -1,
         };
         let mut results = shard.fetch(vec![read], Duration::ZERO, 0, WINDOW_BYTES).await;
         let fetched = match results.pop().map(|data| data.result) {
