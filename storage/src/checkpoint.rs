@@ -135,7 +135,20 @@ pub fn decode(bytes: &[u8]) -> Result<CheckpointV2, String> {
         let v1 = rkyv::from_bytes::<CheckpointV1, rkyv::rancor::Error>(&aligned);
         return v1.map(CheckpointV2::from).map_err(|e| e.to_string());
     }
-    rkyv::from_bytes::<CheckpointV2, rkyv::rancor::Error>(&aligned).map_err(|e| e.to_string())
+    let checkpoint = rkyv::from_bytes::<CheckpointV2, rkyv::rancor::Error>(&aligned)
+        .map_err(|e| e.to_string())?;
+    // Refused here rather than asserted at restore (`LeaderEpochs::from_entries`): a
+    // checkpoint is read from disk, and a bad one is skipped, never a panic.
+    for p in &checkpoint.partitions {
+        let ordered = p
+            .epochs
+            .windows(2)
+            .all(|w| w[0].epoch < w[1].epoch && w[0].start_offset < w[1].start_offset);
+        if !ordered {
+            return Err(format!("checkpoint: partition {}'s leader epochs out of order", p.id));
+        }
+    }
+    Ok(checkpoint)
 }
 
 #[cfg(test)]
@@ -198,6 +211,15 @@ mod tests {
     /// A checkpoint written before version 2 is read, its partitions without epochs (its
     /// broker stamped none), rather than refused: recovery would then replay a log whose
     /// older segments may be gone.
+    #[test]
+    fn a_checkpoint_with_leader_epochs_out_of_order_is_refused() {
+        let mut checkpoint = sample();
+        checkpoint.partitions[0].epochs =
+            vec![EpochV2 { epoch: 4, start_offset: 10 }, EpochV2 { epoch: 3, start_offset: 20 }];
+        let error = decode(&encode(checkpoint)).unwrap_err();
+        assert!(error.contains("out of order"), "{error}");
+    }
+
     #[test]
     fn a_version_1_checkpoint_is_read_without_epochs() {
         let v2 = sample();

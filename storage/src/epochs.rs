@@ -35,8 +35,8 @@ pub struct LeaderEpochs {
 }
 
 impl LeaderEpochs {
-    /// The cache as a checkpoint held it (asserted in order: the checkpoint was made from
-    /// a cache that kept invariant 1, and its CRC verified).
+    /// The cache as a checkpoint held it (asserted in order: `checkpoint::decode` refuses
+    /// a checkpoint whose epochs are not, so only a bug here could trip it).
     pub fn from_entries(entries: Vec<EpochEntry>) -> LeaderEpochs {
         for pair in entries.windows(2) {
             assert!(
