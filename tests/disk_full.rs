@@ -71,10 +71,13 @@ fn produce(client: &mut RawClient, batch: &Bytes) -> (i16, i64) {
     }
 }
 
-/// The stored form of an acknowledged batch: the producer's bytes, base offset rewritten.
+/// The stored form of an acknowledged batch: the producer's bytes, base offset rewritten
+/// and leader epoch stamped.
 fn stored(batch: &Bytes, base_offset: i64) -> Vec<u8> {
     let mut bytes = batch.to_vec();
     bytes[..8].copy_from_slice(&base_offset.to_be_bytes());
+    // The partition leader epoch the broker stamps (0: one replica; KIP-320).
+    bytes[12..16].copy_from_slice(&0i32.to_be_bytes());
     bytes
 }
 

@@ -28,7 +28,7 @@ Subcommands (for `ready` and `run` the cluster is started by benches/scripts/rep
 
       and the killed node's id on stderr, so the caller can restart it.
 
-  rolling BINARY [--rate R] [--settle S] [--passes N] [--keep-logs DIR]
+  rolling BINARY [--rate R] [--settle S] [--passes N] [--keep-logs DIR] [--broker-arg ARG]...
       A rolling restart under load, with a cluster of its own (it must start and wait for
       the nodes it stops): 3 nodes of BINARY on 127.0.0.1 (`--cores 1` each, node ids 1-3,
       data dirs in a temp dir under BENCH_TMP or target/, a block of 4 ports per node as in
@@ -272,8 +272,8 @@ class Cluster:
     """3 nodes of `binary` on 127.0.0.1, started and stopped by this process (the same
     flags and port layout as replication.sh's `start`)."""
 
-    def __init__(self, binary, work):
-        self.binary, self.work = binary, work
+    def __init__(self, binary, work, extra=()):
+        self.binary, self.work, self.extra = binary, work, list(extra)
         self.base = free_port_block(12)
         self.peers = ",".join(f"{n}=127.0.0.1:{self.port(n)}" for n in (1, 2, 3))
         self.procs = {}
@@ -293,7 +293,7 @@ class Cluster:
             [self.binary, "--data-dir", os.path.join(self.work, f"node{node}"),
              "--kafka-addr", self.addr(node),
              "--admin-addr", f"127.0.0.1:{self.port(node) + 3}",
-             "--cores", "1", "--node-id", str(node), "--peers", self.peers],
+             "--cores", "1", "--node-id", str(node), "--peers", self.peers, *self.extra],
             stdout=log, stderr=subprocess.STDOUT,
         )
 
@@ -461,7 +461,7 @@ def longest_gap(ack_times, start, end):
 def rolling(args):
     work = tempfile.mkdtemp(prefix="shardlog-rolling.", dir=os.environ.get("BENCH_TMP",
                             os.path.join(ROOT, "target")))
-    cluster = Cluster(os.path.abspath(args.binary), work)
+    cluster = Cluster(os.path.abspath(args.binary), work, args.broker_arg)
     try:
         for n in (1, 2, 3):
             cluster.start(n)
@@ -536,6 +536,9 @@ def main():
     g.add_argument("--settle", type=float, default=3)
     g.add_argument("--passes", type=int, default=1)
     g.add_argument("--keep-logs", metavar="DIR")
+    g.add_argument("--broker-arg", action="append", default=[], metavar="ARG",
+                   help="one more argument for every node (repeat it), e.g. "
+                        "--broker-arg=--leader-imbalance-check-interval-ms=1000")
     args = parser.parse_args()
     if args.command == "ready":
         ready(args.bootstrap, args.nodes, args.probe)
