@@ -16,8 +16,8 @@
 //!    (its match index reached the leader's last index of the tick before, and heard from
 //!    lately: the ISR's test), after its first tick as leader: never to a replica that is
 //!    down or far behind. raft-rs then brings it up to the last index (proposals are
-//!    refused meanwhile, about a round trip since it is this close) and tells it to
-//!    campaign at once.
+//!    refused meanwhile; raft-rs abandons the transfer after an election timeout) and
+//!    tells it to campaign at once.
 //! 2. A campaign at creation is made only for a group with no recovered log (a new group):
 //!    a restarted replica waits for its election timeout as before (with pre-vote it could
 //!    not disrupt a live leader anyway).
