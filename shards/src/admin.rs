@@ -110,7 +110,7 @@ impl Shard {
         let partition_id = self
             .local_partition(topic, partition)
             .ok_or(PartitionError::UnknownTopicOrPartition)?;
-        self.check_partition_leader(topic, partition)?;
+        self.check_leader_epoch(topic, partition, -1)?; // the leadership only
         if self.partition_group_of(topic, partition).is_some() {
             // The log start is not an entry of the group yet: moving it on the leader
             // alone would make the replicas differ.

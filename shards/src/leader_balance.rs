@@ -46,11 +46,8 @@ impl Shard {
             return;
         }
         for (group, replicas) in groups.hosted_groups() {
-            if self.prefers_here(&replicas) {
-                continue;
-            }
             let preferred = preferred_leader(&replicas, self.id as u32, &self.config.nodes);
-            if !groups.caught_up_lately(group, preferred, now) {
+            if preferred == self.config.node_id || !groups.caught_up_lately(group, preferred, now) {
                 continue;
             }
             let to = raft_id(preferred as u64);

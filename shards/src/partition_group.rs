@@ -467,20 +467,6 @@ impl Shard {
         Ok(())
     }
 
-    /// NOT_LEADER_OR_FOLLOWER unless this replica leads the partition's group (a request
-    /// that only the leader serves: Fetch, ListOffsets); Ok for a partition of one replica.
-    pub(crate) fn check_partition_leader(
-        &self,
-        topic: &str,
-        partition: i32,
-    ) -> Result<(), PartitionError> {
-        let Some(group) = self.partition_group_of(topic, partition) else { return Ok(()) };
-        match self.partition_groups() {
-            Some(groups) if groups.leads(group) => Ok(()),
-            _ => Err(PartitionError::NotLeaderOrFollower),
-        }
-    }
-
     /// The partition's leader epoch on this replica if it serves the partition, after
     /// the request's `current_leader_epoch` (-1: none) is checked against it (KIP-320; as
     /// Kafka's `Partition.getLocalLog`, the epoch first, then the leadership): newer than
