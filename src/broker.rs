@@ -57,11 +57,14 @@ pub fn run(mut config: Config) -> Result<(), String> {
             .map_err(|e| format!("--super-users: {e}"))?;
     }
     let listeners = crate::listeners::resolve(&config, nr_shards)?;
+    let cluster = crate::cluster::resolve(&config, &listeners, nr_shards)?;
+    // Held until the broker stops: no other shardlog joins these SO_REUSEPORT ports.
+    let addrs = listen_addrs(&config, &listeners, &cluster, nr_shards);
+    let _claims = crate::port_claims::claim(&addrs)?;
     for listener in &listeners {
         check_ports_free(listener, nr_shards)?;
     }
     check_admin_addr(&config, &listeners, nr_shards)?;
-    let cluster = crate::cluster::resolve(&config, &listeners, nr_shards)?;
     if cluster.is_some() && config.sasl_bootstrap_user.is_some() {
         // It would be written by each node alone, outside the metadata group.
         return Err("sasl_bootstrap_user is not supported with --peers yet: create the user \
@@ -184,6 +187,25 @@ impl Security {
 fn topic_max_message_bytes_ceiling(config: &Config) -> usize {
     let segment_room = config.segment_bytes.saturating_sub(2 * PAGE_BYTES);
     (segment_room.min(usize::MAX as u64) as usize).min(config.max_request_bytes)
+}
+
+/// Every address the broker will listen on: each listener's bootstrap and shard ports,
+/// the admin endpoint, and the replication ports of a cluster node.
+fn listen_addrs(
+    config: &Config,
+    listeners: &[Listener],
+    cluster: &Option<Cluster>,
+    nr_shards: usize,
+) -> Vec<SocketAddr> {
+    let mut addrs = vec![config.admin_addr];
+    for listener in listeners {
+        addrs.push(listener.bind);
+        addrs.extend((0..nr_shards).map(|s| listener.shard_addr(s)));
+    }
+    if let Some(cluster) = cluster {
+        addrs.extend((0..nr_shards).map(|s| cluster.listen_addr(s)));
+    }
+    addrs
 }
 
 /// The shards bind with SO_REUSEPORT, which would let two brokers of the same user share

@@ -12,6 +12,7 @@ mod cluster;
 mod config;
 mod handlers;
 mod listeners;
+mod port_claims;
 mod shutdown;
 mod tls_files;
 mod users;

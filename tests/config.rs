@@ -210,3 +210,44 @@ fn listeners_come_from_the_file_and_a_misconfigured_sasl_listener_is_refused_at_
     assert!(stderr.contains("unknown mechanism 'SCRAM-SHA-1'"), "{stderr}");
     assert!(!data_dir.exists(), "refused before anything was created");
 }
+
+/// Two brokers starting on one port at the same moment would both find it free and both
+/// bind it (SO_REUSEPORT), sharing its connections. A broker claims its addresses first
+/// (src/port_claims.rs): a claim held elsewhere refuses the start, even with nothing
+/// listening on the port yet.
+#[test]
+fn a_broker_does_not_start_on_an_address_another_shardlog_claimed() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixListener};
+
+    let dir = tempfile::tempdir().unwrap();
+    let port = common::free_port_range(3);
+    let kafka = format!("127.0.0.1:{}", port + 1); // shard 0 listens on port + 2
+    let shard_port = format!("127.0.0.1:{}", port + 2);
+    let name = format!("shardlog/listen/{shard_port}");
+    let claim = UnixListener::bind_addr(&SocketAddr::from_abstract_name(&name).unwrap());
+    let _claim = claim.expect("the test claims the shard port");
+    let data_dir = dir.path().join("data");
+    let mut child = shardlog()
+        .args(["--cores", "1", "--kafka-addr", &kafka, "--admin-addr"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--data-dir")
+        .arg(&data_dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A broker that (wrongly) starts runs until killed: give it a bound, not a hang.
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(30) {
+            child.kill().unwrap();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let stderr = failure(child.wait_with_output().unwrap());
+    let expected = format!("cannot listen on {shard_port}: another shardlog process");
+    assert!(stderr.contains(&expected), "{stderr}");
+    assert!(!data_dir.exists(), "refused before anything was created");
+}

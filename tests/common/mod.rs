@@ -233,8 +233,13 @@ impl Drop for Broker {
 
 /// A base port p such that p..p+count are free on 127.0.0.1 right now, below the
 /// kernel's ephemeral range: after a kill -9, clients reconnecting from ephemeral ports
-/// could otherwise take the broker's port before it restarts.
+/// could otherwise take the broker's port before it restarts. Never a range that overlaps
+/// one handed out before in this process: the tests of a binary run in parallel, and two
+/// of them finding the same ports free before either broker binds would otherwise start
+/// two brokers on them (the second refused by its port claim, src/port_claims.rs).
 pub fn free_port_range(count: usize) -> u16 {
+    static HANDED_OUT: std::sync::Mutex<Vec<(u16, u16)>> = std::sync::Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
     let seed = std::process::id() as u64
         ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos()
             as u64;
@@ -244,9 +249,14 @@ pub fn free_port_range(count: usize) -> u16 {
         state ^= state >> 7;
         state ^= state << 17;
         let base = 12_000 + (state % 20_000) as u16;
+        let end = base + count as u16;
+        if handed_out.iter().any(|&(b, e)| base < e && b < end) {
+            continue;
+        }
         let all_free =
             (0..count as u16).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok());
         if all_free {
+            handed_out.push((base, end));
             return base;
         }
     }
