@@ -134,20 +134,24 @@ impl Topic {
         (cluster, view)
     }
 
-    /// The size in bytes of each of the topic's partitions in `broker`'s log.
+    /// The size in bytes of each of the topic's partitions in `broker`'s log (-1: none
+    /// there). Each shard is a Kafka broker and DescribeLogDirs answers for its own
+    /// partitions, so every shard of the node is asked.
     pub fn log_sizes(&self, broker: &Broker) -> Vec<i64> {
-        let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
-        let request = DescribeLogDirsRequest::default().with_topics(None);
-        let ResponseKind::DescribeLogDirs(r) =
-            client.call(ApiKey::DescribeLogDirs, 1, RequestKind::DescribeLogDirs(request))
-        else {
-            panic!("not a DescribeLogDirs response")
-        };
         let mut sizes = vec![-1; self.partitions as usize];
-        let results = r.results.iter().flat_map(|d| &d.topics);
-        for topic in results.filter(|t| t.name.0.as_str() == self.name) {
-            for partition in &topic.partitions {
-                sizes[partition.partition_index as usize] = partition.partition_size;
+        for shard in 0..broker.cores {
+            let mut client = RawClient::connect(broker.shard_addr(shard));
+            let request = DescribeLogDirsRequest::default().with_topics(None);
+            let ResponseKind::DescribeLogDirs(r) =
+                client.call(ApiKey::DescribeLogDirs, 1, RequestKind::DescribeLogDirs(request))
+            else {
+                panic!("not a DescribeLogDirs response")
+            };
+            let results = r.results.iter().flat_map(|d| &d.topics);
+            for topic in results.filter(|t| t.name.0.as_str() == self.name) {
+                for partition in &topic.partitions {
+                    sizes[partition.partition_index as usize] = partition.partition_size;
+                }
             }
         }
         sizes

@@ -1,0 +1,194 @@
+//! What a replicated topic does besides acks=all produce and failover (docs/replication.md,
+//! "What exists: partition groups"), on three broker processes on 127.0.0.1:
+//!
+//! - acks=1 and acks=0 produces to the leader of a topic of replication factor 3 are
+//!   stored at the offsets the connection's order gives them, on every copy; a
+//!   transactional batch is refused with INVALID_RECORD (87) and stores nothing;
+//! - CreatePartitions grows the topic: every node names a leader for each new partition,
+//!   which take records; DeleteTopics removes it from every node, and a topic created
+//!   again under the same name starts empty on every node;
+//! - with two shards per node, the groups of a topic's partitions are spread over both
+//!   shards of every node, and an idempotent producer's records are each stored once.
+//!
+//! Every wait has a deadline that fails with what it waited for; nothing asserts on speed.
+
+mod common;
+#[path = "common/replicated.rs"]
+mod replicated;
+
+use bytes::Bytes;
+use common::{read_topic, Broker, RawClient};
+use kafka_protocol::messages::produce_request::{
+    PartitionProduceData, ProduceRequest, TopicProduceData,
+};
+use kafka_protocol::messages::{ApiKey, RequestKind};
+use replicated::{node_of, Topic, DEADLINE, ISR_LAG_MS, NODES};
+use shardlog_benches::load::record_batch::{transactional_batch, ProducerFields};
+
+const LIFE: Topic = Topic { name: "life", partitions: 1, replicas: NODES };
+/// The same topic once CreatePartitions grew it.
+const GROWN: Topic = Topic { name: "life", partitions: 3, replicas: NODES };
+
+fn one_record(value: &str) -> Bytes {
+    common::record_batch(&[(&b"k"[..], value.as_bytes())], 0)
+}
+
+/// Values per partition, in offset order, with their offsets.
+fn values(stored: &common::Stored, partition: i32) -> Vec<(i64, String)> {
+    let records = stored.get(&partition).map(Vec::as_slice).unwrap_or_default();
+    records.iter().map(|(o, v)| (*o, String::from_utf8(v.clone()).unwrap())).collect()
+}
+
+/// Waits until each partition's high watermark (asked with librdkafka, which asks the
+/// leaders) is `ends[partition]`: consumers see an acknowledged record once the leader's
+/// applied copy is durable, a flush after the answer (docs/replication.md, "Kafka
+/// semantics").
+fn wait_for_high_watermarks(broker: &Broker, topic: &str, ends: &[i64]) {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = common::assign_only_config(broker).create().unwrap();
+    let watermarks = || -> Vec<i64> {
+        let high = |p: usize| consumer.fetch_watermarks(topic, p as i32, DEADLINE).unwrap().1;
+        (0..ends.len()).map(high).collect()
+    };
+    common::eventually(DEADLINE, "the high watermarks to pass the records", || {
+        watermarks() == ends
+    });
+}
+
+/// Waits until no node of `cluster` knows `topic` (its Metadata has no such topic).
+fn wait_until_forgotten(cluster: &[Broker], topic: Topic) {
+    let all: Vec<usize> = (0..cluster.len()).collect();
+    let known = |n: usize| common::all_metadata(&cluster[n]).map(|_| topic.view(&cluster[n]));
+    let forgotten = |views: &[Option<replicated::View>]| views.iter().all(Option::is_none);
+    common::wait_for_views(DEADLINE, &all, "every node to forget the topic", known, forgotten);
+}
+
+#[test]
+fn a_replicated_topic_takes_acks_1_and_0_grows_and_is_deleted_on_every_node() {
+    let (cluster, view) = LIFE.start_cluster();
+    let leader = &cluster[node_of(view[0].1) - 1];
+    let mut client = RawClient::connect(leader.shard_addr(0));
+
+    // acks=1, then acks=0 (no answer), then acks=all on the same connection: Kafka keeps a
+    // connection's order, so they are at offsets 0, 1 and 2.
+    assert_eq!(common::raw_produce_acks(&mut client, LIFE.name, 0, one_record("one"), 1), (0, 0));
+    let partition =
+        PartitionProduceData::default().with_index(0).with_records(Some(one_record("zero")));
+    let topic = TopicProduceData::default()
+        .with_name(common::topic_name(LIFE.name))
+        .with_partition_data(vec![partition]);
+    let unanswered =
+        ProduceRequest::default().with_acks(0).with_timeout_ms(10_000).with_topic_data(vec![topic]);
+    client.send(ApiKey::Produce, 9, &RequestKind::Produce(unanswered));
+    assert_eq!(common::raw_produce(&mut client, LIFE.name, 0, one_record("all")), (0, 2));
+
+    // A transactional batch: refused, not retriable, nothing stored.
+    let producer = ProducerFields { producer_id: 4242, producer_epoch: 0, base_sequence: 0 };
+    let batch = Bytes::from(transactional_batch(producer, 0, ["in a transaction"]));
+    assert_eq!(common::raw_produce(&mut client, LIFE.name, 0, batch).0, 87, "INVALID_RECORD");
+    LIFE.wait_for_equal_copies(&cluster);
+    wait_for_high_watermarks(leader, LIFE.name, &[3]);
+    let expected = vec![(0, "one".to_string()), (1, "zero".to_string()), (2, "all".to_string())];
+    for node in &cluster {
+        assert_eq!(values(&read_topic(node, LIFE.name, 1), 0), expected);
+    }
+
+    // CreatePartitions: 1 -> 3; every node names a leader for each, and each takes records.
+    {
+        use rdkafka::admin::{AdminOptions, NewPartitions};
+        let admin = common::admin_client(&cluster[0]);
+        let grow = [NewPartitions::new(LIFE.name, GROWN.partitions as usize)];
+        let results =
+            common::runtime().block_on(admin.create_partitions(&grow, &AdminOptions::new()));
+        results.unwrap()[0].clone().expect("partitions created");
+    }
+    let all: Vec<usize> = (0..NODES).collect();
+    let grown =
+        GROWN.wait_for_one_leader(&cluster, &all, "every node to name 3 partitions' leaders");
+    for (partition, (_, _, _, replicas)) in grown.iter().enumerate() {
+        assert_eq!(replicas.len(), NODES, "partition {partition}'s replicas: {replicas:?}");
+    }
+    common::produce_tagged(&cluster[1], GROWN.name, GROWN.partitions, "grown", 30);
+    wait_for_high_watermarks(&cluster[2], GROWN.name, &[13, 10, 10]);
+    let stored = read_topic(&cluster[2], GROWN.name, GROWN.partitions);
+    assert_eq!(values(&stored, 0)[..3], expected[..], "partition 0 kept its records");
+    for partition in 0..GROWN.partitions {
+        let tags: Vec<String> = values(&stored, partition)
+            .into_iter()
+            .filter(|(_, v)| v.starts_with("grown-"))
+            .map(|(_, v)| v)
+            .collect();
+        let wanted: Vec<String> =
+            (0..30).filter(|i| i % 3 == partition).map(|i| format!("grown-{i}")).collect();
+        assert_eq!(tags, wanted, "partition {partition}");
+    }
+    GROWN.wait_for_equal_copies(&cluster);
+
+    // DeleteTopics: gone from every node; created again, it starts empty everywhere.
+    {
+        use rdkafka::admin::AdminOptions;
+        let admin = common::admin_client(&cluster[1]);
+        let results =
+            common::runtime().block_on(admin.delete_topics(&[LIFE.name], &AdminOptions::new()));
+        results.unwrap()[0].clone().expect("topic deleted");
+    }
+    wait_until_forgotten(&cluster, LIFE);
+    LIFE.create(&cluster[2]);
+    let again =
+        LIFE.wait_for_one_leader(&cluster, &all, "every node to name the new topic's leader");
+    for (node, broker) in cluster.iter().enumerate() {
+        assert_eq!(LIFE.log_sizes(broker), vec![0], "the new topic's copy on node {}", node + 1);
+    }
+    let leader = &cluster[node_of(again[0].1) - 1];
+    let mut client = RawClient::connect(leader.shard_addr(0));
+    assert_eq!(common::latest_offset(&mut client, LIFE.name, 0, 0), 0);
+    assert_eq!(common::raw_produce(&mut client, LIFE.name, 0, one_record("new")), (0, 0));
+}
+
+#[test]
+fn with_two_shards_per_node_partition_groups_use_both_shards_and_store_each_record_once() {
+    const WIDE: Topic = Topic { name: "wide", partitions: 4, replicas: NODES };
+    const CORES: usize = 2;
+    // Bootstrap, two shard ports, two replication ports, the admin port.
+    let args = ["--replica-lag-time-max-ms", ISR_LAG_MS];
+    let cluster = Broker::start_cluster_with(NODES, CORES, 2 + 2 * CORES, &args);
+    replicated::wait_for_one_controller(&cluster);
+    WIDE.create(&cluster[0]);
+    let all: Vec<usize> = (0..NODES).collect();
+    let view = WIDE.wait_for_one_leader(&cluster, &all, "every node to name the same leaders");
+    let shards: std::collections::BTreeSet<i32> =
+        view.iter().flat_map(|(_, _, _, replicas)| replicas.iter().map(|b| b % 1024)).collect();
+    assert_eq!(shards.into_iter().collect::<Vec<_>>(), vec![0, 1], "replicas' shards: {view:?}");
+
+    let producer: rdkafka::producer::FutureProducer = rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", cluster[1].bootstrap())
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "1")
+        .create()
+        .unwrap();
+    common::runtime().block_on(async {
+        let mut pending = Vec::new();
+        for i in 0..200 {
+            let value = format!("wide-{i}");
+            let record = rdkafka::producer::FutureRecord::<(), _>::to(WIDE.name)
+                .payload(&value)
+                .partition(i % WIDE.partitions);
+            pending.push(producer.send_result(record).map_err(|(e, _)| e).unwrap());
+        }
+        for p in pending {
+            p.await.unwrap().map_err(|(e, _)| e).unwrap();
+        }
+    });
+    wait_for_high_watermarks(&cluster[2], WIDE.name, &[50; 4]);
+    let stored = read_topic(&cluster[2], WIDE.name, WIDE.partitions);
+    for partition in 0..WIDE.partitions {
+        let got: Vec<(i64, String)> = values(&stored, partition);
+        let wanted: Vec<(i64, String)> = (0..200)
+            .filter(|i| i % WIDE.partitions == partition)
+            .enumerate()
+            .map(|(offset, i)| (offset as i64, format!("wide-{i}")))
+            .collect();
+        assert_eq!(got, wanted, "partition {partition}: each record once, in order, dense");
+    }
+    WIDE.wait_for_equal_copies(&cluster);
+}
