@@ -111,19 +111,16 @@ impl Shard {
             .local_partition(topic, partition)
             .ok_or(PartitionError::UnknownTopicOrPartition)?;
         self.check_leader_epoch(topic, partition, -1)?; // the leadership only
-        if self.partition_group_of(topic, partition).is_some() {
-            // The log start is not an entry of the group yet: moving it on the leader
-            // alone would make the replicas differ.
-            return Err(PartitionError::PolicyViolation(format!(
-                "DeleteRecords is not supported on replicated partitions yet ({topic}-{partition})"
-            )));
-        }
-        // As Kafka: only a topic whose cleanup.policy lists delete may lose records this way.
+                                                        // As Kafka: only a topic whose cleanup.policy lists delete may lose records this way.
         if self.table().topic(topic).is_some_and(|meta| !CleanupPolicy::of(meta).delete) {
             return Err(PartitionError::PolicyViolation(format!(
                 "Records of partition {topic}-{partition} can not be deleted due to the \
                  configured policy (cleanup.policy without delete)"
             )));
+        }
+        if let Some(group) = self.partition_group_of(topic, partition) {
+            // Through the group, so every replica's copy moves (the module's docs).
+            return self.delete_records_replicated(group, topic, partition, offset).await;
         }
         let info =
             self.log.partition_info(partition_id).ok_or(PartitionError::UnknownTopicOrPartition)?;

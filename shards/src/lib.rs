@@ -33,6 +33,7 @@ pub mod ops;
 pub mod partition_group;
 pub mod producer;
 pub mod producer_log;
+pub mod replicated_delete_records;
 pub mod replication;
 pub mod retention;
 pub mod runtime;

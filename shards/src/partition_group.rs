@@ -73,7 +73,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_lite::FutureExt;
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
-use shardlog_storage::{split_batches, Durable, InternalEntry, InternalStream, PartitionId};
+use shardlog_storage::{
+    split_batches, Durable, InternalEntry, InternalStream, Offset, PartitionId,
+};
 
 use crate::error::{GroupError, PartitionError};
 use crate::leader_notices::LeaderNotices;
@@ -95,7 +97,7 @@ use crate::txn::partition::TRANSACTIONAL;
 
 /// How often the applier looks again at a table behind an entry (invariant 2): rare (a
 /// topic created a moment ago), so a poll, not a notification.
-const TABLE_WAIT_POLL: Duration = Duration::from_millis(5);
+pub(crate) const TABLE_WAIT_POLL: Duration = Duration::from_millis(5);
 
 /// Entries, or bytes of entry data, a leader lets pass its log's snapshot point before it
 /// proposes a compaction: at most one compaction entry per this much, and per tick, so an
@@ -119,6 +121,9 @@ type Committed = (u64, Vec<Entry>, Vec<Outcome>);
 /// What the applier tells a waiting change to committed offsets (`group::replicated`):
 /// applied here, or why not.
 pub(crate) type OffsetsApplied = Result<(), GroupError>;
+
+/// What the applier tells a waiting DeleteRecords: the partition's new log start.
+pub(crate) type LogStartApplied = Result<Offset, PartitionError>;
 
 /// Waiters of one kind: (group, index) -> (the proposal's term, where to answer).
 type Waiters<T> = RefCell<BTreeMap<(u64, u64), (u64, LocalSender<T>)>>;
@@ -145,6 +150,8 @@ pub struct PartitionGroups {
     waiters: Waiters<Applied>,
     /// Changes to committed offsets waiting for their entry, likewise.
     offset_waiters: Waiters<OffsetsApplied>,
+    /// DeleteRecords waiting for their log start entry (`crate::replicated_delete_records`).
+    log_start_waiters: Waiters<LogStartApplied>,
     /// The term of the last entry applied, per group.
     applied_terms: RefCell<HashMap<u64, u64>>,
     /// The term in which this replica took over the groups of the shard's offsets group,
@@ -246,6 +253,49 @@ impl PartitionGroups {
             applied,
             Err(GroupError::NotCoordinator),
         );
+    }
+
+    pub(crate) fn resolve_log_start(
+        &self,
+        group: u64,
+        index: u64,
+        term: u64,
+        applied: LogStartApplied,
+    ) {
+        let lost = Err(PartitionError::NotLeaderOrFollower);
+        answer(&self.log_start_waiters, (group, index), term, applied, lost);
+    }
+
+    /// Proposes a partition entry in `group` if this replica leads it; a replica that does
+    /// not (or no longer) is NOT_LEADER_OR_FOLLOWER, retriable.
+    pub(crate) fn propose_partition_entry(
+        &self,
+        group: u64,
+        entry: Vec<u8>,
+    ) -> Result<Proposal, PartitionError> {
+        match self.host.with_group(group, |g| g.propose(entry)) {
+            Some(Ok(proposal)) => Ok(proposal),
+            Some(Err(ProposeError::NotLeader { .. } | ProposeError::Dropped)) | None => {
+                Err(PartitionError::NotLeaderOrFollower)
+            }
+        }
+    }
+
+    /// Where the apply of `proposal`, a log start entry of `group`, answers.
+    pub(crate) fn wait_for_log_start(
+        &self,
+        group: u64,
+        proposal: Proposal,
+    ) -> LocalReceiver<LogStartApplied> {
+        let (sender, receiver) = local_channel::new_bounded(1);
+        let waiter = (proposal.term, sender);
+        self.log_start_waiters.borrow_mut().insert((group, proposal.index), waiter);
+        receiver
+    }
+
+    /// Stops waiting for the log start entry at `index` of `group`.
+    pub(crate) fn forget_log_start_waiter(&self, group: u64, index: u64) {
+        self.log_start_waiters.borrow_mut().remove(&(group, index));
     }
 
     /// Whether this replica leads `group`, and its term.
@@ -377,6 +427,7 @@ impl Shard {
             stats: Cell::new(CompactionStats::default()),
             waiters: RefCell::new(BTreeMap::new()),
             offset_waiters: RefCell::new(BTreeMap::new()),
+            log_start_waiters: RefCell::new(BTreeMap::new()),
             applied_terms: RefCell::new(HashMap::new()),
             offsets_loaded: Cell::new(None),
             to_apply: Rc::new(to_apply),
@@ -561,13 +612,7 @@ impl Shard {
                 records,
             }
         };
-        let proposed = groups.host.with_group(group, |g| g.propose(entry.encode()));
-        let proposal = match proposed {
-            Some(Ok(proposal)) => proposal,
-            Some(Err(ProposeError::NotLeader { .. } | ProposeError::Dropped)) | None => {
-                return Err(PartitionError::NotLeaderOrFollower)
-            }
-        };
+        let proposal = groups.propose_partition_entry(group, entry.encode())?;
         let (sender, receiver) = local_channel::new_bounded(1);
         groups.waiters.borrow_mut().insert((group, proposal.index), (proposal.term, sender));
         Ok((groups, proposal.index, receiver))
@@ -601,6 +646,10 @@ impl Shard {
             }
             PartitionEntry::Isr(isr) => {
                 self.publish_isr(group, isr);
+                return None;
+            }
+            PartitionEntry::LogStart(log_start) => {
+                self.apply_log_start_entry(group, entry, &log_start).await;
                 return None;
             }
             PartitionEntry::Compact { to } => {
@@ -698,6 +747,8 @@ async fn apply_committed(
                 groups.resolve(group, proposal.index, proposal.term, lost);
                 let lost = Err(GroupError::NotCoordinator);
                 groups.resolve_offsets(group, proposal.index, proposal.term, lost);
+                let lost = Err(PartitionError::NotLeaderOrFollower);
+                groups.resolve_log_start(group, proposal.index, proposal.term, lost);
             }
         }
     }

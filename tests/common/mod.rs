@@ -647,7 +647,8 @@ pub fn produce_tagged(broker: &Broker, topic: &str, partitions: i32, tag: &str, 
 /// Per partition, in offset order: (offset, payload).
 pub type Stored = std::collections::BTreeMap<i32, Vec<(i64, Vec<u8>)>>;
 
-/// Everything stored in `topic` up to its high watermarks, read with librdkafka.
+/// Everything stored in `topic` from its log starts up to its high watermarks, read with
+/// librdkafka.
 pub fn read_topic(broker: &Broker, topic: &str, partitions: i32) -> Stored {
     use rdkafka::config::ClientConfig;
     use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -663,9 +664,9 @@ pub fn read_topic(broker: &Broker, topic: &str, partitions: i32) -> Stored {
     let mut ends = std::collections::BTreeMap::new();
     for p in 0..partitions {
         assignment.add_partition_offset(topic, p, Offset::Beginning).unwrap();
-        let (_, high) =
+        let (low, high) =
             consumer.fetch_watermarks(topic, p, Duration::from_secs(60)).expect("watermarks");
-        ends.insert(p, high);
+        ends.insert(p, high - low); // records to read: from the log start (DeleteRecords)
     }
     consumer.assign(&assignment).unwrap();
     let mut stored = Stored::new();

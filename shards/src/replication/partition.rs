@@ -62,8 +62,23 @@
 //! | 1 | kind (= 4, the ISR) |
 //! | 4 x n | the in-sync node ids (u32 each), ascending, at least one |
 //!
+//! Log start entry (version 1, kind 5; docs/replication.md, "DeleteRecords"): the
+//! partition's log start moves to `offset` (DeleteRecords), proposed by the leader,
+//! applied by every replica to its own copy, so the records stay deleted on whichever
+//! replica leads next:
+//!
+//! | size | field |
+//! |---|---|
+//! | 1 | version (= 1) |
+//! | 1 | kind (= 5, a log start) |
+//! | 16 | topic id |
+//! | 4 | partition index (i32) |
+//! | 8 | the topic table version the leader validated against (u64), as a produce's |
+//! | 8 | the new log start offset (i64, at least 0, at most the leader's high watermark) |
+//!
 //! Invariants:
-//! 1. `ProduceEntry::decode(encode(e)) == e`; `decode` never panics on any bytes.
+//! 1. `ProduceEntry::decode(encode(e)) == e`, and likewise for every entry kind; `decode`
+//!    never panics on any bytes.
 //! 2. `partition_group_id` never returns 0, and depends only on the replica *set* and the
 //!    shard (not the replicas' order).
 //! 3. Exactly once across restarts (`applied_before_restart`): before entry N of a group is
@@ -88,8 +103,11 @@ const KIND_COMPACT: u8 = 2;
 const KIND_OFFSETS: u8 = 3;
 /// Kind byte of an entry carrying the group's in-sync replicas.
 const KIND_ISR: u8 = 4;
+/// Kind byte of an entry moving a partition's log start (DeleteRecords).
+const KIND_LOG_START: u8 = 5;
 const ENTRY_HEADER_BYTES: usize = 1 + 1 + 16 + 4 + 8 + 8 + 4;
 const COMPACT_ENTRY_BYTES: usize = 1 + 1 + 8;
+const LOG_START_ENTRY_BYTES: usize = 1 + 1 + 16 + 4 + 8 + 8;
 
 /// The raft group of a (replica set, shard) (module docs; invariant 2). `replicas` in any
 /// order; duplicates count once.
@@ -214,6 +232,45 @@ pub enum PartitionEntry {
     Offsets(Bytes),
     /// The in-sync replicas' node ids, ascending.
     Isr(Vec<u32>),
+    LogStart(LogStartEntry),
+}
+
+/// A partition's log start moved by DeleteRecords (module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogStartEntry {
+    pub topic_id: [u8; 16],
+    pub partition: i32,
+    pub table_version: u64,
+    pub offset: Offset,
+}
+
+impl LogStartEntry {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(LOG_START_ENTRY_BYTES);
+        out.extend_from_slice(&[ENTRY_VERSION, KIND_LOG_START]);
+        out.extend_from_slice(&self.topic_id);
+        out.extend_from_slice(&self.partition.to_le_bytes());
+        out.extend_from_slice(&self.table_version.to_le_bytes());
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out
+    }
+
+    /// The fields after the version and kind bytes (exactly `LOG_START_ENTRY_BYTES - 2`).
+    fn decode_fields(fields: &[u8]) -> Result<PartitionEntry, EntryError> {
+        match (fields.len() + 2).cmp(&LOG_START_ENTRY_BYTES) {
+            std::cmp::Ordering::Less => return Err(EntryError::Truncated),
+            std::cmp::Ordering::Greater => {
+                return Err(EntryError::Trailing(fields.len() + 2 - LOG_START_ENTRY_BYTES))
+            }
+            std::cmp::Ordering::Equal => {}
+        }
+        Ok(PartitionEntry::LogStart(LogStartEntry {
+            topic_id: fields[..16].try_into().expect("16 bytes"),
+            partition: i32::from_le_bytes(fields[16..20].try_into().expect("4 bytes")),
+            table_version: u64::from_le_bytes(fields[20..28].try_into().expect("8 bytes")),
+            offset: i64::from_le_bytes(fields[28..36].try_into().expect("8 bytes")),
+        }))
+    }
 }
 
 impl PartitionEntry {
@@ -257,6 +314,7 @@ impl PartitionEntry {
             }
             KIND_OFFSETS => return Err(EntryError::Truncated),
             KIND_ISR => return decode_isr(&bytes[2..]),
+            KIND_LOG_START => return LogStartEntry::decode_fields(&bytes[2..]),
             other => return Err(EntryError::UnknownKind(other)),
         }
         match bytes.len().cmp(&COMPACT_ENTRY_BYTES) {
@@ -456,8 +514,32 @@ mod tests {
         let produce = Bytes::from(entry().encode());
         assert_eq!(PartitionEntry::decode(&produce), Ok(PartitionEntry::Produce(entry())));
         let mut unknown = bytes;
-        unknown[1] = 5;
-        assert_eq!(PartitionEntry::decode(&Bytes::from(unknown)), Err(EntryError::UnknownKind(5)));
+        unknown[1] = 6;
+        assert_eq!(PartitionEntry::decode(&Bytes::from(unknown)), Err(EntryError::UnknownKind(6)));
+    }
+
+    #[test]
+    fn a_log_start_entry_round_trips_and_its_cuts_are_named() {
+        let entry = LogStartEntry {
+            topic_id: [7; 16],
+            partition: 0x0102,
+            table_version: 3,
+            offset: 0x0405,
+        };
+        let bytes = entry.encode();
+        assert_eq!(bytes.len(), LOG_START_ENTRY_BYTES);
+        assert_eq!(&bytes[..2], &[1, 5]);
+        assert_eq!(&bytes[18..22], &[2, 1, 0, 0]);
+        assert_eq!(&bytes[30..], &[5, 4, 0, 0, 0, 0, 0, 0]);
+        let decoded = PartitionEntry::decode(&Bytes::from(bytes.clone()));
+        assert_eq!(decoded, Ok(PartitionEntry::LogStart(entry)));
+        for cut in 2..bytes.len() {
+            let cut = Bytes::copy_from_slice(&bytes[..cut]);
+            assert_eq!(PartitionEntry::decode(&cut), Err(EntryError::Truncated), "{}", cut.len());
+        }
+        let mut longer = bytes;
+        longer.extend_from_slice(&[0, 0]);
+        assert_eq!(PartitionEntry::decode(&Bytes::from(longer)), Err(EntryError::Trailing(2)));
     }
 
     #[test]
@@ -554,6 +636,9 @@ mod tests {
             let entry =
                 ProduceEntry { topic_id, partition, table_version, log_append_time_ms, records };
             prop_assert_eq!(ProduceEntry::decode(&Bytes::from(entry.encode())), Ok(entry));
+            let log_start = LogStartEntry { topic_id, partition, table_version, offset: log_append_time_ms };
+            let decoded = PartitionEntry::decode(&Bytes::from(log_start.encode()));
+            prop_assert_eq!(decoded, Ok(PartitionEntry::LogStart(log_start)));
         }
 
         #[test]
