@@ -261,9 +261,7 @@ impl RaftGroup {
             }
             MessageType::MsgAppendResponse if message.reject && self.is_leader() => {
                 let term = self.term();
-                let Some(progress) = self.node.raft.mut_prs().get_mut(message.from) else {
-                    return None;
-                };
+                let progress = self.node.raft.mut_prs().get_mut(message.from)?;
                 if message.term == term && message.reject_hint < progress.matched {
                     progress.become_probe();
                     progress.matched = 0;
