@@ -220,12 +220,14 @@ fn three_nodes_are_one_cluster_for_metadata_across_a_controller_kill() {
     assert_eq!((code, offset), (0, 10), "partition {here} kept its records on its node");
 }
 
-/// Creates topic `name` at the controller that node `nodes[0]` names.
+/// Creates topic `name` at the controller that node `nodes[0]` names, once it names one
+/// of `nodes` (the running ones: right after a kill it may still name the killed node).
 fn create_at_controller(cluster: &[Broker], nodes: &[usize], name: &str) {
     let what = format!("topic {name} created at the controller");
     common::eventually(DEADLINE, &what, || {
         let controller = node_of(view(&cluster[nodes[0]]).unwrap().controller);
-        controller > 0 && raw_create_topic(&cluster[controller - 1], name) == 0
+        let running = controller > 0 && nodes.contains(&(controller - 1));
+        running && raw_create_topic(&cluster[controller - 1], name) == 0
     });
 }
 
@@ -292,8 +294,10 @@ fn the_metadata_groups_raft_log_is_compacted_and_a_node_restarts_past_it() {
 /// data dir. The controller still records the match index of that node's lost log, so
 /// this also takes the lost-log path (`RaftGroup` invariant 5). The node must install
 /// the controller's table (its log says so) and show every topic placed as the others do,
-/// and a topic created afterwards reaches it as an entry. With `LogImage::snapshot`
-/// answering "temporarily unavailable" again (by hand), the wait for every topic fails.
+/// and a topic created afterwards reaches it as an entry. Then the controller's node
+/// loses its data dir too: a new controller is elected, and the node rejoins from the new
+/// controller's snapshot. With `LogImage::snapshot` answering "temporarily unavailable"
+/// again (by hand), the first wait for every topic fails.
 #[test]
 fn a_node_that_lost_its_data_dir_rejoins_the_metadata_group_from_a_snapshot() {
     const TOPICS: usize = 100;
@@ -312,9 +316,22 @@ fn a_node_that_lost_its_data_dir_rejoins_the_metadata_group_from_a_snapshot() {
     create_at_controller(&cluster, &all, "after-rejoin");
     let what = "every node to show the topic created after the rejoin";
     wait_for(&cluster, &all, what, every_node_shows(TOPICS + 2));
-    // Its raft log is compacted again, like the others': it is a voter like before.
-    let what = "the rejoined node to hold the metadata group's log as the others do";
+    let what = "the rejoined node's raft log to start at the snapshot";
     common::eventually(DEADLINE, what, || {
         cluster[down].metric_sum("shardlog_raft_log_entries") < 64.0
     });
+    // Now the controller's node loses its data dir: the other two elect a new leader
+    // (whose progress of the wiped node starts at 0, the path without a stale match
+    // index), which sends its own snapshot.
+    kill_node(&mut cluster, controller);
+    std::fs::remove_dir_all(cluster[controller].data_dir()).unwrap();
+    let up: Vec<usize> = all.iter().copied().filter(|n| *n != controller).collect();
+    let new_controller =
+        |views: &[View]| one_controller(views) && node_of(views[0].controller) - 1 != controller;
+    wait_for(&cluster, &up, "the other two to elect a new controller", new_controller);
+    create_at_controller(&cluster, &up, "controller-wiped");
+    cluster[controller].restart();
+    let what = "the wiped controller's node to show every topic, placed alike";
+    wait_for(&cluster, &all, what, every_node_shows(TOPICS + 3));
+    assert!(cluster[controller].log().contains("metadata snapshot installed"));
 }
