@@ -262,7 +262,10 @@ impl RaftGroup {
             MessageType::MsgAppendResponse if message.reject && self.is_leader() => {
                 let term = self.term();
                 let progress = self.node.raft.mut_prs().get_mut(message.from)?;
-                if message.term == term && message.reject_hint < progress.matched {
+                // Not a rejection raft-rs calls stale (below the match index: sent before
+                // the follower had it), yet its log ends below that index.
+                let current = message.term == term && message.index >= progress.matched;
+                if current && message.reject_hint < progress.matched {
                     progress.become_probe();
                     progress.matched = 0;
                     progress.next_idx = message.reject_hint + 1;
