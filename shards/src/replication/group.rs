@@ -10,6 +10,7 @@
 //! | `step(message)` from a peer | `take_writes()`: `WriteRequest`s to make durable, in order |
 //! | `propose(data)` (a produce batch) | `take_committed()`: committed entries, in index order |
 //! | `durable(number)` once a write is durable | `take_outcomes()`: what became of each proposal |
+//! | | `take_snapshot()`: a leader's snapshot, installed before the next committed entries |
 //!
 //! Writes are asynchronous (raft-rs `advance_append_async` / `on_persist_ready`), so a
 //! host can gather the writes of many groups (and the partitions' own appends) into one
