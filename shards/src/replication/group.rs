@@ -586,6 +586,12 @@ mod tests {
     /// Writes made durable at once and messages delivered until nothing moves; messages
     /// to a replica past the end of `groups` are lost.
     fn settle(groups: &mut [RaftGroup]) {
+        settle_keeping(groups, |_| false);
+    }
+
+    /// `settle`, except that the messages `keep` picks are not delivered but returned.
+    fn settle_keeping(groups: &mut [RaftGroup], keep: impl Fn(&Message) -> bool) -> Vec<Message> {
+        let mut kept = Vec::new();
         loop {
             let mut mail = Vec::new();
             for group in groups.iter_mut() {
@@ -594,8 +600,10 @@ mod tests {
                 }
                 mail.extend(group.take_messages());
             }
+            let (picked, mail): (Vec<_>, Vec<_>) = mail.into_iter().partition(|m| keep(m));
+            kept.extend(picked);
             if mail.is_empty() {
-                return;
+                return kept;
             }
             for message in mail {
                 if let Some(to) = groups.get_mut(message.to as usize - 1) {
@@ -711,6 +719,22 @@ mod tests {
         RaftGroup::recover(&config, LogImage::new(&[1, 2, 3]), 0).unwrap()
     }
 
+    /// One entry committed, every log compacted up to it, the leader's snapshot data set to
+    /// `data` (none if empty), then replica 3's data dir lost; the compaction index.
+    fn compacted_then_replica_3_wiped(data: &'static [u8]) -> (Vec<RaftGroup>, u64) {
+        let mut groups = elect_replica_1();
+        groups[0].propose(b"batch".to_vec()).unwrap();
+        settle(&mut groups);
+        let last = groups[0].commit_index();
+        for group in groups.iter_mut() {
+            group.take_committed();
+            assert!(group.compact(last));
+        }
+        groups[0].set_snapshot_data(bytes::Bytes::from_static(data));
+        groups[2] = wiped_replica_3();
+        (groups, last)
+    }
+
     #[test]
     fn a_voter_that_lost_its_log_installs_the_leaders_snapshot_and_replicates_after_it() {
         let mut groups = elect_replica_1();
@@ -778,6 +802,30 @@ mod tests {
     }
 
     #[test]
+    fn a_follower_acknowledges_a_snapshot_only_once_its_write_is_durable() {
+        let (mut groups, last) = compacted_then_replica_3_wiped(b"state");
+        // Deliver everything but the snapshot, which is kept.
+        let mut snapshots = Vec::new();
+        for _ in 0..20 {
+            groups.iter_mut().for_each(RaftGroup::tick);
+            let is_snapshot = |m: &Message| m.get_msg_type() == MessageType::MsgSnapshot;
+            snapshots.extend(settle_keeping(&mut groups, is_snapshot));
+        }
+        let snapshot = snapshots.into_iter().next().expect("the leader sent a snapshot");
+        groups[2].step(snapshot).unwrap();
+        let writes = groups[2].take_writes();
+        assert_eq!(writes.len(), 1);
+        assert_eq!(writes[0].snapshot.as_ref().unwrap().get_metadata().index, last);
+        assert!(groups[2].take_messages().is_empty(), "acknowledged before durable");
+        assert!(groups[2].take_snapshot().is_some(), "handed out to install at once");
+        groups[2].durable(writes[0].number);
+        let acks = groups[2].take_messages();
+        assert_eq!(acks.len(), 1);
+        assert_eq!(acks[0].get_msg_type(), MessageType::MsgAppendResponse);
+        assert_eq!((acks[0].index, acks[0].reject), (last, false));
+    }
+
+    #[test]
     fn a_replica_that_started_from_nothing_votes_only_among_empty_logs() {
         let mut wiped = wiped_replica_3();
         let vote = |index| {
@@ -801,15 +849,7 @@ mod tests {
 
     #[test]
     fn a_partition_groups_log_compacted_past_a_voter_sends_no_snapshot() {
-        let mut groups = elect_replica_1();
-        groups[0].propose(b"batch".to_vec()).unwrap();
-        settle(&mut groups);
-        let last = groups[0].commit_index();
-        for group in groups.iter_mut() {
-            group.take_committed();
-            assert!(group.compact(last));
-        }
-        groups[2] = wiped_replica_3();
+        let (mut groups, _) = compacted_then_replica_3_wiped(b"");
         for _ in 0..20 {
             groups.iter_mut().for_each(RaftGroup::tick);
             settle(&mut groups);
