@@ -226,8 +226,8 @@ impl Shard {
     }
 
     /// Sends the table to every other shard, waits for each to apply it, applies it here
-    /// (start-up).
-    async fn publish_table(self: &Rc<Self>, table: TopicTable) {
+    /// (start-up, and a metadata snapshot installed: `metadata_group`).
+    pub(crate) async fn publish_table(self: &Rc<Self>, table: TopicTable) {
         let mut pending = Vec::with_capacity(self.nr_shards);
         for peer in (0..self.nr_shards).filter(|p| *p != self.id) {
             let request = ShardRequest::ApplyTopicTable(Box::new(table.clone()));

@@ -43,6 +43,16 @@
 //!    it is in the node's metadata log, fdatasync'd. A restarted node's table is then the
 //!    table after a prefix at least as long as the compacted one, and the entries after
 //!    the compaction point are skipped by version where they applied before (invariant 1).
+//! 4. Metadata snapshots (docs/replication.md, "Metadata snapshots"): the group's image
+//!    keeps, as its snapshot data, the table (`TopicTable::encode`, the metadata log's
+//!    snapshot format) as of its compaction point or later: set when the applier compacts
+//!    and at start-up, so the leader can send it to a voter the log was compacted past
+//!    (one that lost its data dir). That voter's applier installs it before any later
+//!    entry: only if its version is above its own table's (the same rule as invariant 1,
+//!    so a table later than the snapshot's index is as good as the one at it), as a
+//!    snapshot in its metadata log, fdatasync'd, then published to its shards. A node
+//!    that crashed after the snapshot's raft write was durable and before the install was
+//!    installs it at start-up (its image carries the data).
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -51,15 +61,18 @@ use std::time::Duration;
 
 use futures_lite::FutureExt;
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
-use shardlog_storage::InternalEntry;
+use shardlog_storage::{InternalEntry, InternalStream};
+use tracing::info;
 
 use crate::controller::CONTROLLER_SHARD;
 use crate::error::TopicError;
+use crate::metadata::TopicTable;
 use crate::metadata_log::ChangeRecord;
 use crate::replication::partition::PartitionEntry;
 use crate::replication::persist::{self, ShardLogSink};
 use crate::replication::{
     node_of, raft_id, Entry, GroupConfig, GroupHost, LogImage, Outcome, ProposeError, RaftGroup,
+    Snapshot,
 };
 use crate::shard::Shard;
 
@@ -81,6 +94,14 @@ enum Applied {
     Skipped,
     /// Another entry took its index, or its leader stepped down before it committed.
     Lost,
+}
+
+/// What the applier gets from the group, in order.
+enum ToApply {
+    /// Committed entries and this node's proposals' outcomes.
+    Committed(Vec<Entry>, Vec<Outcome>),
+    /// A snapshot from the leader, before the entries after it (invariant 4).
+    Snapshot(Snapshot),
 }
 
 /// Shard 0's handle on the metadata group.
@@ -152,13 +173,32 @@ impl Shard {
         let config = GroupConfig::new(raft_id(self.config.node_id as u64));
         // Applied index 0: every committed entry is handed out again, and skipped by
         // version where it applied before (invariant 1).
+        let (to_apply_sender, to_apply) = local_channel::new_unbounded();
+        let committed = Rc::new(to_apply_sender);
+        // Invariant 4: a snapshot the image holds is installed first, if the metadata log
+        // lacks it (a crash between the two); otherwise the image keeps the table
+        // restored here, which is as of its compaction point or later (invariant 3).
+        let mut image = image;
+        match image.snapshot_to_send() {
+            Some(snapshot) => {
+                let _ = committed.try_send(ToApply::Snapshot(snapshot));
+            }
+            None if image.snapshot_index > 0 => {
+                image.snapshot_data = self.table_ref().encode().into();
+            }
+            None => {}
+        }
         let group = RaftGroup::recover(&config, image, 0)?;
-        let (committed, to_apply) = local_channel::new_unbounded();
+        let installs = committed.clone();
         let on_apply = Box::new(move |entries: Vec<Entry>, outcomes: Vec<Outcome>| {
             // Refused only once the applier ended (the shard is stopping).
-            let _ = committed.try_send((entries, outcomes));
+            let _ = committed.try_send(ToApply::Committed(entries, outcomes));
         });
-        let sink = ShardLogSink::new(self.log.clone(), METADATA_GROUP, on_apply);
+        let on_install = Box::new(move |snapshot: Snapshot| {
+            let _ = installs.try_send(ToApply::Snapshot(snapshot));
+        });
+        let sink =
+            ShardLogSink::new(self.log.clone(), METADATA_GROUP, on_apply).with_install(on_install);
         host.add_group(METADATA_GROUP, group, Box::new(sink)).map_err(|e| e.to_string())?;
         let metadata = Rc::new(MetadataGroup {
             host,
@@ -258,6 +298,7 @@ impl Shard {
             if let Some(groups) = self.partition_groups() {
                 groups.compact(METADATA_GROUP, to);
             }
+            self.keep_metadata_snapshot().await;
             return Applied::Skipped;
         }
         let record = ChangeRecord::decode(&entry.data).unwrap_or_else(|e| {
@@ -283,13 +324,73 @@ impl Shard {
     }
 }
 
-/// Applies what the group commits, in index order, one entry at a time.
+impl Shard {
+    /// Invariant 4, the leader's side: the table as the group's snapshot data, after a
+    /// compaction (the table is as of this entry, past the compaction point).
+    async fn keep_metadata_snapshot(&self) {
+        let table = self.table();
+        let data = glommio::executor().spawn_blocking(move || table.encode()).await;
+        let Some(group) = self.metadata_group() else { return };
+        group.host.with_group(METADATA_GROUP, |g| g.set_snapshot_data(data.into()));
+    }
+
+    /// Invariant 4, the follower's side: installs the leader's table at `snapshot`'s
+    /// index unless this node's table is there already.
+    async fn install_metadata_snapshot(self: &Rc<Self>, snapshot: &Snapshot) {
+        let index = snapshot.get_metadata().index;
+        let table = TopicTable::decode(&snapshot.data).unwrap_or_else(|e| {
+            // As for a committed record that does not decode (`apply_metadata_entry`).
+            panic!("the metadata snapshot at {index} does not decode: {e}")
+        });
+        let (theirs, ours) = (table.version, self.table_ref().version);
+        if theirs <= ours {
+            info!(index, version = ours, "metadata snapshot not installed: the table is there");
+            return;
+        }
+        let appended = self.log.append_internal(InternalStream::Metadata, true, &snapshot.data);
+        let durable = match appended {
+            Ok(durable) => durable,
+            Err(e) => {
+                self.unstorable_committed_entry(METADATA_GROUP, index, &format!("{e:?}"));
+                return;
+            }
+        };
+        if let Err(e) = durable.wait().await {
+            self.fatal_storage_error(&e);
+        }
+        self.metadata_snapshots.borrow_mut().snapshot_taken(snapshot.data.len());
+        self.publish_table(table).await;
+        info!(index, from = ours, to = theirs, "metadata snapshot installed");
+    }
+}
+
+/// Applies what the group commits, in index order, one entry at a time, and the leader's
+/// snapshots before the entries after them.
 async fn apply_committed(
     shard: Rc<Shard>,
     group: Rc<MetadataGroup>,
-    committed: LocalReceiver<(Vec<Entry>, Vec<Outcome>)>,
+    to_apply: LocalReceiver<ToApply>,
 ) {
-    while let Some((entries, outcomes)) = committed.recv().await {
+    while let Some(item) = to_apply.recv().await {
+        let (entries, outcomes) = match item {
+            ToApply::Committed(entries, outcomes) => (entries, outcomes),
+            ToApply::Snapshot(snapshot) => {
+                shard.install_metadata_snapshot(&snapshot).await;
+                let index = snapshot.get_metadata().index;
+                group.applied_index.set(group.applied_index.get().max(index));
+                // Proposals at or below it: their fate is inside the snapshot, unknown here.
+                let lost: Vec<(u64, u64)> = group
+                    .waiters
+                    .borrow()
+                    .range(..=index)
+                    .map(|(i, (term, _))| (*i, *term))
+                    .collect();
+                for (index, term) in lost {
+                    group.resolve(index, term, Applied::Lost);
+                }
+                continue;
+            }
+        };
         for entry in entries {
             assert!(entry.index > group.applied_index.get(), "metadata entries out of order");
             let applied = shard.apply_metadata_entry(&entry).await;

@@ -387,6 +387,29 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_message_carries_its_data_up_to_the_body_limit() {
+        let snapshot_message = |data: Vec<u8>| {
+            let mut message = append(2, 0, b"");
+            message.set_msg_type(MessageType::MsgSnapshot);
+            message.entries.clear();
+            let snapshot = message.mut_snapshot();
+            snapshot.data = data.into();
+            let metadata = snapshot.mut_metadata();
+            (metadata.index, metadata.term) = (120, 3);
+            metadata.mut_conf_state().voters = vec![1, 2, 3];
+            message
+        };
+        let table = snapshot_message((0..200_000u32).map(|i| i as u8).collect());
+        let bytes = frame_of(&[(0, table.clone())]);
+        let (frame, _) = decode_frame(&bytes).unwrap();
+        assert_eq!(frame.messages, vec![(0, table)]);
+        // A snapshot over the body limit does not fit a frame: the transport drops it
+        // (`dropped_too_large`), and the follower stays behind (docs/replication.md).
+        let too_large = snapshot_message(vec![7; MAX_BODY_BYTES as usize]);
+        assert!(!FrameEncoder::new(7, 2).push(0, &too_large));
+    }
+
+    #[test]
     fn a_hello_round_trips() {
         let hello = Hello { node_id: u64::MAX, shard: 3, shard_count: 8 };
         assert_eq!(Hello::decode(&hello.encode()), Ok(hello));

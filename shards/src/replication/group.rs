@@ -10,6 +10,7 @@
 //! | `step(message)` from a peer | `take_writes()`: `WriteRequest`s to make durable, in order |
 //! | `propose(data)` (a produce batch) | `take_committed()`: committed entries, in index order |
 //! | `durable(number)` once a write is durable | `take_outcomes()`: what became of each proposal |
+//! | | `take_snapshot()`: a leader's snapshot, installed before the next committed entries |
 //!
 //! Writes are asynchronous (raft-rs `advance_append_async` / `on_persist_ready`), so a
 //! host can gather the writes of many groups (and the partitions' own appends) into one
@@ -33,11 +34,25 @@
 //!    waits for ever.
 //! 3. Write requests are handed out in increasing `number`, and `durable(n)` covers every
 //!    request numbered up to n.
+//! 4. A snapshot received from the leader (the metadata group's: docs/replication.md,
+//!    "Metadata snapshots") is in a write request, handed out by `take_snapshot` before
+//!    any committed entry after it (a host takes it first), and raft-rs hears it applied
+//!    only once that write is durable (raft-rs refuses an applied index past what is
+//!    persisted). Committed entries not yet taken when it arrives are below it and
+//!    dropped: the snapshot holds their effect.
+//! 5. A replica whose log lost what it acknowledged (a data dir replaced: raft assumes it
+//!    never happens) neither panics nor stalls its group: a heartbeat that commits past
+//!    its log commits nothing here (raft-rs would abort), and a leader that learns from a
+//!    rejection that a voter's log ends below the match index it recorded probes that
+//!    voter from its real end (raft-rs never lowers a match index), so it gets entries or
+//!    a snapshot. A replica that started from nothing (no term, no entry) votes for no
+//!    candidate with a non-empty log until its own log is non-empty: it may be one that
+//!    voted in that term before it lost its data.
 
 use std::collections::{BTreeSet, VecDeque};
 
-use raft::eraftpb::{Entry, Message};
-use raft::{Config, RawNode, StateRole};
+use raft::eraftpb::{Entry, Message, MessageType, Snapshot};
+use raft::{Config, RawNode, SnapshotStatus, StateRole};
 
 use super::log::{LogImage, WriteRequest};
 
@@ -144,6 +159,16 @@ pub struct RaftGroup {
     /// This replica's proposals not yet committed or abandoned.
     pending: BTreeSet<Proposal>,
     outcomes: Vec<Outcome>,
+    /// A snapshot received from the leader, for the application to install (invariant 4).
+    snapshot: Option<Snapshot>,
+    /// The highest index handed out to apply (committed entries or a snapshot): raft-rs
+    /// hears it applied once it is also persisted (invariant 4).
+    handed_out: u64,
+    /// Started from nothing and has no entry yet: votes only for empty logs (invariant 5).
+    started_empty: bool,
+    /// Times this replica, leading, found a voter's log shorter than its match index, or,
+    /// following, got a commit index past its own log (invariant 5).
+    lost_logs_seen: u64,
 }
 
 impl RaftGroup {
@@ -153,6 +178,7 @@ impl RaftGroup {
     pub fn recover(config: &GroupConfig, log: LogImage, applied: u64) -> Result<RaftGroup, String> {
         log.check_recovered()?;
         let applied = applied.min(log.hard_state.commit);
+        let started_empty = log.last_index() == 0 && log.hard_state.term == 0;
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let node = RawNode::new(&config.raft_config(applied), log, &logger)
             .map_err(|e| format!("raft group {}: {e}", config.id))?;
@@ -167,6 +193,10 @@ impl RaftGroup {
             committed: Vec::new(),
             pending: BTreeSet::new(),
             outcomes: Vec::new(),
+            snapshot: None,
+            handed_out: 0,
+            started_empty,
+            lost_logs_seen: 0,
         })
     }
 
@@ -180,10 +210,72 @@ impl RaftGroup {
 
     /// A message from a peer. Errors name a message that cannot be stepped (from a
     /// non-member, or a local-only type): drop it.
-    pub fn step(&mut self, message: Message) -> raft::Result<()> {
+    pub fn step(&mut self, mut message: Message) -> raft::Result<()> {
+        if self.refuses_vote(&message) {
+            return Ok(()); // as if lost: the candidate asks again, or another wins
+        }
+        let lost = self.survive_lost_log(&mut message);
         let stepped = self.node.step(message);
         self.handle_ready();
+        self.messages.extend(lost);
         stepped
+    }
+
+    /// Invariant 5, the vote: a replica that started from nothing may have voted in this
+    /// term before it lost its data dir, so it stays out of elections among replicas
+    /// that have entries until it has some itself (a new cluster's first election is
+    /// among empty logs, and goes ahead).
+    fn refuses_vote(&mut self, message: &Message) -> bool {
+        if self.started_empty && self.last_index() > 0 {
+            self.started_empty = false;
+        }
+        let vote = matches!(
+            message.get_msg_type(),
+            MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
+        );
+        self.started_empty && vote && message.index > 0
+    }
+
+    /// Invariant 5, the log: what raft-rs would abort on or never leave. Returns a
+    /// message to send the leader after the step.
+    fn survive_lost_log(&mut self, message: &mut Message) -> Option<Message> {
+        match message.get_msg_type() {
+            // A heartbeat commits at most what the leader matched here; past this log,
+            // this replica lost what it acknowledged. Commit nothing from it, and tell
+            // the leader where the log ends: an append rejection (it promises nothing, so
+            // it need not wait for a write), as the leader sends no append to a voter it
+            // thinks caught up.
+            MessageType::MsgHeartbeat if message.commit > self.last_index() => {
+                let mut rejection = Message {
+                    to: message.from,
+                    from: self.id(),
+                    term: message.term,
+                    index: message.commit,
+                    reject: true,
+                    reject_hint: self.last_index(),
+                    ..Message::default()
+                };
+                rejection.set_msg_type(MessageType::MsgAppendResponse);
+                message.commit = self.commit_index();
+                self.lost_logs_seen += 1;
+                return Some(rejection);
+            }
+            MessageType::MsgAppendResponse if message.reject && self.is_leader() => {
+                let term = self.term();
+                let progress = self.node.raft.mut_prs().get_mut(message.from)?;
+                // Not a rejection raft-rs calls stale (below the match index: sent before
+                // the follower had it), yet its log ends below that index.
+                let current = message.term == term && message.index >= progress.matched;
+                if current && message.reject_hint < progress.matched {
+                    progress.become_probe();
+                    progress.matched = 0;
+                    progress.next_idx = message.reject_hint + 1;
+                    self.lost_logs_seen += 1;
+                }
+            }
+            _ => {}
+        }
+        None
     }
 
     /// Proposes `data` (one produce batch, later): only the leader accepts.
@@ -217,8 +309,23 @@ impl RaftGroup {
     // -- outputs --------------------------------------------------------------------------
 
     /// Messages to send to peers (`Message::to`); losing some is fine, raft retries.
+    /// A snapshot handed out here counts as sent: raft-rs probes the follower again after
+    /// its next heartbeat, and sends it again if it did not arrive.
     pub fn take_messages(&mut self) -> Vec<Message> {
-        std::mem::take(&mut self.messages)
+        let messages = std::mem::take(&mut self.messages);
+        for message in &messages {
+            if message.get_msg_type() == MessageType::MsgSnapshot {
+                self.node.report_snapshot(message.to, SnapshotStatus::Finish);
+            }
+        }
+        messages
+    }
+
+    /// A snapshot from the leader to install before the entries `take_committed` hands
+    /// out next (invariant 4): its metadata says the index it replaces the log up to,
+    /// its data is the application's state (the metadata group's table).
+    pub fn take_snapshot(&mut self) -> Option<Snapshot> {
+        self.snapshot.take()
     }
 
     /// Writes to make durable in this order, each reported with `durable(number)`.
@@ -297,10 +404,26 @@ impl RaftGroup {
     }
 
     /// Compacts this replica's log up to `to`, no further than what raft-rs applied (so
-    /// never an entry it still hands out). Returns whether anything was dropped.
+    /// never an entry it still hands out). Returns whether anything was dropped. The
+    /// snapshot data goes with it (`LogImage` invariant 4): set it again.
     pub fn compact(&mut self, to: u64) -> bool {
         let to = to.min(self.node.raft.raft_log.applied);
         self.node.mut_store().compact(to)
+    }
+
+    /// Keeps `data`, the application's state as of this replica's snapshot point or a
+    /// later index it applied, as what a follower the log was compacted past is sent
+    /// (`LogImage` invariant 4). Only for an application that skips entries it already
+    /// applied (the metadata group); nothing without a snapshot point.
+    pub fn set_snapshot_data(&mut self, data: bytes::Bytes) {
+        if self.log().snapshot_index > 0 {
+            self.node.mut_store().snapshot_data = data;
+        }
+    }
+
+    /// Invariant 5's count: lost logs this replica saw (its own or a voter's).
+    pub fn lost_logs_seen(&self) -> u64 {
+        self.lost_logs_seen
     }
 
     /// On the leader, hands the leadership to the voter with the highest match index
@@ -359,6 +482,12 @@ impl RaftGroup {
                 entries: ready.take_entries(),
                 snapshot,
             };
+            if let Some(snapshot) = &write.snapshot {
+                // Invariant 4: what was committed before it is in it.
+                self.committed.clear();
+                self.handed_out = snapshot.get_metadata().index;
+                self.snapshot = Some(snapshot.clone());
+            }
             if !write.is_empty() {
                 // raft-rs reads what it wrote before it is durable.
                 self.node.mut_store().apply(&write);
@@ -371,7 +500,10 @@ impl RaftGroup {
             }
             let committed = ready.take_committed_entries();
             self.node.advance_append_async(ready);
-            self.node.advance_apply();
+            if let Some(last) = committed.last() {
+                self.handed_out = last.index;
+            }
+            self.advance_apply();
             self.last_ready = number;
             self.deliver_committed(committed);
             self.release_durable();
@@ -399,10 +531,21 @@ impl RaftGroup {
         if durable > self.persisted_ready {
             self.node.on_persist_ready(durable);
             self.persisted_ready = durable;
+            self.advance_apply();
         }
         while self.held.front().is_some_and(|(n, _)| *n <= durable) {
             let (_, messages) = self.held.pop_front().expect("checked above");
             self.messages.extend(messages);
+        }
+    }
+
+    /// Tells raft-rs what was handed out is applied, up to what it has persisted: a
+    /// snapshot is handed out before it is durable (invariant 4), entries never are.
+    fn advance_apply(&mut self) {
+        let log = &self.node.raft.raft_log;
+        let applied = self.handed_out.min(log.persisted);
+        if applied > log.applied {
+            self.node.advance_apply_to(applied);
         }
     }
 
@@ -443,6 +586,12 @@ mod tests {
     /// Writes made durable at once and messages delivered until nothing moves; messages
     /// to a replica past the end of `groups` are lost.
     fn settle(groups: &mut [RaftGroup]) {
+        settle_keeping(groups, |_| false);
+    }
+
+    /// `settle`, except that the messages `keep` picks are not delivered but returned.
+    fn settle_keeping(groups: &mut [RaftGroup], keep: impl Fn(&Message) -> bool) -> Vec<Message> {
+        let mut kept = Vec::new();
         loop {
             let mut mail = Vec::new();
             for group in groups.iter_mut() {
@@ -451,8 +600,10 @@ mod tests {
                 }
                 mail.extend(group.take_messages());
             }
+            let (picked, mail): (Vec<_>, Vec<_>) = mail.into_iter().partition(|m| keep(m));
+            kept.extend(picked);
             if mail.is_empty() {
-                return;
+                return kept;
             }
             for message in mail {
                 if let Some(to) = groups.get_mut(message.to as usize - 1) {
@@ -559,6 +710,153 @@ mod tests {
             assert_eq!(group.commit_index(), next.index);
             assert_eq!(group.take_committed().last().unwrap().data.as_ref(), b"after");
         }
+    }
+
+    /// Replica 3 with its data dir lost: a new empty log, as at a node's first start.
+    fn wiped_replica_3() -> RaftGroup {
+        let mut config = GroupConfig::new(3);
+        config.fixed_election_timeout = Some(10 + 7 * 2);
+        RaftGroup::recover(&config, LogImage::new(&[1, 2, 3]), 0).unwrap()
+    }
+
+    /// One entry committed, every log compacted up to it, the leader's snapshot data set to
+    /// `data` (none if empty), then replica 3's data dir lost; the compaction index.
+    fn compacted_then_replica_3_wiped(data: &'static [u8]) -> (Vec<RaftGroup>, u64) {
+        let mut groups = elect_replica_1();
+        groups[0].propose(b"batch".to_vec()).unwrap();
+        settle(&mut groups);
+        let last = groups[0].commit_index();
+        for group in groups.iter_mut() {
+            group.take_committed();
+            assert!(group.compact(last));
+        }
+        groups[0].set_snapshot_data(bytes::Bytes::from_static(data));
+        groups[2] = wiped_replica_3();
+        (groups, last)
+    }
+
+    #[test]
+    fn a_voter_that_lost_its_log_installs_the_leaders_snapshot_and_replicates_after_it() {
+        let mut groups = elect_replica_1();
+        for k in 0..5 {
+            groups[0].propose(format!("batch {k}").into_bytes()).unwrap();
+            settle(&mut groups);
+        }
+        let last = groups[0].commit_index();
+        // Every replica applied and compacted; the leader keeps its state as snapshot data.
+        for group in groups.iter_mut() {
+            group.take_committed();
+            assert!(group.compact(last));
+        }
+        let state = bytes::Bytes::from_static(b"the state at the compaction point");
+        assert_eq!(groups[0].log().snapshot_to_send(), None, "compaction clears the data");
+        groups[0].set_snapshot_data(state.clone());
+        groups[2] = wiped_replica_3();
+        // Replica 3's writes are made durable at once and kept, to replay them after.
+        let (mut installed, mut written) = (Vec::new(), Vec::new());
+        for _ in 0..20 {
+            groups.iter_mut().for_each(RaftGroup::tick);
+            loop {
+                let writes = groups[2].take_writes();
+                if let Some(last) = writes.last() {
+                    groups[2].durable(last.number);
+                }
+                written.extend(writes);
+                installed.extend(groups[2].take_snapshot());
+                let mut mail = Vec::new();
+                for group in groups.iter_mut() {
+                    if let Some(last) = group.take_writes().last() {
+                        group.durable(last.number);
+                    }
+                    mail.extend(group.take_messages());
+                }
+                if mail.is_empty() && groups[2].take_writes().is_empty() {
+                    break;
+                }
+                for message in mail {
+                    groups[message.to as usize - 1].step(message).unwrap();
+                }
+            }
+        }
+        assert!(groups[0].lost_logs_seen() > 0, "the leader saw replica 3's log end below");
+        assert!(groups[2].lost_logs_seen() > 0, "replica 3 got a commit past its log");
+        assert_eq!(installed.len(), 1, "one snapshot installed");
+        assert_eq!((installed[0].get_metadata().index, &installed[0].data), (last, &state));
+        assert!(groups[2].take_committed().is_empty(), "nothing at or below the snapshot");
+        let (leader, wiped) = (groups[0].log(), groups[2].log());
+        assert_eq!((wiped.snapshot_index, wiped.snapshot_term), (last, leader.snapshot_term));
+        assert_eq!(wiped.hard_state.term, leader.hard_state.term);
+        assert_eq!(wiped.hard_state.commit, last);
+        assert_eq!(wiped.snapshot_to_send().unwrap().data, state, "it can send it on");
+        // Durable: replaying what replica 3 wrote gives its log back.
+        let mut replayed = LogImage::new(&[1, 2, 3]);
+        written.iter().for_each(|write| replayed.apply(write));
+        assert_eq!(&replayed, groups[2].log());
+        // Later entries replicate to it as to the others.
+        let next = groups[0].propose(b"after".to_vec()).unwrap();
+        settle(&mut groups);
+        assert_eq!(groups[0].compactable(), Some(next.index), "replica 3 caught up");
+        let after = groups[2].take_committed();
+        assert_eq!(after.iter().map(|e| e.index).collect::<Vec<_>>(), vec![next.index]);
+        assert_eq!(after[0].data.as_ref(), b"after");
+    }
+
+    #[test]
+    fn a_follower_acknowledges_a_snapshot_only_once_its_write_is_durable() {
+        let (mut groups, last) = compacted_then_replica_3_wiped(b"state");
+        // Deliver everything but the snapshot, which is kept.
+        let mut snapshots = Vec::new();
+        for _ in 0..20 {
+            groups.iter_mut().for_each(RaftGroup::tick);
+            let is_snapshot = |m: &Message| m.get_msg_type() == MessageType::MsgSnapshot;
+            snapshots.extend(settle_keeping(&mut groups, is_snapshot));
+        }
+        let snapshot = snapshots.into_iter().next().expect("the leader sent a snapshot");
+        groups[2].step(snapshot).unwrap();
+        let writes = groups[2].take_writes();
+        assert_eq!(writes.len(), 1);
+        assert_eq!(writes[0].snapshot.as_ref().unwrap().get_metadata().index, last);
+        assert!(groups[2].take_messages().is_empty(), "acknowledged before durable");
+        assert!(groups[2].take_snapshot().is_some(), "handed out to install at once");
+        groups[2].durable(writes[0].number);
+        let acks = groups[2].take_messages();
+        assert_eq!(acks.len(), 1);
+        assert_eq!(acks[0].get_msg_type(), MessageType::MsgAppendResponse);
+        assert_eq!((acks[0].index, acks[0].reject), (last, false));
+    }
+
+    #[test]
+    fn a_replica_that_started_from_nothing_votes_only_among_empty_logs() {
+        let mut wiped = wiped_replica_3();
+        let vote = |index| {
+            let mut m =
+                Message { from: 1, to: 3, term: 9, index, log_term: 8, ..Default::default() };
+            m.set_msg_type(MessageType::MsgRequestVote);
+            m
+        };
+        wiped.step(vote(40)).unwrap();
+        assert!(wiped.take_messages().is_empty() && wiped.take_writes().is_empty());
+        assert_eq!(wiped.term(), 0, "the candidate's term is not even adopted");
+        // A new cluster's first election: every log empty, the vote is given.
+        wiped.step(Message { index: 0, log_term: 0, ..vote(0) }).unwrap();
+        let writes = wiped.take_writes();
+        wiped.durable(writes.last().unwrap().number);
+        let granted = wiped.take_messages();
+        assert_eq!(granted.len(), 1);
+        assert_eq!(granted[0].get_msg_type(), MessageType::MsgRequestVoteResponse);
+        assert!(!granted[0].reject);
+    }
+
+    #[test]
+    fn a_partition_groups_log_compacted_past_a_voter_sends_no_snapshot() {
+        let (mut groups, _) = compacted_then_replica_3_wiped(b"");
+        for _ in 0..20 {
+            groups.iter_mut().for_each(RaftGroup::tick);
+            settle(&mut groups);
+        }
+        assert_eq!(groups[2].log().last_index(), 0, "no data: SnapshotTemporarilyUnavailable");
+        assert!(groups[2].take_snapshot().is_none());
+        assert_eq!(groups[0].compactable(), Some(0), "it holds compaction back");
     }
 
     #[test]

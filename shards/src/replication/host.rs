@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::Task;
-use raft::eraftpb::Entry;
+use raft::eraftpb::{Entry, Snapshot};
 use shardlog_storage::Durable;
 
 use super::group::{Outcome, RaftGroup};
@@ -89,6 +89,16 @@ pub trait GroupSink {
     /// Entries committed since the last call, in index order, and what became of this
     /// replica's proposals.
     fn apply(&mut self, committed: Vec<Entry>, outcomes: Vec<Outcome>);
+
+    /// A snapshot from the leader: the application's state replaces everything up to its
+    /// index, before any entry `apply` gets after this call (`RaftGroup` invariant 4).
+    /// Only the metadata group's leaders send one (docs/replication.md, "Metadata
+    /// snapshots"); a sink of a group that never has one keeps this default, a bug if
+    /// called.
+    fn install(&mut self, snapshot: Snapshot) {
+        let index = snapshot.get_metadata().index;
+        panic!("a raft snapshot at {index} for a group whose application cannot install one");
+    }
 }
 
 /// Counters of a host since its start.
@@ -341,6 +351,9 @@ impl Inner {
                 self.count(|s| s.dropped_unknown_peer += 1);
                 tracing::warn!(group = id, ?to, "replication: a message for a node not in --peers");
             }
+        }
+        if let Some(snapshot) = hosted.group.take_snapshot() {
+            hosted.sink.install(snapshot);
         }
         let committed = hosted.group.take_committed();
         let outcomes = hosted.group.take_outcomes();

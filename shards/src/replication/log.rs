@@ -21,6 +21,11 @@
 //!    log matching: a conflicting suffix is never kept).
 //! 3. `hard_state.commit <= last_index()` in every image a write request produced, since a
 //!    request carries the entries its commit index covers (checked on recovery).
+//! 4. `snapshot_data`, when not empty, is the application's state as of the snapshot
+//!    point or of a later committed index: compacting further clears it (the application
+//!    sets it again, `RaftGroup::set_snapshot_data`), a received snapshot brings its own.
+//!    "Later" is safe only for an application that skips what it already applied (the
+//!    metadata group's table versions: docs/replication.md, "Metadata snapshots").
 
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
@@ -34,9 +39,9 @@ pub struct WriteRequest {
     pub hard_state: Option<HardState>,
     /// Entries to append; the first one replaces the log from its index on (invariant 2).
     pub entries: Vec<Entry>,
-    /// A snapshot that replaces the log up to its index: raft-rs never hands one out here
-    /// (no snapshot is sent between replicas, docs/replication.md); a stream snapshot
-    /// stores a compacted image as one (`LogImage::as_write`).
+    /// A snapshot that replaces the log up to its index: one a leader sent (only the
+    /// metadata group's carry data, docs/replication.md "Metadata snapshots"), or a
+    /// compacted image stored as one by a stream snapshot (`LogImage::as_write`).
     pub snapshot: Option<Snapshot>,
 }
 
@@ -60,6 +65,10 @@ pub struct LogImage {
     pub snapshot_term: u64,
     /// Entries after the snapshot, dense (invariant 1).
     pub entries: Vec<Entry>,
+    /// The application's state at the snapshot point or later (invariant 4), which
+    /// `Storage::snapshot` sends to a follower the log was compacted past; empty: none
+    /// (partition groups never have one: their snapshot would be segment files).
+    pub snapshot_data: bytes::Bytes,
 }
 
 impl LogImage {
@@ -139,6 +148,7 @@ impl LogImage {
         self.snapshot_term = metadata.term;
         self.conf_state = metadata.get_conf_state().clone();
         self.hard_state.commit = self.hard_state.commit.max(metadata.index);
+        self.snapshot_data = snapshot.data.clone();
     }
 
     /// Folds the entries up to `to` into the snapshot point (log compaction: docs/
@@ -150,7 +160,23 @@ impl LogImage {
         self.entries.drain(..(to - self.snapshot_index) as usize);
         self.snapshot_index = to;
         self.snapshot_term = term;
+        // Invariant 4: the data may be as of an index below the new point.
+        self.snapshot_data = bytes::Bytes::new();
         true
+    }
+
+    /// The raft snapshot this image can send: its snapshot point with the application's
+    /// data (invariant 4); None without data.
+    pub fn snapshot_to_send(&self) -> Option<Snapshot> {
+        if self.snapshot_index == 0 || self.snapshot_data.is_empty() {
+            return None;
+        }
+        let mut snapshot = Snapshot { data: self.snapshot_data.clone(), ..Snapshot::default() };
+        let metadata = snapshot.mut_metadata();
+        metadata.index = self.snapshot_index;
+        metadata.term = self.snapshot_term;
+        metadata.set_conf_state(self.conf_state.clone());
+        Some(snapshot)
     }
 
     /// The image as one write request that gives it back when applied to a new image of
@@ -163,6 +189,7 @@ impl LogImage {
             metadata.index = self.snapshot_index;
             metadata.term = self.snapshot_term;
             metadata.set_conf_state(self.conf_state.clone());
+            snapshot.data = self.snapshot_data.clone();
             snapshot
         });
         WriteRequest {
@@ -240,8 +267,13 @@ impl Storage for LogImage {
     fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
         // A group compacts only what every voter has (docs/replication.md, "Log
         // compaction"), so a voter is caught up from entries; one that lost its data dir
-        // would need a snapshot, which for a Kafka partition is segment files (not yet).
-        Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable))
+        // needs a snapshot. The metadata group's applier keeps its table here
+        // (invariant 4); a partition group has none (its snapshot would be segment files,
+        // not done), so raft-rs keeps asking and the voter stays behind.
+        match self.snapshot_to_send() {
+            Some(snapshot) => Ok(snapshot),
+            None => Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable)),
+        }
     }
 }
 

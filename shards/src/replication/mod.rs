@@ -18,7 +18,14 @@
 //! `persist.rs` puts a group's write requests on the shard log (`InternalStream::Raft`,
 //! one entry per request, in the shard's group commit), and rebuilds the groups'
 //! `LogImage`s from that stream at start-up, with each partition group's last applying
-//! marker. `partition.rs` holds the partition groups' pieces without IO: group ids of a
+//! marker.
+//!
+//! Raft snapshots: a group's log is compacted up to what every voter has; a voter that
+//! lost its log (a data dir replaced) is sent the image's snapshot data, which only the
+//! metadata group has (its topic table: `crate::metadata_group` invariant 4); a partition
+//! group's `Storage::snapshot` answers "temporarily unavailable", so such a voter stays
+//! behind there. The driver hands a received snapshot to the host before later entries
+//! (`GroupSink::install`), and survives the lost log itself (`group.rs` invariant 5). `partition.rs` holds the partition groups' pieces without IO: group ids of a
 //! (replica set, shard), the produce entry, and the exactly-once rule of the markers.
 //!
 //! Runs on: the shard that owns the group (shard s of every node replicates with shard s

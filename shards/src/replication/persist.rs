@@ -19,11 +19,12 @@
 //! | size | field |
 //! |---|---|
 //! | 1 | version (= 1) |
-//! | 1 | flags: bit 0 hard state present, bit 1 snapshot marker present; others 0 |
+//! | 1 | flags: bit 0 hard state present, bit 1 snapshot marker present, bit 2 snapshot data present (only with bit 1); others 0 |
 //! | 8 | group id |
 //! | 8 | `number` (the driver's ready number; diagnostics only: numbers restart per life) |
 //! | 24 | hard state, if bit 0: term, vote, commit |
 //! | 16 + conf | snapshot marker, if bit 1: index, term, conf state (below) |
+//! | 4 + data | snapshot data, if bit 2: length u32, then the application's bytes (the metadata group's table) |
 //! | 4 | entry count n |
 //! | n × (25 + data + context) | entry: index u64, term u64, type u8 (0 normal, 1 conf change, 2 conf change v2), data length u32, data, context length u32, context |
 //!
@@ -57,12 +58,15 @@
 //!
 //! Conf state: voters, learners, voters outgoing, learners next (each a count u32 then
 //! that many u64), auto leave u8 (0 or 1). A snapshot marker names the snapshot's index,
-//! term and voters, not its data: a Kafka partition's snapshot is its segment files (step
-//! 5 of docs/replication.md; no snapshot is sent in this slice).
+//! term and voters; its data follows only when it has some: a snapshot the metadata group
+//! sent (the topic table, docs/replication.md "Metadata snapshots"), and a compacted
+//! image of that group (`LogImage::snapshot_data`). A partition group's snapshot would be
+//! its segment files: none is sent. Bit 2 came with metadata snapshots; a broker that
+//! predates it refuses the flag (`UnknownFlags`) rather than drop the data.
 //!
 //! Invariants:
-//! 1. `decode(encode(g, w)) == (g, w)` for every write request whose snapshot carries no
-//!    data and whose entries are dense (the driver's always are) and clear `sync_log`
+//! 1. `decode(encode(g, w)) == (g, w)` for every write request whose snapshot carries
+//!    only index, term, conf state and data, and whose entries are dense (the driver's always are) and clear `sync_log`
 //!    (deprecated in raft-rs, never set).
 //! 2. `decode` never panics: bad bytes are a `DecodeError`.
 //! 3. `replay` never panics on entries that decode: a write that `LogImage::apply` could
@@ -101,6 +105,7 @@ pub const SNAPSHOT_PAYLOAD_VERSION: u8 = 3;
 const MARKER_BYTES: usize = 1 + 8 + 8 + 8 + 8;
 const HAS_HARD_STATE: u8 = 1;
 const HAS_SNAPSHOT: u8 = 2;
+const HAS_SNAPSHOT_DATA: u8 = 4;
 /// Bytes of an entry without its data and context.
 const ENTRY_FIXED_BYTES: usize = 8 + 8 + 1 + 4 + 4;
 
@@ -135,8 +140,10 @@ pub fn encode(group: u64, write: &WriteRequest) -> Vec<u8> {
     let data: usize = write.entries.iter().map(|e| e.data.len() + e.context.len()).sum();
     let mut out = Vec::with_capacity(64 + write.entries.len() * ENTRY_FIXED_BYTES + data);
     out.push(RAFT_PAYLOAD_VERSION);
+    let has_data = write.snapshot.as_ref().is_some_and(|s| !s.data.is_empty());
     let flags = (write.hard_state.is_some() as u8 * HAS_HARD_STATE)
-        | (write.snapshot.is_some() as u8 * HAS_SNAPSHOT);
+        | (write.snapshot.is_some() as u8 * HAS_SNAPSHOT)
+        | (has_data as u8 * HAS_SNAPSHOT_DATA);
     out.push(flags);
     out.extend_from_slice(&group.to_le_bytes());
     out.extend_from_slice(&write.number.to_le_bytes());
@@ -150,6 +157,10 @@ pub fn encode(group: u64, write: &WriteRequest) -> Vec<u8> {
         out.extend_from_slice(&metadata.index.to_le_bytes());
         out.extend_from_slice(&metadata.term.to_le_bytes());
         encode_conf_state(metadata.get_conf_state(), &mut out);
+        if has_data {
+            out.extend_from_slice(&(snapshot.data.len() as u32).to_le_bytes());
+            out.extend_from_slice(&snapshot.data);
+        }
     }
     out.extend_from_slice(&(write.entries.len() as u32).to_le_bytes());
     for entry in &write.entries {
@@ -188,7 +199,8 @@ pub fn decode(payload: &Bytes) -> Result<(u64, WriteRequest), DecodeError> {
         return Err(DecodeError::UnknownVersion(version));
     }
     let flags = reader.u8()?;
-    if flags & !(HAS_HARD_STATE | HAS_SNAPSHOT) != 0 {
+    let data_without_snapshot = flags & HAS_SNAPSHOT_DATA != 0 && flags & HAS_SNAPSHOT == 0;
+    if flags & !(HAS_HARD_STATE | HAS_SNAPSHOT | HAS_SNAPSHOT_DATA) != 0 || data_without_snapshot {
         return Err(DecodeError::UnknownFlags(flags));
     }
     let group = reader.u64()?;
@@ -203,6 +215,10 @@ pub fn decode(payload: &Bytes) -> Result<(u64, WriteRequest), DecodeError> {
         metadata.index = reader.u64()?;
         metadata.term = reader.u64()?;
         metadata.set_conf_state(reader.conf_state()?);
+        if flags & HAS_SNAPSHOT_DATA != 0 {
+            let len = reader.u32()? as usize;
+            snapshot.data = reader.take(len)?;
+        }
         write.snapshot = Some(snapshot);
     }
     let count = reader.u32()? as usize;
@@ -528,6 +544,9 @@ pub struct ShardLogSink<D: Disk> {
     log: ShardLog<D>,
     group: u64,
     on_apply: Box<dyn FnMut(Vec<Entry>, Vec<Outcome>)>,
+    /// Where a snapshot from the leader goes (the metadata group's applier); None for a
+    /// group that never gets one (`GroupSink::install`'s default).
+    on_install: Option<Box<dyn FnMut(Snapshot)>>,
 }
 
 impl<D: Disk> ShardLogSink<D> {
@@ -536,7 +555,14 @@ impl<D: Disk> ShardLogSink<D> {
         group: u64,
         on_apply: Box<dyn FnMut(Vec<Entry>, Vec<Outcome>)>,
     ) -> Self {
-        ShardLogSink { log, group, on_apply }
+        ShardLogSink { log, group, on_apply, on_install: None }
+    }
+
+    /// The sink with `on_install` taking the snapshots the leader sends (after the write
+    /// that carries one went to the log, like every write).
+    pub fn with_install(mut self, on_install: Box<dyn FnMut(Snapshot)>) -> Self {
+        self.on_install = Some(on_install);
+        self
     }
 }
 
@@ -565,6 +591,15 @@ impl<D: Disk> GroupSink for ShardLogSink<D> {
 
     fn apply(&mut self, committed: Vec<Entry>, outcomes: Vec<Outcome>) {
         (self.on_apply)(committed, outcomes)
+    }
+
+    fn install(&mut self, snapshot: Snapshot) {
+        let index = snapshot.get_metadata().index;
+        let group = self.group;
+        let on_install = self.on_install.as_mut().unwrap_or_else(|| {
+            panic!("raft group {group} got a snapshot at {index}: it cannot install one")
+        });
+        on_install(snapshot)
     }
 }
 
@@ -613,6 +648,39 @@ mod tests {
     }
 
     #[test]
+    fn a_received_snapshot_round_trips_with_its_data_and_replays_into_the_image() {
+        let mut write = full_write();
+        let snapshot = write.snapshot.as_mut().unwrap();
+        snapshot.data = Bytes::from_static(b"the topic table");
+        snapshot.mut_metadata().mut_conf_state().learners.clear();
+        let bytes = encode(7, &write);
+        assert_eq!(bytes[1], HAS_HARD_STATE | HAS_SNAPSHOT | HAS_SNAPSHOT_DATA);
+        assert_eq!(decode(&Bytes::from(bytes.clone())), Ok((7, write.clone())));
+        for cut in 0..bytes.len() {
+            let cut = Bytes::copy_from_slice(&bytes[..cut]);
+            assert_eq!(decode(&cut), Err(DecodeError::Truncated), "cut at {}", cut.len());
+        }
+        // Replay gives the image the driver had: the snapshot point, its data and the
+        // entries after it (an empty log before: a node that lost its data dir).
+        let recovered = [InternalEntry {
+            stream: InternalStream::Raft,
+            snapshot: false,
+            payload: Bytes::from(bytes),
+        }];
+        let images = replay(&recovered, |_| LogImage::new(&[1, 2, 3])).unwrap();
+        let mut expected = LogImage::new(&[1, 2, 3]);
+        expected.apply(&write);
+        assert_eq!(images[&7], expected);
+        assert_eq!(images[&7].snapshot_data, Bytes::from_static(b"the topic table"));
+        assert_eq!((images[&7].snapshot_index, images[&7].last_index()), (4, 6));
+        // A stream snapshot of that image keeps the data, and so can send it again.
+        let mut again = LogImage::new(&[1, 2, 3]);
+        again.apply(&decode(&Bytes::from(encode(7, &images[&7].as_write()))).unwrap().1);
+        assert_eq!(again, images[&7]);
+        assert_eq!(again.snapshot_to_send().unwrap().data, write.snapshot.unwrap().data);
+    }
+
+    #[test]
     fn every_cut_of_a_payload_is_truncated_and_bad_fields_are_named() {
         let bytes = encode(7, &full_write());
         for cut in 0..bytes.len() {
@@ -625,7 +693,8 @@ mod tests {
             decode(&Bytes::from(b))
         };
         assert_eq!(edited(0, 2), Err(DecodeError::UnknownVersion(2)));
-        assert_eq!(edited(1, 7), Err(DecodeError::UnknownFlags(7)));
+        assert_eq!(edited(1, 11), Err(DecodeError::UnknownFlags(11)));
+        assert_eq!(edited(1, 5), Err(DecodeError::UnknownFlags(5)), "data without a snapshot");
         let mut longer = bytes.clone();
         longer.push(0);
         assert_eq!(decode(&Bytes::from(longer)), Err(DecodeError::Trailing(1)));
@@ -834,8 +903,9 @@ mod tests {
     fn arbitrary_write() -> impl Strategy<Value = (u64, WriteRequest)> {
         let ids = || proptest::collection::vec(any::<u64>(), 0..4);
         let hard_state = proptest::option::of((any::<u64>(), any::<u64>(), any::<u64>()));
+        let data = proptest::collection::vec(any::<u8>(), 0..40);
         let snapshot =
-            proptest::option::of((any::<u64>(), any::<u64>(), ids(), ids(), any::<bool>()));
+            proptest::option::of(((any::<u64>(), any::<u64>()), ids(), ids(), any::<bool>(), data));
         let entries = (1u64..1 << 40, proptest::collection::vec(arbitrary_entry(), 0..6));
         (any::<u64>(), any::<u64>(), hard_state, snapshot, entries).prop_map(
             |(group, number, hard_state, snapshot, (first, entries))| {
@@ -845,15 +915,16 @@ mod tests {
                     commit,
                     ..Default::default()
                 });
-                let snapshot = snapshot.map(|(index, term, voters, learners, auto_leave)| {
-                    let mut snapshot = Snapshot::default();
-                    let metadata = snapshot.mut_metadata();
-                    (metadata.index, metadata.term) = (index, term);
-                    let conf_state = metadata.mut_conf_state();
-                    (conf_state.voters, conf_state.learners_next) = (voters, learners);
-                    conf_state.auto_leave = auto_leave;
-                    snapshot
-                });
+                let snapshot =
+                    snapshot.map(|((index, term), voters, learners, auto_leave, data)| {
+                        let mut snapshot = Snapshot { data: data.into(), ..Snapshot::default() };
+                        let metadata = snapshot.mut_metadata();
+                        (metadata.index, metadata.term) = (index, term);
+                        let conf_state = metadata.mut_conf_state();
+                        (conf_state.voters, conf_state.learners_next) = (voters, learners);
+                        conf_state.auto_leave = auto_leave;
+                        snapshot
+                    });
                 let entries = entries
                     .into_iter()
                     .enumerate()
