@@ -183,6 +183,8 @@ struct World {
     step: u64,
     rng: XorShift,
     faults: Faults,
+    /// The seed's faults as drawn (the healing phase has none), for a failure's message.
+    drawn: String,
     voters: Vec<u64>,
     nodes: Vec<SimNode>,
     /// (group index, message).
@@ -217,6 +219,7 @@ impl World {
             seed,
             step: 0,
             rng,
+            drawn: format!("{faults:?}"),
             faults,
             voters,
             nodes,
@@ -231,13 +234,13 @@ impl World {
 
     fn fail(&self, what: String) -> String {
         format!(
-            "seed {} step {}: {what} ({} nodes, {} groups, faults {:?}; replay: SHARDLOG_SEED={} \
+            "seed {} step {}: {what} ({} nodes, {} groups, {}; replay: SHARDLOG_SEED={} \
              cargo test --release -p shardlog-shards --test replication_sim_disk)",
             self.seed,
             self.step,
             self.nodes.len(),
             self.checkers.len(),
-            self.faults,
+            self.drawn,
             self.seed
         )
     }
@@ -340,9 +343,10 @@ impl World {
             let busy = |n: &SimNode| n.life.as_ref().is_some_and(|life| !life.idle());
             let busy: Vec<usize> =
                 (0..self.nodes.len()).filter(|&k| busy(&self.nodes[k])).collect();
-            let node = match busy.is_empty() || self.rng.chance(1, 4) {
-                true => self.rng.below(self.nodes.len() as u64) as usize,
-                false => busy[self.rng.below(busy.len() as u64) as usize],
+            let node = if busy.is_empty() || self.rng.chance(1, 4) {
+                self.rng.below(self.nodes.len() as u64) as usize
+            } else {
+                busy[self.rng.below(busy.len() as u64) as usize]
             };
             // After one yield at least: the flusher had a chance to start.
             (node, 1 + self.rng.up_to(yields.saturating_sub(1)))
