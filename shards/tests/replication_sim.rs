@@ -402,20 +402,9 @@ fn run_seed(seed: u64) -> Result<Stats, String> {
     Ok(world.stats)
 }
 
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .map_or(default, |s| s.parse().unwrap_or_else(|_| panic!("{name} is a number, not {s:?}")))
-}
-
 #[test]
 fn replicas_never_lose_or_diverge_on_acknowledged_proposals_under_faults() {
-    let seeds: Vec<u64> = match std::env::var("SHARDLOG_SEED") {
-        Ok(seed) => vec![seed.parse().expect("SHARDLOG_SEED is a number")],
-        Err(_) => {
-            let first = env_number("SHARDLOG_RAFT_SIM_FIRST_SEED", 1);
-            (first..first + env_number("SHARDLOG_RAFT_SIM_SEEDS", DEFAULT_SEEDS)).collect()
-        }
-    };
+    let seeds = raft_sim::seeds("SHARDLOG_RAFT_SIM", DEFAULT_SEEDS);
     let mut total = Stats::default();
     for &seed in &seeds {
         // A panic inside raft-rs or the driver (an assertion) must name its seed too.

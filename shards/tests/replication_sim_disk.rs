@@ -639,20 +639,9 @@ async fn run_seed(seed: u64) -> Result<Stats, String> {
     Ok(world.finish())
 }
 
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .map_or(default, |s| s.parse().unwrap_or_else(|_| panic!("{name} is a number, not {s:?}")))
-}
-
 #[test]
 fn replicas_on_shard_logs_never_lose_or_diverge_on_acknowledged_proposals_under_power_loss() {
-    let seeds: Vec<u64> = match std::env::var("SHARDLOG_SEED") {
-        Ok(seed) => vec![seed.parse().expect("SHARDLOG_SEED is a number")],
-        Err(_) => {
-            let first = env_number("SHARDLOG_RAFT_SIM_DISK_FIRST_SEED", 1);
-            (first..first + env_number("SHARDLOG_RAFT_SIM_DISK_SEEDS", DEFAULT_SEEDS)).collect()
-        }
-    };
+    let seeds = raft_sim::seeds("SHARDLOG_RAFT_SIM_DISK", DEFAULT_SEEDS);
     // A panic inside raft-rs, the driver or the log (an assertion) names its seed too.
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {

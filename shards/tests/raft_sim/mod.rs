@@ -40,6 +40,23 @@ pub fn value_of(data: &[u8]) -> u64 {
     }
 }
 
+/// The seeds to run: `SHARDLOG_SEED` alone if set, else `{prefix}_SEEDS` of them (default
+/// `default`) from `{prefix}_FIRST_SEED` (default 1).
+pub fn seeds(prefix: &str, default: u64) -> Vec<u64> {
+    let number = |name: String, default: u64| {
+        std::env::var(&name).map_or(default, |s| {
+            s.parse().unwrap_or_else(|_| panic!("{name} is a number, not {s:?}"))
+        })
+    };
+    match std::env::var("SHARDLOG_SEED") {
+        Ok(seed) => vec![seed.parse().expect("SHARDLOG_SEED is a number")],
+        Err(_) => {
+            let first = number(format!("{prefix}_FIRST_SEED"), 1);
+            (first..first + number(format!("{prefix}_SEEDS"), default)).collect()
+        }
+    }
+}
+
 /// Messages in flight between nodes `0..n`, and the partition that cuts them.
 pub struct Network<M> {
     /// (step due, message).
