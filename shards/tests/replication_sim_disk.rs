@@ -275,7 +275,11 @@ impl World {
             let image = images.remove(&(g as u64 + 1)).unwrap_or_else(|| LogImage::new(&voters));
             // raft-rs hands committed entries out again from its snapshot point.
             let next_committed = image.snapshot_index + 1;
-            let group = RaftGroup::recover(&config(id, &mut self.rng), image, 0)
+            let mut config = config(id, &mut self.rng);
+            // A write request must fit in one log entry (under a segment): the broker's
+            // segments are far larger than raft-rs's 1 MiB appends, this sim's are not.
+            config.max_size_per_msg = 16 << 10;
+            let group = RaftGroup::recover(&config, image, 0)
                 .map_err(|e| self.fail(format!("node {id} group {}: {e}", g + 1)))?;
             let sink = ShardLogSink::new(log.clone(), g as u64 + 1, Box::new(|_, _| {}));
             replicas.push(Replica { group, sink, next_committed });
