@@ -53,7 +53,7 @@ use shardlog_shards::replication::{GroupSink, LogImage, Message, Proposal, RaftG
 use shardlog_storage::{Durable, LogConfig, ShardLog, SimDisk, XorShift};
 
 /// Seeds a plain `cargo test` runs.
-const DEFAULT_SEEDS: u64 = 300;
+const DEFAULT_SEEDS: u64 = 200;
 /// Faulty steps per seed, then the healing phase.
 const STEPS: u64 = 800;
 /// Steps the healed groups get to converge before the seed fails for liveness.
