@@ -9,7 +9,8 @@
 //! prefix of the unsynced writes (each write whole, as a log entry is), and restarts
 //! from that; clients proposing unique values to random nodes.
 //!
-//! Checked after every step:
+//! Checked after every step, by `raft_sim::Checker` (shared with replication_sim_disk.rs,
+//! which runs several groups per node over a `SimDisk` shard log):
 //! 1. at most one leader per term (ever, across crashes);
 //! 2. committed entries never diverge: every replica's committed entry at an index has
 //!    the term and value every other replica (and its own earlier life) committed there,
@@ -28,11 +29,12 @@
 //! (default `DEFAULT_SEEDS`) from `SHARDLOG_RAFT_SIM_FIRST_SEED` (default 1). A failure
 //! names its seed and step.
 
-use std::collections::{HashMap, VecDeque};
+mod raft_sim;
 
-use shardlog_shards::replication::{
-    GroupConfig, LogImage, Message, Outcome, Proposal, RaftGroup, WriteRequest,
-};
+use std::collections::VecDeque;
+
+use raft_sim::{config, value_of, Checker, Network};
+use shardlog_shards::replication::{LogImage, Message, Proposal, RaftGroup, WriteRequest};
 use shardlog_storage::XorShift;
 
 const NODES: usize = 3;
@@ -118,13 +120,6 @@ struct SimNode {
     next_committed: u64,
 }
 
-/// A proposal a node accepted: its value, and the partition epoch it was made in if the
-/// node was then cut off in a minority.
-struct Proposed {
-    value: u64,
-    isolated_in: Option<u64>,
-}
-
 #[derive(Default)]
 struct Stats {
     acknowledged: u64,
@@ -134,47 +129,16 @@ struct Stats {
     max_term: u64,
 }
 
-/// Invariants 1-5 over everything the replicas report.
-#[derive(Default)]
-struct Checker {
-    leader_of_term: HashMap<u64, u64>,
-    /// index - 1 -> (term, value; 0 for a leader's empty entry).
-    committed: Vec<(u64, u64)>,
-    index_of_value: HashMap<u64, u64>,
-    proposals: HashMap<(u64, Proposal), Proposed>,
-    acknowledged: Vec<(Proposal, u64)>,
-}
-
 struct World {
     seed: u64,
     step: u64,
     rng: XorShift,
     faults: Faults,
     nodes: Vec<SimNode>,
-    network: Vec<(u64, Message)>,
-    /// Nodes with the same component number can talk.
-    component: [u64; NODES],
-    /// Bumped at every partition change (invariant 4's "still cut off").
-    partition_epoch: u64,
+    network: Network<Message>,
     next_value: u64,
     checker: Checker,
     stats: Stats,
-}
-
-/// A replica's settings for one life: raft-rs draws election timeouts from its thread's
-/// generator, so the simulation fixes each life's timeout from the seed instead (nodes
-/// still differ, and a restarted node gets a new one).
-fn config(id: u64, rng: &mut XorShift) -> GroupConfig {
-    let mut config = GroupConfig::new(id);
-    config.fixed_election_timeout = Some(config.election_tick + rng.below(10) as usize);
-    config
-}
-
-fn value_of(data: &[u8]) -> u64 {
-    if data.is_empty() {
-        return 0;
-    }
-    u64::from_be_bytes(data.try_into().expect("values are 8 bytes"))
 }
 
 impl World {
@@ -200,9 +164,7 @@ impl World {
             rng,
             faults,
             nodes,
-            network: Vec::new(),
-            component: [0; NODES],
-            partition_epoch: 0,
+            network: Network::new(NODES),
             next_value: 1,
             checker: Checker::default(),
             stats: Stats::default(),
@@ -218,12 +180,7 @@ impl World {
     }
 
     fn in_minority(&self, node: usize) -> bool {
-        let mine = self.component[node];
-        self.component.iter().filter(|&&c| c == mine).count() * 2 < NODES + 1
-    }
-
-    fn connected(&self, from: u64, to: u64) -> bool {
-        self.component[from as usize - 1] == self.component[to as usize - 1]
+        self.network.in_minority(node)
     }
 
     // -- faults -----------------------------------------------------------------------------
@@ -251,26 +208,13 @@ impl World {
         Ok(())
     }
 
-    fn change_partition(&mut self) {
-        self.partition_epoch += 1;
-        self.component = match self.rng.below(4) {
-            0 | 1 => {
-                let mut component = [0; NODES];
-                component[self.rng.below(NODES as u64) as usize] = 1;
-                component
-            }
-            2 => [0, 1, 2],
-            _ => [0; NODES],
-        };
-    }
-
     fn inject_faults(&mut self) -> Result<(), String> {
         if self.rng.chance(self.faults.crash_per_mille, 1000) {
             let node = self.rng.below(NODES as u64) as usize;
             self.crash(node);
         }
         if self.rng.chance(self.faults.partition_per_mille, 1000) {
-            self.change_partition();
+            self.network.change_partition(&mut self.rng);
         }
         self.restart_due()
     }
@@ -301,18 +245,9 @@ impl World {
 
     /// Messages due now, in random order; each may be lost or cut by the partition.
     fn deliver_due(&mut self) {
-        let (mut due, later): (Vec<_>, Vec<_>) =
-            self.network.drain(..).partition(|(at, _)| *at <= self.step);
-        self.network = later;
-        for k in (1..due.len()).rev() {
-            due.swap(k, self.rng.up_to(k as u64) as usize);
-        }
-        for (_, message) in due {
-            if !self.connected(message.from, message.to)
-                || self.rng.chance(self.faults.drop_percent, 100)
-            {
-                continue;
-            }
+        let ends = |m: &Message| (m.from as usize - 1, m.to as usize - 1);
+        let drop_percent = self.faults.drop_percent;
+        for message in self.network.deliver(&mut self.rng, self.step, drop_percent, ends) {
             if let Some(group) = &mut self.nodes[message.to as usize - 1].group {
                 // Errors are messages raft refuses (none expected from members): dropped.
                 let _ = group.step(message);
@@ -321,12 +256,9 @@ impl World {
     }
 
     fn send(&mut self, messages: Vec<Message>) {
+        let shape = (self.faults.duplicate_percent, self.faults.max_delay_steps);
         for message in messages {
-            let copies = if self.rng.chance(self.faults.duplicate_percent, 100) { 2 } else { 1 };
-            for _ in 0..copies {
-                let at = self.step + 1 + self.rng.up_to(self.faults.max_delay_steps - 1);
-                self.network.push((at, message.clone()));
-            }
+            self.network.send(&mut self.rng, self.step, shape, message);
         }
     }
 
@@ -343,15 +275,14 @@ impl World {
 
     fn propose_somewhere(&mut self) {
         let node = self.rng.below(NODES as u64) as usize;
-        let isolated = self.in_minority(node).then_some(self.partition_epoch);
+        let isolated = self.in_minority(node).then_some(self.network.epoch);
         let n = &mut self.nodes[node];
         let Some(group) = &mut n.group else { return };
         let value = self.next_value;
         if let Ok(proposal) = group.propose(value.to_be_bytes().to_vec()) {
             self.next_value += 1;
             self.stats.isolated_proposals += isolated.is_some() as u64;
-            let proposed = Proposed { value, isolated_in: isolated };
-            self.checker.proposals.insert((n.id, proposal), proposed);
+            self.checker.proposed(n.id, proposal, value, isolated);
         }
     }
 
@@ -366,11 +297,15 @@ impl World {
         self.stats.max_term = self.stats.max_term.max(group.term());
         self.nodes[node].disk.unsynced.extend(writes);
         self.send(messages);
+        let id = self.nodes[node].id;
         for entry in committed {
-            self.check_committed(node, entry.index, entry.term, value_of(&entry.data))?;
+            let next = &mut self.nodes[node].next_committed;
+            let entry = (entry.index, entry.term, value_of(&entry.data));
+            self.checker.check_committed(id, next, entry).map_err(|e| self.fail(e))?;
         }
         for outcome in outcomes {
-            self.check_outcome(node, outcome)?;
+            let isolated = (self.network.epoch, self.in_minority(node));
+            self.checker.check_outcome(id, outcome, isolated).map_err(|e| self.fail(e))?;
         }
         Ok(())
     }
@@ -382,92 +317,18 @@ impl World {
         for node in &self.nodes {
             let Some(group) = &node.group else { continue };
             if group.is_leader() {
-                let leader = *self.checker.leader_of_term.entry(group.term()).or_insert(node.id);
-                if leader != node.id {
-                    let term = group.term();
-                    return Err(
-                        self.fail(format!("nodes {leader} and {} lead term {term}", node.id))
-                    );
-                }
+                let leading = self.checker.check_leader(node.id, group.term());
+                leading.map_err(|e| self.fail(e))?;
             }
         }
-        Ok(())
-    }
-
-    /// Invariant 2.
-    fn check_committed(
-        &mut self,
-        node: usize,
-        index: u64,
-        term: u64,
-        value: u64,
-    ) -> Result<(), String> {
-        let id = self.nodes[node].id;
-        if index != self.nodes[node].next_committed {
-            let expected = self.nodes[node].next_committed;
-            return Err(self.fail(format!("node {id} committed {index}, expected {expected}")));
-        }
-        self.nodes[node].next_committed += 1;
-        let committed = &mut self.checker.committed;
-        if committed.len() < index as usize {
-            committed.push((term, value));
-            if value != 0 {
-                if let Some(at) = self.checker.index_of_value.insert(value, index) {
-                    return Err(self.fail(format!("value {value} committed at {at} and {index}")));
-                }
-            }
-        } else if committed[index as usize - 1] != (term, value) {
-            let before = committed[index as usize - 1];
-            return Err(self.fail(format!(
-                "node {id} committed (term, value) {:?} at {index}, others {before:?}",
-                (term, value)
-            )));
-        }
-        Ok(())
-    }
-
-    /// Invariants 3 and 4.
-    fn check_outcome(&mut self, node: usize, outcome: Outcome) -> Result<(), String> {
-        let id = self.nodes[node].id;
-        let proposal = match outcome {
-            Outcome::Committed(p) => p,
-            Outcome::Abandoned(p) => {
-                // Its fate is unknown: nothing to check but that it was proposed here.
-                self.stats.abandoned += 1;
-                return match self.checker.proposals.remove(&(id, p)) {
-                    Some(_) => Ok(()),
-                    None => Err(self.fail(format!("node {id} abandoned {p:?}, never proposed"))),
-                };
-            }
-        };
-        let Some(proposed) = self.checker.proposals.remove(&(id, proposal)) else {
-            return Err(self.fail(format!("node {id} reported {outcome:?}, never proposed")));
-        };
-        let at = self.checker.committed.get(proposal.index as usize - 1).copied();
-        if at != Some((proposal.term, proposed.value)) {
-            return Err(self.fail(format!("{outcome:?} of value {} but {at:?} is", proposed.value)));
-        }
-        if proposed.isolated_in == Some(self.partition_epoch) && self.in_minority(node) {
-            return Err(self.fail(format!("node {id}, cut off in a minority, acked {proposal:?}")));
-        }
-        self.checker.acknowledged.push((proposal, proposed.value));
-        self.stats.acknowledged += 1;
         Ok(())
     }
 
     /// Invariant 5, after the healing phase synced everything.
     fn check_durable_logs(&self) -> Result<(), String> {
         for node in &self.nodes {
-            for &(proposal, value) in &self.checker.acknowledged {
-                let entry = node.disk.durable.entry(proposal.index);
-                let found = entry.map(|e| (e.term, value_of(&e.data)));
-                if found != Some((proposal.term, value)) {
-                    return Err(self.fail(format!(
-                        "acknowledged value {value} at {proposal:?} is {found:?} on node {}",
-                        node.id
-                    )));
-                }
-            }
+            let checked = self.checker.check_durable_log(node.id, &node.disk.durable);
+            checked.map_err(|e| self.fail(e))?;
         }
         Ok(())
     }
@@ -480,16 +341,15 @@ impl World {
             self.nodes[node].restart_at = self.step;
         }
         self.restart_due()?;
-        self.component = [0; NODES];
-        self.partition_epoch += 1;
+        self.network.heal();
         self.faults = Faults::none();
         let mut last: Option<(u64, Proposal)> = None;
         for _ in 0..HEAL_STEPS {
             self.run_step()?;
             // An abandoned final proposal is proposed again, to whoever leads now.
-            let acked = |p: Proposal, c: &Checker| c.acknowledged.iter().any(|(a, _)| *a == p);
+            let acked = |p: Proposal, c: &Checker| c.is_acknowledged(p);
             if let Some((id, p)) = last {
-                if !self.checker.proposals.contains_key(&(id, p)) && !acked(p, &self.checker) {
+                if !self.checker.pending(id, p) && !acked(p, &self.checker) {
                     last = None;
                 }
             }
@@ -523,8 +383,7 @@ impl World {
             let group = node.group.as_mut()?;
             if let Ok(proposal) = group.propose(value.to_be_bytes().to_vec()) {
                 self.next_value += 1;
-                let proposed = Proposed { value, isolated_in: None };
-                self.checker.proposals.insert((node.id, proposal), proposed);
+                self.checker.proposed(node.id, proposal, value, None);
                 return Some((node.id, proposal));
             }
         }
@@ -538,23 +397,14 @@ fn run_seed(seed: u64) -> Result<Stats, String> {
         world.run_step()?;
     }
     world.heal()?;
+    world.stats.acknowledged = world.checker.acknowledged();
+    world.stats.abandoned = world.checker.abandoned;
     Ok(world.stats)
-}
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .map_or(default, |s| s.parse().unwrap_or_else(|_| panic!("{name} is a number, not {s:?}")))
 }
 
 #[test]
 fn replicas_never_lose_or_diverge_on_acknowledged_proposals_under_faults() {
-    let seeds: Vec<u64> = match std::env::var("SHARDLOG_SEED") {
-        Ok(seed) => vec![seed.parse().expect("SHARDLOG_SEED is a number")],
-        Err(_) => {
-            let first = env_number("SHARDLOG_RAFT_SIM_FIRST_SEED", 1);
-            (first..first + env_number("SHARDLOG_RAFT_SIM_SEEDS", DEFAULT_SEEDS)).collect()
-        }
-    };
+    let seeds = raft_sim::seeds("SHARDLOG_RAFT_SIM", DEFAULT_SEEDS);
     let mut total = Stats::default();
     for &seed in &seeds {
         // A panic inside raft-rs or the driver (an assertion) must name its seed too.

@@ -745,7 +745,9 @@ impl<D: Disk> ShardLog<D> {
         self.inner.state.borrow().core.copy_pending()
     }
 
-    /// Writes an index checkpoint covering everything appended before the call.
+    /// Writes an index checkpoint covering everything appended before the call (none while
+    /// the durable position is off a page boundary, as after a recovery that cut a torn
+    /// entry, until the next flush: recovery would refuse it).
     pub async fn checkpoint(&self) -> Result<(), StorageError> {
         self.write_checkpoint(false).await
     }
@@ -817,6 +819,13 @@ impl<D: Disk> ShardLog<D> {
             let mut state = inner.state.borrow_mut();
             let position = inner.signal.durable.get();
             if position <= state.checkpoint_position && !clean {
+                return None;
+            }
+            // Off a page boundary only after a recovery that cut a torn entry mid-page,
+            // until the next flush pads to one: recovery refuses a checkpoint there
+            // (`load_checkpoint`), so one written now would release segments and older
+            // checkpoints on the word of a checkpoint that is never read.
+            if !position.is_multiple_of(PAGE_BYTES) {
                 return None;
             }
             state.core.start_copy(position);

@@ -100,6 +100,10 @@ struct SimState {
     syncs: u64,
     lazy_zero_fill: bool,
     zero_fills: u64,
+    /// Unsynced writes lost whole and torn by crashes so far (this disk's earlier lives
+    /// included).
+    crash_lost_writes: u64,
+    crash_torn_writes: u64,
 }
 
 /// A disk's whole state as plain data (`Send`, unlike `SimDisk`): files, checkpoints,
@@ -126,6 +130,8 @@ impl SimDisk {
                 syncs: 0,
                 lazy_zero_fill: false,
                 zero_fills: 0,
+                crash_lost_writes: 0,
+                crash_torn_writes: 0,
             })),
             alive: Rc::new(Cell::new(true)),
         }
@@ -201,6 +207,12 @@ impl SimDisk {
     pub fn zero_fill_count(&self) -> u64 {
         self.state.borrow().zero_fills
     }
+    /// Unsynced writes that crashes so far lost whole, and those they tore (some sectors
+    /// landed, one partly), over this disk's lives.
+    pub fn crash_counts(&self) -> (u64, u64) {
+        let state = self.state.borrow();
+        (state.crash_lost_writes, state.crash_torn_writes)
+    }
     /// Completed syncs so far.
     pub fn sync_count(&self) -> u64 {
         self.state.borrow().syncs
@@ -244,9 +256,13 @@ impl SimDisk {
             let mut image = file.durable.clone();
             for (offset, bytes) in &file.unsynced {
                 let landed = match state.rng.below(if tear { 3 } else { 2 }) {
-                    0 => 0,
+                    0 => {
+                        state.crash_lost_writes += 1;
+                        0
+                    }
                     1 => bytes.len(),
                     _ => {
+                        state.crash_torn_writes += 1;
                         let sectors = bytes.len().div_ceil(SECTOR) as u64;
                         let whole = state.rng.below(sectors) as usize * SECTOR;
                         whole + state.rng.below(SECTOR as u64) as usize
@@ -279,6 +295,8 @@ impl SimDisk {
             new_state.max_yields = state.max_yields;
             new_state.max_sync_delay_us = state.max_sync_delay_us;
             new_state.lazy_zero_fill = state.lazy_zero_fill;
+            new_state.crash_lost_writes = state.crash_lost_writes;
+            new_state.crash_torn_writes = state.crash_torn_writes;
         }
         disk
     }

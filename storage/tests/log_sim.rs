@@ -547,6 +547,51 @@ fn a_bit_flip_in_durable_data_truncates_there_and_reports_what_was_dropped() {
     });
 }
 
+/// Found by shards/tests/replication_sim_disk.rs (seed 2703): a recovery that truncates
+/// a torn entry mid-page resumes with its durable position there, off a page boundary,
+/// until the next flush pads to one. A checkpoint taken meanwhile was written at that
+/// position (and old checkpoints and segments released on its word), then refused by
+/// the next recovery, which takes page-aligned checkpoints only: the log replayed from
+/// what segments were left, without the internal entries the released ones held.
+#[test]
+fn no_checkpoint_is_written_that_the_next_recovery_would_refuse() {
+    run(|| async {
+        let disk = SimDisk::new(17);
+        let (log, _, _) = open(&disk, small_config()).await;
+        let first = log.append_internal(InternalStream::Metadata, false, &[1; 100]).unwrap();
+        first.wait().await.unwrap();
+        // Two entries in one flush, on one page; the second one's bytes then rot.
+        log.append_internal(InternalStream::Metadata, false, &[2; 100]).unwrap();
+        let second = log.append_internal(InternalStream::Metadata, false, &[3; 100]).unwrap();
+        second.wait().await.unwrap();
+        drop(log);
+        let bytes = disk.segment_bytes(0).unwrap();
+        let third = bytes.windows(100).position(|w| w == [3; 100]).expect("on disk");
+        assert_ne!(third / 4096, 0, "the first flush holds the first entry alone");
+        disk.flip_durable_bit(0, third + 50, 3);
+        let disk = disk.crash();
+        let (log, internal, report) = open(&disk, small_config()).await;
+        let truncated_at = report.truncated_at.expect("the rotten entry is cut off");
+        assert_ne!(truncated_at % 4096, 0, "{report:?}");
+        assert_eq!(internal.len(), 2, "{report:?}");
+        log.checkpoint().await.unwrap();
+        drop(log);
+        let disk = disk.crash();
+        let (log, internal, report) = open(&disk, small_config()).await;
+        let written = disk.checkpoint_count() > 0;
+        assert_eq!(written, report.checkpoint_position.is_some(), "{report:?}");
+        assert_eq!(internal.len(), 2, "{report:?}");
+        // After the next flush the log is on a page boundary again, and checkpoints there.
+        let third = log.append_internal(InternalStream::Metadata, false, &[4; 100]).unwrap();
+        third.wait().await.unwrap();
+        log.checkpoint().await.unwrap();
+        drop(log);
+        let (_, internal, report) = open(&disk.crash(), small_config()).await;
+        assert!(report.checkpoint_position.is_some(), "{report:?}");
+        assert_eq!(internal.len(), 3, "{report:?}");
+    });
+}
+
 #[test]
 fn invalid_and_oversized_batches_are_refused_and_nothing_is_written() {
     run(|| async {

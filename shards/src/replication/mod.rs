@@ -33,7 +33,10 @@
 //! and what remains are in docs/replication.md.
 //!
 //! Invariants (held by tests/replication_sim.rs, seeded, with a faulty network, crashes
-//! that lose unsynced writes, and restarts):
+//! that lose unsynced writes, and restarts; and by tests/replication_sim_disk.rs, the
+//! same over each node's `SimDisk` shard log with several groups per node, power losses
+//! that lose, keep or tear unsynced writes, the start-up replay, compaction and stream
+//! snapshots):
 //! 1. At most one leader per term.
 //! 2. Committed prefixes never diverge between replicas, across crashes.
 //! 3. No proposal reported `Committed` is ever lost.
