@@ -126,8 +126,8 @@ impl Shard {
                 // Not this replica's own entries (the copies agree up to here), or the
                 // shard is stopping (the entry applies again at restart).
                 let error = format!(
-                    "log start {} past the copy's end {} of {}-{}",
-                    entry.offset, info.log_end_offset, group, entry.partition
+                    "log start {} past this copy's end {} (partition {} of group {group:#x})",
+                    entry.offset, info.log_end_offset, entry.partition
                 );
                 self.unstorable_committed_entry(group, index, &error);
                 return Err(PartitionError::NotLeaderOrFollower);
