@@ -316,6 +316,9 @@ fn a_node_that_lost_its_data_dir_rejoins_the_metadata_group_from_a_snapshot() {
     create_at_controller(&cluster, &all, "after-rejoin");
     let what = "every node to show the topic created after the rejoin";
     wait_for(&cluster, &all, what, every_node_shows(TOPICS + 2));
+    let lost: f64 =
+        cluster.iter().map(|b| b.metric_sum("shardlog_raft_lost_logs_seen_total")).sum();
+    assert!(lost > 0.0, "the wiped node's lost log is counted");
     let what = "the rejoined node's raft log to start at the snapshot";
     common::eventually(DEADLINE, what, || {
         cluster[down].metric_sum("shardlog_raft_log_entries") < 64.0

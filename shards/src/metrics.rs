@@ -212,6 +212,8 @@ pub struct ReplicationMetrics {
     /// Partitions this shard leads whose ISR is smaller than their replica set (Kafka's
     /// UnderReplicatedPartitions).
     pub under_replicated_partitions: u64,
+    /// Lost logs the shard's groups saw (`GroupHost::lost_logs_seen`).
+    pub lost_logs_seen: u64,
 }
 
 /// A group as the console's group list shows it.
@@ -398,6 +400,7 @@ impl Shard {
                     stream_held_bytes: self.log.internal_stream_held_bytes(InternalStream::Raft),
                     compaction: groups.map(|g| g.compaction_stats()).unwrap_or_default(),
                     under_replicated_partitions: self.under_replicated_partitions(),
+                    lost_logs_seen: host.lost_logs_seen(),
                     peers: transport.peer_count() as u64,
                     connected_peers: transport.connected_peers() as u64,
                     inbound_connections: transport.inbound_connections() as u64,

@@ -290,7 +290,7 @@ fn render_replication(text: &mut Text, shards: &[ShardMetrics]) {
     if replicating.is_empty() {
         return;
     }
-    let figures: [(&str, &str, &str, ReplicationValue); 24] = [
+    let figures: [(&str, &str, &str, ReplicationValue); 25] = [
         ("shardlog_replication_peers", "gauge", "Peer nodes this shard replicates with.", |r| {
             r.peers
         }),
@@ -396,6 +396,12 @@ fn render_replication(text: &mut Text, shards: &[ShardMetrics]) {
             "counter",
             "Compaction entries applied that dropped entries from a raft group's log.",
             |r| r.compaction.compactions,
+        ),
+        (
+            "shardlog_raft_lost_logs_seen_total",
+            "counter",
+            "Raft logs found shorter than what they had acknowledged (a replaced data dir), by this shard's groups.",
+            |r| r.lost_logs_seen,
         ),
         (
             "shardlog_raft_stream_snapshots_total",

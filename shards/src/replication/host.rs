@@ -234,6 +234,13 @@ impl GroupHost {
         f(groups.iter().map(|(&id, hosted)| (id, hosted.group.log())).collect())
     }
 
+    /// Lost logs the hosted groups saw (`RaftGroup::lost_logs_seen`: a voter's log, or
+    /// this replica's own, ending below what it had acknowledged, as after a data dir
+    /// was replaced).
+    pub fn lost_logs_seen(&self) -> u64 {
+        self.inner.groups.borrow().values().map(|hosted| hosted.group.lost_logs_seen()).sum()
+    }
+
     /// Hands the leadership of every group this replica leads to its most caught-up
     /// voter (`RaftGroup::transfer_leadership`): before a graceful stop, so clients move
     /// to a leader elected at once rather than after an election timeout. Returns how
