@@ -61,9 +61,6 @@ pub fn run(mut config: Config) -> Result<(), String> {
     // Held until the broker stops: no other shardlog joins these SO_REUSEPORT ports.
     let addrs = listen_addrs(&config, &listeners, &cluster, nr_shards);
     let _claims = crate::port_claims::claim(&addrs)?;
-    for listener in &listeners {
-        check_ports_free(listener, nr_shards)?;
-    }
     check_admin_addr(&config, &listeners, nr_shards)?;
     if cluster.is_some() && config.sasl_bootstrap_user.is_some() {
         // It would be written by each node alone, outside the metadata group.
@@ -71,10 +68,7 @@ pub fn run(mut config: Config) -> Result<(), String> {
                     through the controller (AlterUserScramCredentials)"
             .into());
     }
-    if let Some(cluster) = &cluster {
-        let addrs: Vec<SocketAddr> = (0..nr_shards).map(|s| cluster.listen_addr(s)).collect();
-        check_addrs_free(&addrs)?;
-    }
+    check_addrs_free(&addrs)?;
     let tls = match TlsFiles::from_config(&config) {
         Some(files) if listeners.iter().any(|l| l.protocol.uses_tls()) => {
             let shared = SharedTlsConfig::new(files.load()?);
@@ -214,12 +208,6 @@ fn listen_addrs(
 /// hold the port for a non-REUSEPORT bind, though a restarted broker may reuse it.)
 /// A listener of a broker killed a moment ago can outlive it briefly (io_uring tears its
 /// ring down asynchronously), so a port is retried for a few seconds before giving up.
-fn check_ports_free(listener: &Listener, nr_shards: usize) -> Result<(), String> {
-    let mut addrs = vec![listener.bind];
-    addrs.extend((0..nr_shards).map(|s| listener.shard_addr(s)));
-    check_addrs_free(&addrs)
-}
-
 fn check_addrs_free(addrs: &[SocketAddr]) -> Result<(), String> {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     for a in addrs {
@@ -239,7 +227,8 @@ fn check_addrs_free(addrs: &[SocketAddr]) -> Result<(), String> {
     Ok(())
 }
 
-/// The admin port must be free (as the Kafka ports) and must not be one of them.
+/// The admin port must not be one of the Kafka ports (whether it is free is probed with
+/// them).
 fn check_admin_addr(
     config: &Config,
     listeners: &[Listener],
@@ -254,7 +243,7 @@ fn check_admin_addr(
             ));
         }
     }
-    check_addrs_free(&[admin])
+    Ok(())
 }
 
 async fn shard_main(

@@ -340,6 +340,17 @@ impl PartitionGroups {
     }
 }
 
+/// What the applier answers on `receiver`, or None after `COMMIT_WAIT` (no quorum, or
+/// the leader moved).
+pub(crate) async fn within_commit_wait<T>(receiver: LocalReceiver<T>) -> Option<T> {
+    async { receiver.recv().await }
+        .or(async {
+            glommio::timer::sleep(COMMIT_WAIT).await;
+            None
+        })
+        .await
+}
+
 /// Answers the waiter of entry `key` with `applied` if the entry is the one it proposed
 /// (same term), else with `lost` (invariant 3).
 fn answer<T>(waiters: &Waiters<T>, key: (u64, u64), term: u64, applied: T, lost: T) {
@@ -566,12 +577,7 @@ impl Shard {
         let shard = self.clone();
         Box::pin(async move {
             let (groups, index, receiver) = proposed?;
-            let applied = async { receiver.recv().await }
-                .or(async {
-                    glommio::timer::sleep(COMMIT_WAIT).await;
-                    None
-                })
-                .await;
+            let applied = within_commit_wait(receiver).await;
             groups.waiters.borrow_mut().remove(&(group, index));
             // No answer within the wait: no quorum, or the leader moved. Retriable; an
             // idempotent producer's retry is deduplicated if the entry committed after all.
@@ -649,7 +655,8 @@ impl Shard {
                 return None;
             }
             PartitionEntry::LogStart(log_start) => {
-                self.apply_log_start_entry(group, entry, &log_start).await;
+                let applied = self.apply_log_start(group, entry.index, &log_start).await;
+                groups.resolve_log_start(group, entry.index, entry.term, applied);
                 return None;
             }
             PartitionEntry::Compact { to } => {

@@ -30,14 +30,12 @@
 //! 2. A committed log start entry that a replica's log cannot take stops that broker
 //!    (as a produce entry does): its copy would otherwise keep records the others deleted.
 
-use futures_lite::FutureExt;
 use shardlog_storage::{LogStartError, Offset};
 
 use crate::admin::DELETE_TO_HIGH_WATERMARK;
 use crate::error::PartitionError;
-use crate::metadata_group::COMMIT_WAIT;
 use crate::ops::append_error;
-use crate::partition_group::TABLE_WAIT_POLL;
+use crate::partition_group::{within_commit_wait, TABLE_WAIT_POLL};
 use crate::replication::partition::LogStartEntry;
 use crate::shard::Shard;
 
@@ -77,12 +75,7 @@ impl Shard {
         };
         let proposal = groups.propose_partition_entry(group, entry.encode())?;
         let receiver = groups.wait_for_log_start(group, proposal);
-        let applied = async { receiver.recv().await }
-            .or(async {
-                glommio::timer::sleep(COMMIT_WAIT).await;
-                None
-            })
-            .await;
+        let applied = within_commit_wait(receiver).await;
         groups.forget_log_start_waiter(group, proposal.index);
         let log_start = applied.unwrap_or(Err(PartitionError::NotLeaderOrFollower))?;
         tracing::info!(
@@ -144,19 +137,6 @@ impl Shard {
                     LogStartError::AboveHighWatermark { .. } => PartitionError::OffsetOutOfRange,
                 })
             }
-        }
-    }
-
-    /// The applier's arm for a log start entry: applies it and answers its waiter.
-    pub(crate) async fn apply_log_start_entry(
-        &self,
-        group: u64,
-        entry: &crate::replication::Entry,
-        log_start: &LogStartEntry,
-    ) {
-        let applied = self.apply_log_start(group, entry.index, log_start).await;
-        if let Some(groups) = self.partition_groups() {
-            groups.resolve_log_start(group, entry.index, entry.term, applied);
         }
     }
 }
