@@ -19,6 +19,8 @@
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 
+use shardlog_shards::replication::frame::MAX_BODY_BYTES;
+
 use crate::config::Config;
 use crate::listeners::Listener;
 
@@ -160,6 +162,17 @@ pub fn resolve(
         return Err(format!(
             "--peers: a node of a cluster runs at most {SHARDS_PER_NODE_MAX} shards, not \
              {nr_shards} (broker ids are node_id * 1024 + shard)"
+        ));
+    }
+    // A raft snapshot a leader sends (up to one frame's body) is written as one entry of
+    // this node's log, and one entry holds at most a segment (docs/replication.md, "Raft
+    // writes larger than one log entry").
+    let min_segment = 2 * MAX_BODY_BYTES as u64;
+    if config.segment_bytes < min_segment {
+        return Err(format!(
+            "--segment-bytes {} is too small for a node of a cluster: a raft snapshot of up \
+             to {MAX_BODY_BYTES} bytes must fit one log entry; use at least {min_segment}",
+            config.segment_bytes
         ));
     }
     let first = &listeners[0];
@@ -329,6 +342,12 @@ mod tests {
         refused("1", "1=127.0.0.3:9092,2=127.0.0.2:9092", "binds 127.0.0.1");
         refused("1", "1=127.0.0.1:9092,2=127.0.0.2:65533", "past 65535");
         refused("3000000", "3000000=127.0.0.1:9092", "at most 2097151");
+        let e = cluster(&["--node-id", "1", "--peers", THREE, "--segment-bytes", "8388607"])
+            .unwrap_err();
+        assert!(e.contains("use at least 8388608"), "{e}");
+        assert!(
+            cluster(&["--node-id", "1", "--peers", THREE, "--segment-bytes", "8388608"]).is_ok()
+        );
         let e = cluster(&["--node-id", "1", "--peers", THREE, "--admin-addr", "127.0.0.1:9096"])
             .unwrap_err();
         assert!(e.contains("collides with the replication ports"), "{e}");

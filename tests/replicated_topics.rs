@@ -3,7 +3,8 @@
 //!
 //! - acks=1 and acks=0 produces to the leader of a topic of replication factor 3 are
 //!   stored at the offsets the connection's order gives them, on every copy; a
-//!   transactional batch is refused with INVALID_RECORD (87) and stores nothing;
+//!   transactional batch is refused with INVALID_RECORD (87) and stores nothing, and so
+//!   are records larger than one raft entry holds, with MESSAGE_TOO_LARGE (10);
 //! - DeleteRecords moves the log start of every copy (each shrinks alike), so the leader
 //!   after a kill of the old one's node starts the partition there too;
 //! - CreatePartitions grows the topic: every node names a leader for each new partition,
@@ -127,6 +128,16 @@ fn a_replicated_topic_takes_acks_1_and_0_grows_and_is_deleted_on_every_node() {
     let producer = ProducerFields { producer_id: 4242, producer_epoch: 0, base_sequence: 0 };
     let batch = Bytes::from(transactional_batch(producer, 0, ["in a transaction"]));
     assert_eq!(common::raw_produce(&mut client, LIFE.name, 0, batch).0, 87, "INVALID_RECORD");
+    // One partition's records larger than one entry of the log holds (nine batches of
+    // ~1 MB, 8 MiB segments): refused whole as MESSAGE_TOO_LARGE, nothing stored, and the
+    // group goes on taking produces (the steps below), where the leader's raft write of
+    // them would have been refused by its log and the group stalled.
+    let value = vec![b'x'; 1_000_000];
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let big = common::record_batch(&[(&b"k"[..], &value[..])], now.as_millis() as i64);
+    let nine: Vec<u8> = std::iter::repeat_n(&big[..], 9).flatten().copied().collect();
+    let refused = common::raw_produce(&mut client, LIFE.name, 0, Bytes::from(nine));
+    assert_eq!(refused.0, 10, "MESSAGE_TOO_LARGE");
     LIFE.wait_for_equal_copies(&cluster);
     wait_for_high_watermarks(leader, LIFE.name, &[3]);
     let expected = vec![(0, "one".to_string()), (1, "zero".to_string()), (2, "all".to_string())];

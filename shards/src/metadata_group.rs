@@ -170,7 +170,8 @@ impl Shard {
                  dir (docs/replication.md)"
             ));
         }
-        let config = GroupConfig::new(raft_id(self.config.node_id as u64));
+        let mut config = GroupConfig::new(raft_id(self.config.node_id as u64));
+        config.max_entry_bytes = persist::max_entry_bytes(self.log.max_internal_payload());
         // Applied index 0: every committed entry is handed out again, and skipped by
         // version where it applied before (invariant 1).
         let (to_apply_sender, to_apply) = local_channel::new_unbounded();
@@ -262,6 +263,10 @@ impl Shard {
             }
             Err(ProposeError::Dropped) => {
                 return Err(not_controller("the metadata group refused the proposal".into()))
+            }
+            Err(ProposeError::TooLarge { size, max }) => {
+                let why = format!("the change is {size} bytes; one metadata log entry holds {max}");
+                return Err(TopicError::InvalidRequest(why));
             }
         };
         let (sender, receiver) = local_channel::new_bounded(1);

@@ -278,6 +278,9 @@ impl PartitionGroups {
             Some(Err(ProposeError::NotLeader { .. } | ProposeError::Dropped)) | None => {
                 Err(PartitionError::NotLeaderOrFollower)
             }
+            Some(Err(ProposeError::TooLarge { size, max })) => {
+                Err(PartitionError::MessageTooLarge { size, max })
+            }
         }
     }
 
@@ -327,6 +330,11 @@ impl PartitionGroups {
         let entry = PartitionEntry::encode_offsets(change);
         let proposal = match self.host.with_group(group, |g| g.propose(entry)) {
             Some(Ok(proposal)) => proposal,
+            // As on one node, where the log refuses an entry over a segment.
+            Some(Err(ProposeError::TooLarge { size, max })) => {
+                tracing::warn!(group, size, max, "an offsets change larger than a log entry");
+                return Err(GroupError::Storage);
+            }
             Some(Err(_)) | None => return Err(GroupError::NotCoordinator),
         };
         let (sender, receiver) = local_channel::new_bounded(1);
@@ -510,7 +518,8 @@ impl Shard {
         let image = groups.recovered.borrow_mut().remove(&group);
         let new_group = image.is_none();
         let image = image.unwrap_or_else(|| LogImage::new(&voters));
-        let config = GroupConfig::new(raft_id(self.config.node_id as u64));
+        let mut config = GroupConfig::new(raft_id(self.config.node_id as u64));
+        config.max_entry_bytes = persist::max_entry_bytes(self.log.max_internal_payload());
         // Applied index 0: raft hands every committed entry out again; the markers say
         // which applied before (invariant 1).
         let raft = RaftGroup::recover(&config, image, 0)?;

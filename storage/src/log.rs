@@ -367,6 +367,11 @@ impl<D: Disk> ShardLog<D> {
         })
     }
 
+    /// The largest payload `append_internal` takes: one entry fills at most a segment.
+    pub fn max_internal_payload(&self) -> usize {
+        (self.inner.config.segment_size_bytes - 2 * PAGE_BYTES) as usize - ENTRY_HEADER_BYTES
+    }
+
     /// Appends one internal entry (committed offsets, producer state, metadata); a
     /// snapshot entry replaces every earlier entry of its stream at recovery.
     pub fn append_internal(
@@ -376,7 +381,7 @@ impl<D: Disk> ShardLog<D> {
         payload: &[u8],
     ) -> Result<Durable, AppendError> {
         let inner = &*self.inner;
-        let max = (inner.config.segment_size_bytes - 2 * PAGE_BYTES) as usize - ENTRY_HEADER_BYTES;
+        let max = self.max_internal_payload();
         if payload.len() > max {
             return Err(AppendError::TooLarge { size: payload.len(), max });
         }

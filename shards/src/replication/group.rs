@@ -73,6 +73,10 @@ pub struct GroupConfig {
     pub max_size_per_msg: u64,
     /// Append messages in flight to one follower.
     pub max_inflight_msgs: usize,
+    /// Most data one proposal may carry: what one entry of the host's log holds with its
+    /// write request around it (`persist::max_entry_bytes`); larger ones are refused
+    /// (`ProposeError::TooLarge`) rather than left for the log to refuse.
+    pub max_entry_bytes: usize,
 }
 
 impl GroupConfig {
@@ -86,6 +90,7 @@ impl GroupConfig {
             fixed_election_timeout: None,
             max_size_per_msg: 1 << 20,
             max_inflight_msgs: 256,
+            max_entry_bytes: usize::MAX,
         }
     }
 
@@ -139,6 +144,8 @@ pub enum ProposeError {
     /// The leader refused it (a leadership transfer is under way, or too much is
     /// uncommitted); retry.
     Dropped,
+    /// The data is larger than one entry of the log holds (`GroupConfig::max_entry_bytes`).
+    TooLarge { size: usize, max: usize },
 }
 
 /// The driver of one raft group's replica.
@@ -169,6 +176,8 @@ pub struct RaftGroup {
     /// Times this replica, leading, found a voter's log shorter than its match index, or,
     /// following, got a commit index past its own log (invariant 5).
     lost_logs_seen: u64,
+    /// `GroupConfig::max_entry_bytes`.
+    max_entry_bytes: usize,
 }
 
 impl RaftGroup {
@@ -197,6 +206,7 @@ impl RaftGroup {
             handed_out: 0,
             started_empty,
             lost_logs_seen: 0,
+            max_entry_bytes: config.max_entry_bytes,
         })
     }
 
@@ -282,6 +292,9 @@ impl RaftGroup {
     pub fn propose(&mut self, data: Vec<u8>) -> Result<Proposal, ProposeError> {
         if !self.is_leader() {
             return Err(ProposeError::NotLeader { leader: self.leader_id() });
+        }
+        if data.len() > self.max_entry_bytes {
+            return Err(ProposeError::TooLarge { size: data.len(), max: self.max_entry_bytes });
         }
         let before = self.node.raft.raft_log.last_index();
         if self.node.propose(Vec::new(), data).is_err() {
@@ -633,6 +646,17 @@ mod tests {
         assert_eq!(groups[1].term(), groups[0].term());
         let refused = groups[1].propose(b"batch".to_vec());
         assert_eq!(refused, Err(ProposeError::NotLeader { leader: Some(1) }));
+    }
+
+    #[test]
+    fn a_proposal_larger_than_one_log_entry_holds_is_refused_and_appends_nothing() {
+        let mut groups = elect_replica_1();
+        groups[0].max_entry_bytes = 5;
+        let last = groups[0].last_index();
+        let refused = groups[0].propose(b"batch!".to_vec());
+        assert_eq!(refused, Err(ProposeError::TooLarge { size: 6, max: 5 }));
+        assert_eq!(groups[0].last_index(), last);
+        assert!(groups[0].propose(b"batch".to_vec()).is_ok(), "at the bound it is taken");
     }
 
     #[test]

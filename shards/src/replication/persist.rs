@@ -79,6 +79,13 @@
 //! 5. Replaying a stream snapshot gives each group the image it encoded (`LogImage::
 //!    as_write` applied to `new_image(group)`), and the entries after it apply on top as
 //!    they did on the images it was taken from.
+//! 6. A write request larger than one log entry holds (under a segment) is appended as
+//!    several, cut at entry boundaries (`split_write`); applied in turn they give the image
+//!    the whole write gives, every prefix of them recovers (the commit index of all but
+//!    the last piece goes no further than the piece's own entries), and the host hears the
+//!    write durable only with its last piece. What cannot be cut (one entry or a snapshot
+//!    over the bound) is refused, and the sink appends nothing of that group after a
+//!    refusal: a later write would leave a gap in the replayed log.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
@@ -134,6 +141,87 @@ impl fmt::Display for DecodeError {
 }
 
 impl std::error::Error for DecodeError {}
+
+/// Bytes of a write request's payload without its snapshot and entries: version, flags,
+/// group, number, hard state, entry count.
+const WRITE_FIXED_BYTES: usize = 1 + 1 + 8 + 8 + 24 + 4;
+
+/// The most data one entry may carry so that a write request of that entry alone fits a
+/// log entry of at most `max_payload` bytes (`ShardLog::max_internal_payload`): the bound
+/// of `GroupConfig::max_entry_bytes`.
+pub fn max_entry_bytes(max_payload: usize) -> usize {
+    max_payload.saturating_sub(WRITE_FIXED_BYTES + ENTRY_FIXED_BYTES)
+}
+
+/// `encode(_, write).len()`, without encoding.
+pub fn encoded_len(write: &WriteRequest) -> usize {
+    let no_hard_state = if write.hard_state.is_some() { 0 } else { 24 };
+    let snapshot = write.snapshot.as_ref().map_or(0, |snapshot| {
+        let conf = snapshot.get_metadata().get_conf_state();
+        let ids = conf.voters.len()
+            + conf.learners.len()
+            + conf.voters_outgoing.len()
+            + conf.learners_next.len();
+        let data = if snapshot.data.is_empty() { 0 } else { 4 + snapshot.data.len() };
+        8 + 8 + 4 * 4 + 8 * ids + 1 + data
+    });
+    WRITE_FIXED_BYTES - no_hard_state
+        + snapshot
+        + write.entries.iter().map(entry_bytes).sum::<usize>()
+}
+
+fn entry_bytes(entry: &Entry) -> usize {
+    ENTRY_FIXED_BYTES + entry.data.len() + entry.context.len()
+}
+
+/// `write` cut at entry boundaries into write requests whose payloads are at most `max`
+/// bytes each, in order (invariant 6): one log entry holds at most a segment, and a
+/// follower catching up, or a leader with many proposals in one ready, may hand out more.
+/// The first piece carries the snapshot; each carries the hard state, with the commit
+/// index of all but the last cut to the piece's own last index, so a crash between pieces
+/// leaves a prefix of the entries and a commit index no further than them (what a shorter
+/// write request would have left). All pieces keep the write's number: the host reports
+/// the number durable only once the last piece is. Err with the size of a piece that
+/// cannot be cut small enough (one entry, or the snapshot, over `max`).
+pub fn split_write(write: WriteRequest, max: usize) -> Result<Vec<WriteRequest>, usize> {
+    if encoded_len(&write) <= max {
+        return Ok(vec![write]);
+    }
+    let bare = |snapshot: Option<Snapshot>| WriteRequest {
+        number: write.number,
+        hard_state: write.hard_state.clone(),
+        entries: Vec::new(),
+        snapshot,
+    };
+    let mut pieces = Vec::new();
+    let mut piece = bare(write.snapshot.clone());
+    let mut size = encoded_len(&piece);
+    if size > max {
+        return Err(size);
+    }
+    for entry in &write.entries {
+        let bytes = entry_bytes(entry);
+        if size + bytes > max && !(piece.entries.is_empty() && piece.snapshot.is_none()) {
+            pieces.push(std::mem::replace(&mut piece, bare(None)));
+            size = encoded_len(&piece);
+        }
+        if size + bytes > max {
+            return Err(size + bytes);
+        }
+        piece.entries.push(entry.clone());
+        size += bytes;
+    }
+    pieces.push(piece);
+    let last = pieces.len() - 1;
+    for piece in &mut pieces[..last] {
+        let snapshot_index = piece.snapshot.as_ref().map_or(0, |s| s.get_metadata().index);
+        let through = piece.entries.last().map_or(snapshot_index, |e| e.index);
+        if let Some(hard_state) = &mut piece.hard_state {
+            hard_state.commit = hard_state.commit.min(through);
+        }
+    }
+    Ok(pieces)
+}
 
 /// The payload of group `group`'s write request `write` (module docs).
 pub fn encode(group: u64, write: &WriteRequest) -> Vec<u8> {
@@ -547,6 +635,12 @@ pub struct ShardLogSink<D: Disk> {
     /// Where a snapshot from the leader goes (the metadata group's applier); None for a
     /// group that never gets one (`GroupSink::install`'s default).
     on_install: Option<Box<dyn FnMut(Snapshot)>>,
+    /// The log refused one of this group's writes: nothing later is appended, as it would
+    /// leave a gap in the replayed log and raft-rs would count the refused write durable
+    /// once a later one was.
+    refused: bool,
+    /// Writes appended as more than one log entry (`split_write`).
+    cut_writes: u64,
 }
 
 impl<D: Disk> ShardLogSink<D> {
@@ -555,7 +649,7 @@ impl<D: Disk> ShardLogSink<D> {
         group: u64,
         on_apply: Box<dyn FnMut(Vec<Entry>, Vec<Outcome>)>,
     ) -> Self {
-        ShardLogSink { log, group, on_apply, on_install: None }
+        ShardLogSink { log, group, on_apply, on_install: None, refused: false, cut_writes: 0 }
     }
 
     /// The sink with `on_install` taking the snapshots the leader sends (after the write
@@ -564,21 +658,50 @@ impl<D: Disk> ShardLogSink<D> {
         self.on_install = Some(on_install);
         self
     }
+
+    /// Writes appended as more than one log entry so far.
+    pub fn cut_writes(&self) -> u64 {
+        self.cut_writes
+    }
+
+    /// Appends `write` as one log entry, or several if it is larger than one entry holds
+    /// (`split_write`); the `Durable` of the last.
+    fn append(&mut self, write: WriteRequest) -> Result<Durable, String> {
+        let max = self.log.max_internal_payload();
+        let number = write.number;
+        let pieces = split_write(write, max).map_err(|size| {
+            format!("write {number} has a piece of {size} bytes, one log entry holds {max}")
+        })?;
+        self.cut_writes += (pieces.len() > 1) as u64;
+        let mut last = None;
+        for piece in &pieces {
+            let payload = encode(self.group, piece);
+            let durable = self.log.append_internal(InternalStream::Raft, false, &payload);
+            last = Some(durable.map_err(|error| format!("write {number}: {error:?}"))?);
+        }
+        Ok(last.expect("a write request is at least one piece"))
+    }
 }
 
 impl<D: Disk> GroupSink for ShardLogSink<D> {
     fn write(&mut self, writes: Vec<WriteRequest>) -> Written {
         let mut last = None;
-        for write in &writes {
-            match self.log.append_internal(InternalStream::Raft, false, &encode(self.group, write))
-            {
-                Ok(durable) => last = Some((write.number, durable)),
-                // A log that refuses an append (stopped after a failed fdatasync, closed,
-                // an entry over a segment) never makes this write durable, so the group
-                // is never told it is: raft then counts this replica as lagging, and the
-                // shard's own handling of the stopped log ends the broker.
+        for write in writes {
+            let number = write.number;
+            // A log that refuses an append (stopped after a failed fdatasync, closed, a
+            // piece over a segment) never makes this write durable, so the group is never
+            // told it is: raft then counts this replica as lagging, and the shard's own
+            // handling of the stopped log ends the broker.
+            let appended = match self.refused {
+                true => Err("an earlier write of the group was refused".to_string()),
+                false => self.append(write),
+            };
+            match appended {
+                Ok(durable) => last = Some((number, durable)),
                 Err(error) => {
-                    log_refused(self.group, write.number, &error);
+                    let group = self.group;
+                    tracing::error!(group, number, error, "replication: a raft write refused");
+                    self.refused = true;
                     return Written::Failed;
                 }
             }
@@ -601,10 +724,6 @@ impl<D: Disk> GroupSink for ShardLogSink<D> {
         });
         on_install(snapshot)
     }
-}
-
-fn log_refused(group: u64, number: u64, error: &AppendError) {
-    tracing::error!(group, number, ?error, "replication: the shard log refused a raft write");
 }
 
 #[cfg(test)]
@@ -645,6 +764,36 @@ mod tests {
         let empty = WriteRequest { number: 1, ..Default::default() };
         assert_eq!(encode(0, &empty).len(), 1 + 1 + 8 + 8 + 4);
         assert_eq!(decode(&Bytes::from(encode(0, &empty))), Ok((0, empty)));
+    }
+
+    /// Entries `first..=last` of term 2 with 100 bytes each, the commit index at `last`.
+    fn appends(first: u64, last: u64) -> WriteRequest {
+        let entries = (first..=last).map(|i| entry(i, 2, &[7; 100])).collect();
+        let hard_state = HardState { term: 2, vote: 1, commit: last, ..Default::default() };
+        WriteRequest { number: 3, hard_state: Some(hard_state), entries, snapshot: None }
+    }
+
+    #[test]
+    fn a_write_too_large_for_one_log_entry_is_cut_at_entries_with_the_commit_cut_to_each() {
+        let write = appends(5, 9);
+        assert_eq!(encoded_len(&write), encode(1, &write).len());
+        assert_eq!(split_write(write.clone(), encoded_len(&write)), Ok(vec![write.clone()]));
+        let max = WRITE_FIXED_BYTES + 2 * (ENTRY_FIXED_BYTES + 100);
+        let pieces = split_write(write.clone(), max).unwrap();
+        let cut: Vec<(Vec<u64>, u64)> = pieces
+            .iter()
+            .map(|p| {
+                (p.entries.iter().map(|e| e.index).collect(), p.hard_state.clone().unwrap().commit)
+            })
+            .collect();
+        assert_eq!(cut, [(vec![5, 6], 6), (vec![7, 8], 8), (vec![9], 9)]);
+        assert!(pieces.iter().all(|p| encode(1, p).len() <= max && p.number == write.number));
+        // One entry alone over the bound cannot be cut; neither can a snapshot.
+        assert_eq!(split_write(write, max / 2), Err(WRITE_FIXED_BYTES + ENTRY_FIXED_BYTES + 100));
+        let mut snapshot = full_write();
+        snapshot.snapshot.as_mut().unwrap().data = Bytes::from(vec![1; 1000]);
+        let with_snapshot = encoded_len(&WriteRequest { entries: Vec::new(), ..snapshot.clone() });
+        assert_eq!(split_write(snapshot, 500), Err(with_snapshot));
     }
 
     #[test]
@@ -949,7 +1098,54 @@ mod tests {
         #[test]
         fn any_write_request_round_trips((group, write) in arbitrary_write()) {
             let bytes = Bytes::from(encode(group, &write));
+            prop_assert_eq!(encoded_len(&write), bytes.len());
             prop_assert_eq!(decode(&bytes), Ok((group, write)));
+        }
+
+        /// Invariant 6: applying the pieces of a write one after the other gives the image
+        /// the whole write gives, and every prefix of them (a crash between pieces) leaves
+        /// a log that recovers, with a commit index no lower than before.
+        #[test]
+        fn the_pieces_of_a_cut_write_replay_as_the_write_and_every_prefix_recovers(
+            (kept, committed) in (0u64..8).prop_flat_map(|n| (Just(n), 0..=n)),
+            from in 0u64..9,
+            sizes in proptest::collection::vec(0usize..200, 0..12),
+            commit in 0u64..24,
+            keep_hard_state in any::<bool>(),
+            max in (WRITE_FIXED_BYTES + ENTRY_FIXED_BYTES + 200)..2_000,
+        ) {
+            let mut base = LogImage::new(&[1, 2, 3]);
+            let mut setup = appends(1, kept);
+            setup.hard_state.as_mut().unwrap().commit = committed;
+            base.apply(&setup);
+            // A follower's append starts past its commit index and at most one past its end.
+            let first = (committed + 1 + from).min(kept + 1);
+            let entries: Vec<Entry> = sizes
+                .iter()
+                .enumerate()
+                .map(|(k, size)| {
+                    let mut entry = Entry { index: first + k as u64, term: 3, ..Default::default() };
+                    entry.data = Bytes::from(vec![k as u8; *size]);
+                    entry
+                })
+                .collect();
+            let last = (first + entries.len() as u64 - 1).max(committed);
+            let commit = committed.max(commit.min(last));
+            let hard_state = HardState { term: 3, vote: 2, commit, ..Default::default() };
+            let hard_state = keep_hard_state.then_some(hard_state);
+            let write = WriteRequest { number: 9, hard_state, entries, snapshot: None };
+            let pieces = split_write(write.clone(), max).unwrap();
+            let mut whole = base.clone();
+            whole.apply(&write);
+            let mut image = base.clone();
+            for piece in &pieces {
+                prop_assert!(encode(4, piece).len() <= max);
+                image.check_applies(piece).map_err(TestCaseError::fail)?;
+                image.apply(piece);
+                image.check_recovered().map_err(TestCaseError::fail)?;
+                prop_assert!(image.hard_state.commit >= committed);
+            }
+            prop_assert_eq!(image, whole);
         }
 
         #[test]
