@@ -28,7 +28,8 @@ Subcommands (for `ready` and `run` the cluster is started by benches/scripts/rep
 
       and the killed node's id on stderr, so the caller can restart it.
 
-  rolling BINARY [--rate R] [--settle S] [--passes N] [--keep-logs DIR] [--broker-arg ARG]...
+  rolling BINARY [--rate R] [--settle S] [--passes N] [--keep-logs DIR] [--producer-log FILE]
+          [--watch-log FILE] [--producer-config KEY=VALUE]... [--broker-arg ARG]...
       A rolling restart under load, with a cluster of its own (it must start and wait for
       the nodes it stops): 3 nodes of BINARY on 127.0.0.1 (`--cores 1` each, node ids 1-3,
       data dirs in a temp dir under BENCH_TMP or target/, a block of 4 ports per node as in
@@ -55,6 +56,8 @@ Subcommands (for `ready` and `run` the cluster is started by benches/scripts/rep
 """
 import argparse
 import bisect
+import datetime
+import logging
 import os
 import shutil
 import signal
@@ -123,13 +126,30 @@ PRODUCER = {
 }
 
 
+class MonotonicFormatter(logging.Formatter):
+    def format(self, record):
+        return f"{time.monotonic():.3f} {record.getMessage()}"
+
+
 class Load:
     """An idempotent acks=all producer of sequence numbers to partition 0 of a topic:
     when each was sent and acknowledged (monotonic seconds), and at which offset."""
 
-    def __init__(self, bootstrap, topic):
+    def __init__(self, bootstrap, topic, debug_log=None, extra=()):
         self.topic = topic
-        self.producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER})
+        config = {"bootstrap.servers": bootstrap, **PRODUCER, **dict(extra)}
+        if debug_log:
+            # librdkafka's own account of metadata, leaders and retries, each line stamped
+            # with the monotonic clock the RESULT lines' times come from.
+            config["debug"] = "broker,topic,metadata,eos,protocol"
+            handler = logging.FileHandler(debug_log)
+            handler.setFormatter(MonotonicFormatter())
+            logger = logging.getLogger("librdkafka")
+            logger.addHandler(handler)
+            logger.setLevel(logging.DEBUG)
+            self.producer = Producer(config, logger=logger)
+        else:
+            self.producer = Producer(config)
         self.sent = {}  # seq -> send time
         self.acked = {}  # seq -> (offset, ack time)
         self.failed = {}
@@ -364,7 +384,30 @@ def metadata_leader(addr, topic):
     if topic_error or partitions < 1:
         return (topic_error or -1, -1, -1)
     error, _, leader, epoch = struct.unpack_from(">hiii", data, at + 4)
-    return (error, leader, epoch)
+    at += 4 + 14
+    (replicas,) = struct.unpack_from(">i", data, at)
+    at += 4 + 4 * replicas
+    (isr_count,) = struct.unpack_from(">i", data, at)
+    isr = struct.unpack_from(f">{isr_count}i", data, at + 4)
+    return (error, leader, epoch, [b // 1024 for b in isr])
+
+
+def watch_metadata(cluster, topic, path, done):
+    """Every 100 ms until `done()`: each node's view of partition 0 (error, leader node,
+    epoch, ISR nodes), one line per node, monotonic seconds first (`--watch-log`)."""
+    with open(path, "w") as out:
+        while not done():
+            for n in (1, 2, 3):
+                seen = metadata_leader(cluster.addr(n), topic)
+                if seen:
+                    error, leader, epoch, isr = seen
+                    out.write(f"{time.monotonic():.3f} node={n} error={error} "
+                              f"leader={leader // 1024 if leader >= 0 else -1} epoch={epoch} "
+                              f"isr={','.join(map(str, isr))}\n")
+                else:
+                    out.write(f"{time.monotonic():.3f} node={n} no answer\n")
+            out.flush()
+            time.sleep(0.1)
 
 
 def partition_size(addr, topic):
@@ -410,12 +453,18 @@ def restart_one(cluster, topic, node, settle):
     """SIGTERM to `node`, its exit, its start, until it names the leader itself and its
     copy of the partition holds what the leader's held then (caught up), then `settle`
     seconds: what one RESULT line reports (times in monotonic seconds)."""
-    before = metadata_leader(cluster.addr(node % 3 + 1), topic)
-    if not before or before[0] != 0:
-        sys.exit(f"node {node % 3 + 1} names no leader before node {node}'s restart: {before}")
+    # A leader may be between elections (a check-quorum step-down): wait for one.
+    asked = time.monotonic()
+    while True:
+        before = metadata_leader(cluster.addr(node % 3 + 1), topic)
+        if before and before[0] == 0 and before[1] >= 0:
+            break
+        if time.monotonic() > asked + 30:
+            sys.exit(f"node {node % 3 + 1} names no leader before node {node}'s restart: {before}")
+        time.sleep(0.02)
     led = before[1] // 1024 == node
     found = []
-    stopped = time.monotonic()
+    stopped, stopped_wall = time.monotonic(), time.time()
     cluster.procs[node].send_signal(signal.SIGTERM)
     watcher = threading.Thread(
         target=watch_new_leader, args=(cluster, topic, node, before[2], stopped, found)
@@ -445,6 +494,7 @@ def restart_one(cluster, topic, node, settle):
         watcher.join()
     time.sleep(settle)
     return {"node": node, "led": int(led), "exit": status, "stopped": stopped,
+            "stopped_wall": stopped_wall,
             "leader": found[0] if found else None, "exited": exited, "back": back,
             "caught_up": caught_up}
 
@@ -482,10 +532,17 @@ def rolling_under_load(args, cluster):
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
     topic = create_topic(admin, "rolling", 3)
     leader_of(admin, topic)
-    load = Load(cluster.bootstrap(), topic)
+    extra = [kv.split("=", 1) for kv in args.producer_config]
+    load = Load(cluster.bootstrap(), topic, args.producer_log, extra)
     done = threading.Event()
-    producer = threading.Thread(target=load.pace, args=(args.rate, done.is_set))
+    # Daemons: a run that exits early (sys.exit) must not hang on them.
+    producer = threading.Thread(target=load.pace, args=(args.rate, done.is_set), daemon=True)
     producer.start()
+    if args.watch_log:
+        threading.Thread(
+            target=watch_metadata, args=(cluster, topic, args.watch_log, done.is_set),
+            daemon=True,
+        ).start()
     time.sleep(args.settle)
     restarts = [
         restart_one(cluster, topic, node, args.settle)
@@ -503,7 +560,8 @@ def rolling_under_load(args, cluster):
             f"RESULT mode=restart node={r['node']} led={r['led']} exit={r['exit']} "
             f"leader_ms={ms(r['leader']):.0f} stop_ms={ms(r['exited']):.0f} "
             f"back_ms={ms(r['back']):.0f} caught_up_ms={ms(r['caught_up']):.0f} "
-            f"gap_ms={gap_ms:.0f}",
+            f"gap_ms={gap_ms:.0f} stopped_at={r['stopped']:.3f} "
+            f"stopped_utc={datetime.datetime.fromtimestamp(r['stopped_wall'], datetime.UTC):%H:%M:%S.%f}",
             flush=True,
         )
     lost, duplicated, gaps = check(cluster.bootstrap(), topic, load.acked)
@@ -536,6 +594,12 @@ def main():
     g.add_argument("--settle", type=float, default=3)
     g.add_argument("--passes", type=int, default=1)
     g.add_argument("--keep-logs", metavar="DIR")
+    g.add_argument("--producer-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="a librdkafka setting of the producer (repeatable)")
+    g.add_argument("--watch-log", metavar="FILE",
+                   help="every node's leader, epoch and ISR every 100 ms, monotonic times")
+    g.add_argument("--producer-log", metavar="FILE",
+                   help="librdkafka's debug log of the producer, monotonic times")
     g.add_argument("--broker-arg", action="append", default=[], metavar="ARG",
                    help="one more argument for every node (repeat it), e.g. "
                         "--broker-arg=--leader-imbalance-check-interval-ms=1000")

@@ -26,7 +26,12 @@
 //!
 //! Invariants:
 //! 1. A message released from `take_messages()` never depends on a write the host has not
-//!    reported durable (raft-rs's persisted messages are held until `durable`).
+//!    reported durable (raft-rs's persisted messages are held until `durable`), except a
+//!    heartbeat response, which depends on no write: it says only that this replica is
+//!    alive and follows the sender's term, promises nothing about its log, and casts no
+//!    vote (a vote is held as before). Sent at once, so a follower whose fdatasync is
+//!    slow for a moment does not look dead to the leader's check-quorum (which would
+//!    step down and cost an election once the disk is back).
 //! 2. A proposal is reported `Committed` only when the entry committed at its index has
 //!    its term (asserted: a leader never overwrites its own entries, and a proposal is
 //!    pending only while its leader leads in its term). A proposal still pending when its
@@ -507,7 +512,11 @@ impl RaftGroup {
                 self.unsynced.push_back(number);
                 self.writes.push(write);
             }
-            let held = ready.take_persisted_messages();
+            let (alive, held): (Vec<Message>, Vec<Message>) = ready
+                .take_persisted_messages()
+                .into_iter()
+                .partition(|m| m.get_msg_type() == MessageType::MsgHeartbeatResponse);
+            self.messages.extend(alive); // invariant 1's exception
             if !held.is_empty() {
                 self.held.push_back((number, held));
             }
@@ -646,6 +655,36 @@ mod tests {
         assert_eq!(groups[1].term(), groups[0].term());
         let refused = groups[1].propose(b"batch".to_vec());
         assert_eq!(refused, Err(ProposeError::NotLeader { leader: Some(1) }));
+    }
+
+    #[test]
+    fn a_follower_whose_writes_are_slow_still_answers_heartbeats_and_the_leader_stays() {
+        let mut groups = elect_replica_1();
+        let term = groups[0].term();
+        let proposal = groups[0].propose(b"batch".to_vec()).unwrap();
+        // Several election timeouts in which the leader's writes are durable at once and
+        // the followers' never: their append responses wait (invariant 1), their
+        // heartbeat responses do not.
+        for _ in 0..60 {
+            groups.iter_mut().for_each(RaftGroup::tick);
+            loop {
+                if let Some(last) = groups[0].take_writes().last() {
+                    groups[0].durable(last.number);
+                }
+                groups[1..].iter_mut().for_each(|g| drop(g.take_writes()));
+                let mail: Vec<Message> =
+                    groups.iter_mut().flat_map(|g| g.take_messages()).collect();
+                if mail.is_empty() {
+                    break;
+                }
+                for message in mail {
+                    groups[message.to as usize - 1].step(message).unwrap();
+                }
+            }
+        }
+        assert!(groups[0].is_leader(), "check-quorum stepped the leader down");
+        assert_eq!(groups[0].term(), term);
+        assert!(groups[0].commit_index() < proposal.index, "committed without a durable copy");
     }
 
     #[test]
