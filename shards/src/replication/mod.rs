@@ -48,7 +48,9 @@ mod host;
 mod log;
 pub mod notice;
 pub mod partition;
+pub mod partition_snapshot;
 pub mod persist;
+pub mod snapshot_transfer;
 pub mod transport;
 
 pub use group::{GroupConfig, Outcome, Proposal, ProposeError, RaftGroup};
