@@ -50,6 +50,7 @@ pub mod notice;
 pub mod partition;
 pub mod partition_snapshot;
 pub mod persist;
+pub mod pull;
 pub mod snapshot_transfer;
 pub mod transport;
 

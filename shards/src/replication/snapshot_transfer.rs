@@ -45,7 +45,7 @@ pub struct LocalPartition {
 /// What to ask the leader for: the partition's batches from `from` (the follower's next
 /// offset) up to `to` (the manifest's end, exclusive).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PullRequest {
+pub struct PullRange {
     pub topic_id: [u8; 16],
     pub partition: i32,
     pub from: Offset,
@@ -60,10 +60,10 @@ pub struct PulledBatch {
     pub bytes: Bytes,
 }
 
-/// The leader's answer to a `PullRequest`: its log start now, and whole batches from the
+/// The leader's answer to a `PullRange`: its log start now, and whole batches from the
 /// request's `from` (the first may start below it) in offset order, possibly none yet.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PullResponse {
+pub struct Pulled {
     pub topic_id: [u8; 16],
     pub partition: i32,
     pub log_start_offset: Offset,
@@ -157,9 +157,9 @@ impl<M> SnapshotTransfer<M> {
     }
 
     /// The next pull to ask the leader for; None once every partition reached its end.
-    pub fn next_request(&self) -> Option<PullRequest> {
+    pub fn next_request(&self) -> Option<PullRange> {
         let pull = self.pulls.iter().find(|p| p.local.next_offset < p.end)?;
-        Some(PullRequest {
+        Some(PullRange {
             topic_id: pull.topic_id,
             partition: pull.partition,
             from: pull.local.next_offset,
@@ -169,7 +169,7 @@ impl<M> SnapshotTransfer<M> {
 
     /// The writes a response calls for (invariants 1 and 2), the transfer's view of the
     /// partition moved past them. An error stops the transfer (nothing was changed here).
-    pub fn on_response(&mut self, response: PullResponse) -> Result<Vec<Write>, TransferError> {
+    pub fn on_response(&mut self, response: Pulled) -> Result<Vec<Write>, TransferError> {
         let (topic_id, partition) = (response.topic_id, response.partition);
         let pull = self
             .pulls
@@ -316,12 +316,8 @@ mod tests {
         PulledBatch { base_offset, last_offset, bytes: Bytes::from(format!("{base_offset}")) }
     }
 
-    fn response(
-        partition: i32,
-        log_start_offset: Offset,
-        batches: Vec<PulledBatch>,
-    ) -> PullResponse {
-        PullResponse { topic_id: T, partition, log_start_offset, batches }
+    fn response(partition: i32, log_start_offset: Offset, batches: Vec<PulledBatch>) -> Pulled {
+        Pulled { topic_id: T, partition, log_start_offset, batches }
     }
 
     fn appended(partition: i32, batches: &[(Offset, Offset)]) -> Write {
@@ -340,7 +336,7 @@ mod tests {
             SnapshotTransfer::start(m, "snapshot", held(&[(0, 0, 0), (1, 0, 0)])).unwrap();
         assert!(!transfer.is_pulled());
         let request = transfer.next_request().unwrap();
-        assert_eq!(request, PullRequest { topic_id: T, partition: 0, from: 0, to: 30 });
+        assert_eq!(request, PullRange { topic_id: T, partition: 0, from: 0, to: 30 });
         let writes = transfer.on_response(response(0, 0, vec![batch(0, 9), batch(10, 19)]));
         assert_eq!(writes, Ok(vec![appended(0, &[(0, 9), (10, 19)])]));
         assert_eq!(transfer.next_request().unwrap().from, 20);
@@ -443,7 +439,7 @@ mod tests {
         assert_eq!(newer, Ok(Offered::Extended));
         assert_eq!(
             transfer.next_request(),
-            Some(PullRequest { topic_id: T, partition: 0, from: 10, to: 35 })
+            Some(PullRange { topic_id: T, partition: 0, from: 10, to: 35 })
         );
         let writes = transfer.on_response(response(0, 0, vec![batch(10, 34)]));
         assert_eq!(writes, Ok(vec![appended(0, &[(10, 34)])]));
