@@ -86,7 +86,7 @@ use std::fmt;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Snapshot};
+use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Message, Snapshot};
 use shardlog_storage::{
     AppendError, Disk, Durable, InternalEntry, InternalStream, PartitionId, ShardLog,
 };
@@ -547,6 +547,9 @@ pub struct ShardLogSink<D: Disk> {
     /// Where a snapshot from the leader goes (the metadata group's applier); None for a
     /// group that never gets one (`GroupSink::install`'s default).
     on_install: Option<Box<dyn FnMut(Snapshot)>>,
+    /// Where a `MsgSnapshot` goes before it is stepped (a partition group's catch-up,
+    /// which steps it once the records it names are in); None: stepped at once.
+    on_snapshot_message: Option<Box<dyn FnMut(Message)>>,
 }
 
 impl<D: Disk> ShardLogSink<D> {
@@ -555,7 +558,14 @@ impl<D: Disk> ShardLogSink<D> {
         group: u64,
         on_apply: Box<dyn FnMut(Vec<Entry>, Vec<Outcome>)>,
     ) -> Self {
-        ShardLogSink { log, group, on_apply, on_install: None }
+        ShardLogSink { log, group, on_apply, on_install: None, on_snapshot_message: None }
+    }
+
+    /// The sink with `on_snapshot_message` holding the `MsgSnapshot`s that arrive
+    /// (`GroupSink::hold_snapshot`).
+    pub fn with_held_snapshots(mut self, on_message: Box<dyn FnMut(Message)>) -> Self {
+        self.on_snapshot_message = Some(on_message);
+        self
     }
 
     /// The sink with `on_install` taking the snapshots the leader sends (after the write
@@ -600,6 +610,16 @@ impl<D: Disk> GroupSink for ShardLogSink<D> {
             panic!("raft group {group} got a snapshot at {index}: it cannot install one")
         });
         on_install(snapshot)
+    }
+
+    fn hold_snapshot(&mut self, message: Message) -> Option<Message> {
+        match self.on_snapshot_message.as_mut() {
+            Some(hold) => {
+                hold(message);
+                None
+            }
+            None => Some(message),
+        }
     }
 }
 
