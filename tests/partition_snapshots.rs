@@ -3,14 +3,17 @@
 //! partitions and replication factor 3, whose group is also shard 0's offsets group. A
 //! producer that is not idempotent writes first (a second apply of its entries would store
 //! its records twice), then an idempotent acks=all librdkafka producer, a raw idempotent
-//! batch (producer 4242, sequence 0) and a consumer group's commit. A follower's node is
+//! batch (sequence 0 of a producer id the node to be wiped handed out) and a consumer
+//! group's commit. A follower's node is
 //! killed with SIGKILL and its data dir deleted; more records are produced until the
 //! leader compacted its raft log with that node away (`--replica-snapshot-after-ms 1000`);
 //! 20 more of the producer that is not idempotent follow (their entries lie between the
 //! compaction point and the snapshot's index: the catch-up must not apply them again);
 //! the node restarts with the same id and an empty dir, and must catch up from a
 //! partition snapshot (its log says so, `shardlog_partition_snapshots_installed_total`
-//! counts it, the three copies end the same size). Then leaders other than the rejoined
+//! counts it, the three copies end the same size), and a producer id it hands out then is
+//! not the one it handed out before (its first batch is stored). Then leaders other than
+//! the rejoined
 //! node are killed in turn until it leads: every acknowledged record is read back from it
 //! exactly once at its acknowledged offset, the raw batch sent again is answered as a
 //! duplicate at its first offset, and the group's committed offsets are intact.
@@ -25,13 +28,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::{Broker, RawClient};
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use replicated::{node_of, Ack, Load, Topic, DEADLINE, NODES};
 
 const TOPIC: Topic = Topic { name: "snapshotted", partitions: 2, replicas: NODES };
 const GROUP: &str = "snapshotted-group";
 const ALL: [usize; NODES] = [0, 1, 2];
-/// The raw idempotent batch's producer.
-const PRODUCER_ID: i64 = 4242;
 
 /// Commits, per partition, the offset after the last acknowledged record.
 fn commit_group_offsets(cluster: &[Broker], acked: &[Ack]) -> BTreeMap<i32, Option<i64>> {
@@ -39,11 +41,25 @@ fn commit_group_offsets(cluster: &[Broker], acked: &[Ack]) -> BTreeMap<i32, Opti
     offsets.into_iter().map(|(p, o)| (p, Some(o))).collect()
 }
 
-/// The raw idempotent batch (producer 4242, epoch 0, sequence 0) to partition 0 at
+/// InitProducerId v4 without a transactional id at `broker`: its producer id.
+fn init_producer_id(broker: &Broker) -> i64 {
+    use kafka_protocol::messages::init_producer_id_request::InitProducerIdRequest;
+    let request = InitProducerIdRequest::default()
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id((-1).into())
+        .with_producer_epoch(-1);
+    let mut client = RawClient::connect(broker.shard_addr(0));
+    match client.call(ApiKey::InitProducerId, 4, RequestKind::InitProducerId(request)) {
+        ResponseKind::InitProducerId(r) if r.error_code == 0 => r.producer_id.0,
+        other => panic!("InitProducerId: {other:?}"),
+    }
+}
+
+/// A raw idempotent batch of `producer_id` (epoch 0, sequence 0) to partition 0 at
 /// `broker`: (error code, base offset).
-fn produce_raw_idempotent(broker: &Broker) -> (i16, i64) {
-    let batch =
-        common::idempotent_batch(&[(&b"k"[..], &b"raw-idempotent"[..])], 0, PRODUCER_ID, 0, 0);
+fn produce_raw_idempotent(broker: &Broker, producer_id: i64, value: &str) -> (i16, i64) {
+    let records = [(&b"k"[..], value.as_bytes())];
+    let batch = common::idempotent_batch(&records, 0, producer_id, 0, 0);
     let mut client = RawClient::connect(broker.shard_addr(0));
     common::raw_produce(&mut client, TOPIC.name, 0, batch)
 }
@@ -59,7 +75,9 @@ fn a_node_that_lost_its_data_dir_rejoins_its_partition_groups_from_a_snapshot() 
     let leader = node_of(view[0].1) - 1;
     let wiped = (leader + 1) % NODES;
     common::produce_tagged(&cluster[leader], TOPIC.name, TOPIC.partitions, "plain", 20);
-    let (error, raw_offset) = produce_raw_idempotent(&cluster[leader]);
+    // A producer id handed out by the node to be wiped (whose counter restarts at 0).
+    let old_producer = init_producer_id(&cluster[wiped]);
+    let (error, raw_offset) = produce_raw_idempotent(&cluster[leader], old_producer, "raw-old");
     assert_eq!(error, 0, "the raw idempotent batch");
     let load = Load::start(&cluster, TOPIC, "a");
     load.acked.wait_for(100, "100 records before the wipe");
@@ -103,6 +121,15 @@ fn a_node_that_lost_its_data_dir_rejoins_its_partition_groups_from_a_snapshot() 
     let log = cluster[wiped].log();
     let line = log.lines().find(|l| l.contains("partition snapshot installed"));
     eprintln!("the rejoined node: {}", line.expect("the rejoined node's log says it installed"));
+    // The rejoined node hands out no id it handed out before the wipe: a new producer's
+    // first batch is stored, not taken for an old producer's duplicate or out of order.
+    let new_producer = init_producer_id(&cluster[wiped]);
+    assert_ne!(new_producer, old_producer, "a producer id handed out again after the wipe");
+    let leader_now = leader_of(&cluster, &ALL);
+    let (error, offset) = produce_raw_idempotent(&cluster[leader_now], new_producer, "raw-new");
+    assert_eq!(error, 0, "the new producer's first batch");
+    assert!(offset > raw_offset, "stored at {offset}, after the old producer's {raw_offset}");
+    acked.push((0, offset, "raw-new".to_string()));
     let load = Load::start(&cluster, TOPIC, "c");
     load.acked.wait_for(30, "30 records after the rejoin");
     acked.extend(load.stop());
@@ -130,7 +157,7 @@ fn a_node_that_lost_its_data_dir_rejoins_its_partition_groups_from_a_snapshot() 
     let stored = common::read_topic(&cluster[wiped], TOPIC.name, TOPIC.partitions);
     let ends = replicated::check_acknowledged(&stored, &acked);
     assert_eq!(
-        produce_raw_idempotent(&cluster[wiped]),
+        produce_raw_idempotent(&cluster[wiped], old_producer, "raw-old"),
         (0, raw_offset),
         "the raw batch sent again: a duplicate, answered with its first offset"
     );

@@ -469,6 +469,9 @@ impl Shard {
             };
             first_partition.get_or_insert(id);
             self.producers.borrow_mut().replace_partition(id, p.producers.clone());
+            p.producers
+                .iter()
+                .for_each(|(producer_id, _)| self.skip_past_producer_id(*producer_id));
         }
         if !manifest.offsets_image.is_empty() {
             self.apply_offsets_change(group, manifest.applied_index, &manifest.offsets_image)
