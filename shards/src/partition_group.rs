@@ -544,6 +544,8 @@ impl Shard {
         let image = groups.recovered.borrow_mut().remove(&group);
         let new_group = image.is_none();
         let image = image.unwrap_or_else(|| LogImage::new(&voters));
+        // Entries up to the snapshot point are applied (raft-rs hands out those after it).
+        groups.applied_indexes.borrow_mut().entry(group).or_insert(image.snapshot_index);
         let mut config = GroupConfig::new(raft_id(self.config.node_id as u64));
         // A voter away this long stops holding compaction back (`crate::partition_snapshots`).
         config.compact_past_inactive_ticks = self

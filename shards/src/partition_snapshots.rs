@@ -38,6 +38,13 @@
 //! 3. Crash mid-transfer: what was written is a prefix of the leader's partition up to
 //!    the manifest's end (`snapshot_transfer` invariant 1); the next transfer resumes from
 //!    it. Nothing else changed (no marker, no producer state, raft-rs never heard).
+//! 4. A transfer writes to the group's partitions alone: it starts only once the applier
+//!    applied everything this replica's log commits (raft-rs hands it nothing more until
+//!    the snapshot is stepped, the log ending before the snapshot's point), so the
+//!    applier's re-application of its own log after a restart never races with it. A
+//!    snapshot whose point this replica's log holds (a follower whose acknowledgements
+//!    the leader lost) is stepped at once: raft-rs moves the commit index and the
+//!    entries are applied from the log.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -267,6 +274,16 @@ async fn follow_snapshots(
 ) {
     while let Some((group, message)) = held.recv().await {
         let name = format!("{group:#x}");
+        match needs_transfer(&groups, group, &message) {
+            Need::Transfer => {}
+            Need::StepNow => {
+                // Its log holds the snapshot's point: raft-rs moves the commit index there,
+                // and the entries are applied as any others (invariant 4).
+                groups.host.with_group(group, |g: &mut RaftGroup| g.step(message));
+                continue;
+            }
+            Need::NotYet => continue, // raft-rs sends it again (invariant 4)
+        }
         let manifest = match SnapshotManifest::decode(&message.get_snapshot().data) {
             Ok(manifest) => manifest,
             Err(error) => {
@@ -301,6 +318,36 @@ async fn follow_snapshots(
                 tracing::warn!(group = name, %error, "partition snapshot: not taken");
             }
         }
+    }
+}
+
+/// What a held `MsgSnapshot` calls for (invariant 4).
+enum Need {
+    Transfer,
+    /// This replica's log has the snapshot's point (its index with its term), or commits
+    /// past it: no records to pull.
+    StepNow,
+    /// The applier has not applied everything this replica's log commits (a restart
+    /// applies its log again): a transfer now would race with it.
+    NotYet,
+}
+
+fn needs_transfer(groups: &PartitionGroups, group: u64, message: &Message) -> Need {
+    let point = message.get_snapshot().get_metadata();
+    let (index, term) = (point.index, point.term);
+    let hosted = groups.host.with_group(group, |g: &mut RaftGroup| {
+        let has_point = g.log().entry(index).is_some_and(|e| e.term == term)
+            || (g.log().snapshot_index, g.log().snapshot_term) == (index, term);
+        (has_point || g.commit_index() >= index, g.commit_index())
+    });
+    let Some((has_point, commit_index)) = hosted else { return Need::NotYet };
+    if has_point {
+        return Need::StepNow;
+    }
+    let applied = groups.applied_between_entries(group).unwrap_or(0);
+    match applied >= commit_index || commit_index == 0 {
+        true => Need::Transfer,
+        false => Need::NotYet,
     }
 }
 
