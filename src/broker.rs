@@ -332,6 +332,8 @@ async fn start_shard(
         node_id: cluster.as_ref().map_or(SINGLE_NODE, Cluster::node),
         nodes: cluster.as_ref().map_or(SINGLE_NODE_LIST.to_vec(), Cluster::nodes),
         replica_lag_time_max: Duration::from_millis(config.replica_lag_time_max_ms.max(1)),
+        replica_snapshot_after: (config.replica_snapshot_after_ms > 0)
+            .then(|| Duration::from_millis(config.replica_snapshot_after_ms)),
         leader_imbalance_check_interval: (config.leader_imbalance_check_interval_ms > 0)
             .then(|| Duration::from_millis(config.leader_imbalance_check_interval_ms)),
         metadata_snapshot: SnapshotPolicy {

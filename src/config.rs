@@ -199,6 +199,13 @@ pub struct Config {
     #[arg(long, env = "SHARDLOG_REPLICA_LAG_TIME_MAX_MS", default_value_t = 30_000)]
     pub replica_lag_time_max_ms: u64,
 
+    /// A replica of a replicated partition's raft group that its leader has not heard from
+    /// for this long no longer holds the group's raft log compaction back; when it returns
+    /// it catches up from a partition snapshot (docs/replication.md, "Partition
+    /// snapshots"). 0: never (it holds compaction back for as long as it is away).
+    #[arg(long, env = "SHARDLOG_REPLICA_SNAPSHOT_AFTER_MS", default_value_t = 60_000)]
+    pub replica_snapshot_after_ms: u64,
+
     /// How often the leader of a replicated partition's group checks whether the group's
     /// preferred replica is caught up, and hands it the leadership if so (Kafka's
     /// leader.imbalance.check.interval.seconds, in ms); 0: never.

@@ -39,8 +39,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::Broker;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::consumer::BaseConsumer;
 use replicated::{node_of, Ack, Load, Topic, View, DEADLINE, NODES};
 use shardlog_storage::XorShift;
 
@@ -183,35 +182,13 @@ fn take_down_and_back(
     (victim, victim == leader)
 }
 
-/// A consumer of the group (assigned partitions, no membership: Kafka accepts its commits
-/// while the group has no members), bootstrapped at every node.
+/// A consumer of the group, bootstrapped at every node.
 fn group_consumer(cluster: &[Broker]) -> BaseConsumer {
-    let bootstrap = cluster.iter().map(Broker::bootstrap).collect::<Vec<_>>().join(",");
-    rdkafka::config::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", GROUP)
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("a librdkafka consumer")
+    replicated::group_consumer(cluster, &ALL, GROUP)
 }
 
-/// Commits, per partition, the offset after the last record acknowledged so far (a
-/// consumer's position after reading them), and returns what it committed.
 fn commit_group_offsets(cluster: &[Broker], acked: &[Ack]) -> BTreeMap<i32, i64> {
-    let mut offsets = BTreeMap::new();
-    for (partition, offset, _) in acked {
-        let next = offsets.entry(*partition).or_insert(0);
-        *next = (*next).max(offset + 1);
-    }
-    let mut commit = TopicPartitionList::new();
-    for (partition, offset) in &offsets {
-        commit.add_partition_offset(TOPIC.name, *partition, Offset::Offset(*offset)).unwrap();
-    }
-    let consumer = group_consumer(cluster);
-    common::eventually(DEADLINE, "the group's offset commit to be acknowledged", || {
-        consumer.commit(&commit, CommitMode::Sync).is_ok()
-    });
-    offsets
+    replicated::commit_group_offsets(cluster, TOPIC.name, GROUP, acked)
 }
 
 /// The group's committed offsets as the coordinator reports them now.

@@ -31,6 +31,7 @@ pub mod metadata_log;
 pub mod metrics;
 pub mod ops;
 pub mod partition_group;
+pub mod partition_snapshots;
 pub mod producer;
 pub mod producer_log;
 pub mod replicated_delete_records;

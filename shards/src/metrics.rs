@@ -214,6 +214,8 @@ pub struct ReplicationMetrics {
     pub under_replicated_partitions: u64,
     /// Lost logs the shard's groups saw (`GroupHost::lost_logs_seen`).
     pub lost_logs_seen: u64,
+    /// Partition snapshots sent and installed (`crate::partition_snapshots`).
+    pub partition_snapshots: crate::partition_snapshots::PartitionSnapshotStats,
 }
 
 /// A group as the console's group list shows it.
@@ -398,9 +400,12 @@ impl Shard {
                     log_entries,
                     log_entry_bytes,
                     stream_held_bytes: self.log.internal_stream_held_bytes(InternalStream::Raft),
-                    compaction: groups.map(|g| g.compaction_stats()).unwrap_or_default(),
+                    compaction: groups.as_ref().map(|g| g.compaction_stats()).unwrap_or_default(),
                     under_replicated_partitions: self.under_replicated_partitions(),
                     lost_logs_seen: host.lost_logs_seen(),
+                    partition_snapshots: groups
+                        .map(|g| g.partition_snapshot_stats())
+                        .unwrap_or_default(),
                     peers: transport.peer_count() as u64,
                     connected_peers: transport.connected_peers() as u64,
                     inbound_connections: transport.inbound_connections() as u64,

@@ -714,6 +714,9 @@ pub(crate) fn append_error(error: AppendError) -> PartitionError {
         AppendError::TooLarge { size, max } => PartitionError::MessageTooLarge { size, max },
         AppendError::UnknownPartition(_) => PartitionError::UnknownTopicOrPartition,
         AppendError::Storage(e) => PartitionError::Storage(e.to_string()),
+        AppendError::NotAtEnd { base_offset, next_offset } => PartitionError::Storage(format!(
+            "a copied batch at {base_offset} does not start at the next offset {next_offset}"
+        )),
     }
 }
 

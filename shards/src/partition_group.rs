@@ -34,8 +34,10 @@
 //! - Log compaction (docs/replication.md, "Log compaction"): every TICK a leader whose
 //!   voters all have at least `COMPACT_AFTER_ENTRIES` committed entries (or
 //!   `COMPACT_AFTER_BYTES` of them) past its log's snapshot point proposes a compaction
-//!   entry up to the slowest voter's match index; every replica compacts its own log
-//!   when it applies that entry. When the shard's `Raft` stream grew by
+//!   entry up to the slowest voter's match index (a voter not heard from for
+//!   `replica_snapshot_after` aside: it catches up from a partition snapshot,
+//!   `crate::partition_snapshots`); every replica compacts its own log when it applies
+//!   that entry. When the shard's `Raft` stream grew by
 //!   `STREAM_SNAPSHOT_BYTES` since its last stream snapshot, and a new one would be small
 //!   (at most half that growth and half a segment), the shard writes it (every group's
 //!   compacted image, every partition group's last applying marker), so the shard log
@@ -54,9 +56,11 @@
 //!    apply it).
 //! 3. A produce is answered with its own entry's apply (index and term), never another's.
 //! 4. A replica compacts its log only up to an index every voter has durably (the
-//!    leader's match indexes when it proposed) and it has applied itself: no voter ever
-//!    needs a compacted entry from it, and no entry is dropped before its data is on the
-//!    shard log (its batches precede the stream snapshot that drops the entry).
+//!    leader's match indexes when it proposed; a voter the leader had not heard from for
+//!    `replica_snapshot_after` excepted, which then needs a partition snapshot) and it has
+//!    applied itself: no voter that was around needs a compacted entry from it, and no
+//!    entry is dropped before its data is on the shard log (its batches precede the
+//!    stream snapshot that drops the entry).
 //! 5. A produce is answered once its entry is committed (durable in a majority's raft
 //!    logs) and applied on the leader, without waiting for the fdatasync of the applied
 //!    copy (the partition's batches): should the leader's node die before that, the
@@ -83,6 +87,7 @@ use crate::message::{ShardReply, ShardRequest};
 use crate::metadata::TopicMeta;
 use crate::metadata_group::{COMMIT_WAIT, METADATA_GROUP};
 use crate::ops::{validate_batches, ProduceWait, Queued};
+use crate::partition_snapshots::{PartitionSnapshotStats, PartitionSnapshots};
 use crate::replication::partition::{
     applied_before_restart, partition_group_id, ApplyingMarker, PartitionEntry, ProduceEntry,
 };
@@ -167,6 +172,12 @@ pub struct PartitionGroups {
     pub(crate) notices: RefCell<LeaderNotices>,
     /// When leaders were last handed to preferred replicas (`crate::leader_balance`).
     pub(crate) last_leader_balance: Cell<Option<Instant>>,
+    /// The index of the last entry the applier finished, per group, and the group whose
+    /// entry it is applying now (`crate::partition_snapshots` invariant 1).
+    applied_indexes: RefCell<HashMap<u64, u64>>,
+    applying: Cell<Option<u64>>,
+    /// Partition snapshots sent and installed (`crate::partition_snapshots`).
+    pub(crate) snapshots: PartitionSnapshots,
 }
 
 /// A leader's view of its voters' catching up, for the ISR (module docs), in one term.
@@ -213,6 +224,25 @@ impl PartitionGroups {
         let mut stats = self.stats.get();
         change(&mut stats);
         self.stats.set(stats);
+    }
+
+    /// The index of the last entry of `group` the applier finished, unless it is in the
+    /// middle of one of the group's entries (`crate::partition_snapshots` invariant 1).
+    pub(crate) fn applied_between_entries(&self, group: u64) -> Option<u64> {
+        if self.applying.get() == Some(group) {
+            return None;
+        }
+        self.applied_indexes.borrow().get(&group).copied()
+    }
+
+    /// Keeps `marker` as the group's last applying marker (for the next stream snapshot).
+    pub(crate) fn note_marker(&self, marker: ApplyingMarker) {
+        self.markers.borrow_mut().insert(marker.group, marker);
+    }
+
+    /// Partition snapshot figures since the start.
+    pub fn partition_snapshot_stats(&self) -> PartitionSnapshotStats {
+        self.snapshots.stats()
     }
 
     /// The groups hosted here: id -> replica nodes (sorted), a copy.
@@ -409,7 +439,7 @@ impl Shard {
     }
 
     /// A replicated partition's group id and sorted replica nodes; None for one replica.
-    fn replicated(&self, meta: &TopicMeta, partition: i32) -> Option<(u64, Vec<u32>)> {
+    pub(crate) fn replicated(&self, meta: &TopicMeta, partition: i32) -> Option<(u64, Vec<u32>)> {
         let replicas = meta.replicas(partition).filter(|r| r.len() > 1)?;
         let mut sorted = replicas.to_vec();
         sorted.sort_unstable();
@@ -454,6 +484,9 @@ impl Shard {
             in_sync: RefCell::new(HashMap::new()),
             notices: RefCell::default(),
             last_leader_balance: Cell::new(None),
+            applied_indexes: RefCell::new(HashMap::new()),
+            applying: Cell::new(None),
+            snapshots: PartitionSnapshots::new(),
         });
         *self.partition_groups.borrow_mut() = Some(groups.clone());
         // Groups restored from the log are served only once this replica leads the
@@ -463,6 +496,7 @@ impl Shard {
             self.host_partition_group(&groups, group, replicas)?;
         }
         glommio::spawn_local(apply_committed(self.clone(), groups.clone(), committed)).detach();
+        crate::partition_snapshots::start(self, &groups);
         glommio::spawn_local(every_tick(self.clone(), groups)).detach();
         Ok(())
     }
@@ -518,8 +552,15 @@ impl Shard {
         let image = groups.recovered.borrow_mut().remove(&group);
         let new_group = image.is_none();
         let image = image.unwrap_or_else(|| LogImage::new(&voters));
+        // Entries up to the snapshot point are applied (raft-rs hands out those after it).
+        groups.applied_indexes.borrow_mut().entry(group).or_insert(image.snapshot_index);
         let mut config = GroupConfig::new(raft_id(self.config.node_id as u64));
         config.max_entry_bytes = persist::max_entry_bytes(self.log.max_internal_payload());
+        // A voter away this long stops holding compaction back (`crate::partition_snapshots`).
+        config.compact_past_inactive_ticks = self
+            .config
+            .replica_snapshot_after
+            .map(|after| (after.as_millis() / TICK.as_millis()).max(1) as u64);
         // Applied index 0: raft hands every committed entry out again; the markers say
         // which applied before (invariant 1).
         let raft = RaftGroup::recover(&config, image, 0)?;
@@ -528,7 +569,16 @@ impl Shard {
             // Refused only once the applier ended (the shard is stopping).
             let _ = to_apply.try_send((group, entries, outcomes));
         });
-        let sink = ShardLogSink::new(self.log.clone(), group, on_apply);
+        let held = groups.snapshots.held.clone();
+        let hold = Box::new(move |message| {
+            // Full only if a thousand snapshots wait: raft-rs sends again.
+            let _ = held.try_send((group, message));
+        });
+        // Installed before the message was stepped (`crate::partition_snapshots`).
+        let installed = Box::new(|_| {});
+        let sink = ShardLogSink::new(self.log.clone(), group, on_apply)
+            .with_held_snapshots(hold)
+            .with_install(installed);
         groups.host.add_group(group, raft, Box::new(sink)).map_err(|e| e.to_string())?;
         if new_group && self.prefers_here(&replicas) {
             groups.host.with_group(group, RaftGroup::campaign); // `leader_balance` invariant 2
@@ -752,7 +802,10 @@ async fn apply_committed(
 ) {
     while let Some((group, entries, outcomes)) = committed.recv().await {
         for entry in entries {
+            groups.applying.set(Some(group));
             let applied = shard.apply_partition_entry(&groups, group, &entry).await;
+            groups.applied_indexes.borrow_mut().insert(group, entry.index);
+            groups.applying.set(None);
             let applied = applied.unwrap_or(Err(PartitionError::NotLeaderOrFollower));
             groups.resolve(group, entry.index, entry.term, applied);
             groups.applied_terms.borrow_mut().insert(group, entry.term);
@@ -783,6 +836,7 @@ async fn every_tick(shard: Rc<Shard>, groups: Rc<PartitionGroups>) {
         propose_isr_changes(&shard, &groups);
         shard.follow_offsets_leadership(&groups);
         propose_compactions(&groups);
+        shard.refresh_partition_manifests(&groups);
         shard.snapshot_stream_if_due(&groups);
         shard.balance_leaders(&groups);
     }

@@ -215,6 +215,25 @@ impl ProducerStates {
         self.entries.iter().map(|((p, pid), e)| (p.0, *pid, e.clone())).collect()
     }
 
+    /// The producers of one partition: (producer id, state), by id.
+    pub fn of_partition(&self, partition: PartitionId) -> Vec<(i64, ProducerEntry)> {
+        let of = self.entries.iter().filter(|((p, _), _)| *p == partition);
+        let mut producers: Vec<_> = of.map(|((_, pid), e)| (*pid, e.clone())).collect();
+        producers.sort_by_key(|(pid, _)| *pid);
+        producers
+    }
+
+    /// Replaces one partition's producers (a replica installing its leader's partition
+    /// snapshot: docs/replication.md, "Partition snapshots").
+    pub fn replace_partition(
+        &mut self,
+        partition: PartitionId,
+        producers: Vec<(i64, ProducerEntry)>,
+    ) {
+        self.drop_partition(partition);
+        self.entries.extend(producers.into_iter().map(|(pid, e)| ((partition, pid), e)));
+    }
+
     pub fn restore(&mut self, entries: Vec<(u64, i64, ProducerEntry)>) {
         self.entries = entries.into_iter().map(|(p, pid, e)| ((PartitionId(p), pid), e)).collect();
     }

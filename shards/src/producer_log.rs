@@ -46,6 +46,14 @@ fn new_producer_id(node: u32, shard: usize, counter: u64) -> Option<i64> {
     Some(id as i64)
 }
 
+/// The counter of `producer_id` if node `node`'s shard `shard` handed it out.
+fn counter_of(node: u32, shard: usize, producer_id: i64) -> Option<u64> {
+    let id = u64::try_from(producer_id).ok()?;
+    let ours = id >> (COUNTER_BITS + SHARD_BITS) == u64::from(node)
+        && id & ((1 << SHARD_BITS) - 1) == shard as u64;
+    ours.then_some(id >> SHARD_BITS & ((1 << COUNTER_BITS) - 1))
+}
+
 /// One entry of the `ProducerState` stream.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
 pub enum ProducerLogEntry {
@@ -168,6 +176,20 @@ impl Shard {
             );
         }
         Ok(())
+    }
+
+    /// A producer id found in a partition snapshot this replica installed
+    /// (`crate::partition_snapshots`): if this shard handed it out, it did so before its
+    /// data dir was lost (the counter restarted at 0), so it never hands it out again: a
+    /// new producer with that id would meet the old one's sequence state.
+    pub(crate) fn skip_past_producer_id(&self, producer_id: i64) {
+        let Some(counter) = counter_of(self.config.node_id, self.id, producer_id) else {
+            return;
+        };
+        if counter >= self.pid_next.get() {
+            // At or past the reservation, the next InitProducerId reserves a block first.
+            self.pid_next.set(counter + 1);
+        }
     }
 
     fn restore_pids(&self, reserved_until: u64) {
@@ -299,5 +321,18 @@ mod tests {
         assert_eq!(producer_id(5, 1023, (1 << 32) - 1).map(|id| id >> 42), Some(5));
         assert_eq!(producer_id(5, 0, 1 << 32), None);
         assert_eq!(producer_id(2_097_152, 0, 0), None);
+    }
+
+    #[test]
+    fn a_producer_ids_counter_is_found_only_for_the_node_and_shard_that_handed_it_out() {
+        use super::counter_of;
+        for (node, shard, counter) in [(0, 0, 0), (3, 7, 12_345), (2_097_151, 1023, (1 << 32) - 1)]
+        {
+            let id = producer_id(node, shard, counter).unwrap();
+            assert_eq!(counter_of(node, shard, id), Some(counter));
+            assert_eq!(counter_of(node + 1, shard, id), None, "another node's");
+            assert_eq!(counter_of(node, (shard + 1) % 1024, id), None, "another shard's");
+        }
+        assert_eq!(counter_of(0, 0, -1), None, "no producer");
     }
 }

@@ -64,6 +64,11 @@ pub struct ShardConfig {
     /// How often a group's leader hands the leadership to the group's preferred replica
     /// once it is caught up (`partition_group`); None: never.
     pub leader_imbalance_check_interval: Option<Duration>,
+    /// A voter of a partition group its leader has not heard from for this long stops
+    /// holding the group's raft log compaction back, and catches up from a partition
+    /// snapshot when it returns (`crate::partition_snapshots`); None: it holds it back for
+    /// as long as it is away.
+    pub replica_snapshot_after: Option<Duration>,
 }
 
 impl Default for ShardConfig {
@@ -86,6 +91,7 @@ impl Default for ShardConfig {
             nodes: crate::metadata::SINGLE_NODE_LIST.to_vec(),
             replica_lag_time_max: Duration::from_secs(30),
             leader_imbalance_check_interval: Some(Duration::from_secs(300)),
+            replica_snapshot_after: Some(Duration::from_secs(60)),
         }
     }
 }

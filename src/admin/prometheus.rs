@@ -290,7 +290,7 @@ fn render_replication(text: &mut Text, shards: &[ShardMetrics]) {
     if replicating.is_empty() {
         return;
     }
-    let figures: [(&str, &str, &str, ReplicationValue); 25] = [
+    let figures: [(&str, &str, &str, ReplicationValue); 30] = [
         ("shardlog_replication_peers", "gauge", "Peer nodes this shard replicates with.", |r| {
             r.peers
         }),
@@ -402,6 +402,36 @@ fn render_replication(text: &mut Text, shards: &[ShardMetrics]) {
             "counter",
             "Raft logs found shorter than what they had acknowledged (a replaced data dir), by this shard's groups.",
             |r| r.lost_logs_seen,
+        ),
+        (
+            "shardlog_partition_snapshots_installed_total",
+            "counter",
+            "Partitions this shard installed from a leader's partition snapshot (a replica caught up).",
+            |r| r.partition_snapshots.partitions_installed,
+        ),
+        (
+            "shardlog_partition_snapshot_transfers_failed_total",
+            "counter",
+            "Partition snapshot transfers this shard stopped before installing (raft sends again).",
+            |r| r.partition_snapshots.transfers_failed,
+        ),
+        (
+            "shardlog_partition_snapshot_manifests_refused_total",
+            "counter",
+            "Partition snapshot manifests this shard could not send (over the frame limit).",
+            |r| r.partition_snapshots.manifests_refused,
+        ),
+        (
+            "shardlog_partition_snapshot_bytes_pulled_total",
+            "counter",
+            "Record bytes this shard pulled from leaders to install partition snapshots.",
+            |r| r.partition_snapshots.bytes_pulled,
+        ),
+        (
+            "shardlog_partition_snapshot_bytes_served_total",
+            "counter",
+            "Record bytes this shard served to replicas installing partition snapshots.",
+            |r| r.partition_snapshots.bytes_served,
         ),
         (
             "shardlog_raft_stream_snapshots_total",

@@ -151,9 +151,18 @@ pub enum StorageError {
 #[derive(Debug)]
 pub enum AppendError {
     InvalidBatch(BatchError),
-    TooLarge { size: usize, max: usize },
+    TooLarge {
+        size: usize,
+        max: usize,
+    },
     UnknownPartition(PartitionId),
     Storage(StorageError),
+    /// A replica's batch copied at its leader's offsets (`ShardLog::append_at_offsets`)
+    /// does not start at the partition's next offset.
+    NotAtEnd {
+        base_offset: Offset,
+        next_offset: Offset,
+    },
 }
 
 /// Why a read was refused.

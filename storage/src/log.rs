@@ -28,6 +28,7 @@ use crate::batch::{first_record_at_or_after, with_base_offset_and_epoch, RecordB
 use crate::batcher::{Batcher, Flush};
 use crate::checkpoint;
 use crate::disk::{Disk, IoBuffer};
+use crate::epochs::EpochEntry;
 use crate::frame::{
     align_down, align_up, decode_header, verify_payload, Decoded, EntryHeader, EntryKind,
     ENTRY_HEADER_BYTES, PAGE_BYTES,
@@ -320,6 +321,29 @@ impl<D: Disk> ShardLog<D> {
         partition_leader_epoch: Option<i32>,
         batches: &[(RecordBatchHeader, Bytes)],
     ) -> Result<Appended, AppendError> {
+        self.append(partition, Some(partition_leader_epoch), batches)
+    }
+
+    /// A replica's copy of its leader's batches (a partition snapshot's records), appended
+    /// all-or-nothing at their own base offsets, bytes untouched: each must start at the
+    /// partition's next offset (`NotAtEnd` otherwise; a gap is bridged by moving the log
+    /// start first, `advance_log_start_past_end`).
+    pub fn append_at_offsets(
+        &self,
+        partition: PartitionId,
+        batches: &[(RecordBatchHeader, Bytes)],
+    ) -> Result<Appended, AppendError> {
+        self.append(partition, None, batches)
+    }
+
+    /// Appends `batches`, their offsets assigned and stamped with the epoch if given
+    /// (`Some`), or kept as they are (`None`: `append_at_offsets`).
+    fn append(
+        &self,
+        partition: PartitionId,
+        assign: Option<Option<i32>>,
+        batches: &[(RecordBatchHeader, Bytes)],
+    ) -> Result<Appended, AppendError> {
         let inner = &*self.inner;
         let max = inner.config.max_batch_bytes;
         for (header, bytes) in batches {
@@ -343,14 +367,19 @@ impl<D: Disk> ShardLog<D> {
             .ok_or(AppendError::UnknownPartition(partition))?
             .next_offset;
         let mut offset = next;
-        let stored: Vec<(EntryHeader, Bytes)> = batches
-            .iter()
-            .map(|(header, bytes)| {
-                let rewritten = with_base_offset_and_epoch(bytes, offset, partition_leader_epoch);
-                offset += header.last_offset_delta as i64 + 1;
-                (data_header(partition), rewritten)
-            })
-            .collect();
+        let mut stored: Vec<(EntryHeader, Bytes)> = Vec::with_capacity(batches.len());
+        for (header, bytes) in batches {
+            let bytes = match assign {
+                Some(epoch) => with_base_offset_and_epoch(bytes, offset, epoch),
+                None if header.base_offset != offset => {
+                    let base_offset = header.base_offset;
+                    return Err(AppendError::NotAtEnd { base_offset, next_offset: offset });
+                }
+                None => bytes.clone(),
+            };
+            offset += header.last_offset_delta as i64 + 1;
+            stored.push((data_header(partition), bytes));
+        }
         let entries: Vec<(EntryHeader, &[u8])> = stored.iter().map(|(h, b)| (*h, &b[..])).collect();
         let positions = inner.place_entries(state, &entries)?;
         for ((header, bytes), position) in stored.into_iter().zip(positions) {
@@ -428,6 +457,12 @@ impl<D: Disk> ShardLog<D> {
         let state = self.inner.state.borrow();
         let log = state.core.partitions.get(&partition)?;
         Some(log.epochs.end_offset_for(requested, current_epoch, log.next_offset))
+    }
+
+    /// A partition's leader-epoch cache: (epoch, first offset) per epoch, in order.
+    pub fn leader_epochs(&self, partition: PartitionId) -> Option<Vec<EpochEntry>> {
+        let state = self.inner.state.borrow();
+        Some(state.core.partitions.get(&partition)?.epochs.entries().to_vec())
     }
 
     /// The leader epoch of the batch holding `offset` in `partition` (ListOffsets), if a
@@ -643,6 +678,17 @@ impl<D: Disk> ShardLog<D> {
         partition: PartitionId,
         offset: Offset,
     ) -> Result<(Offset, Durable), LogStartError> {
+        self.move_log_start(partition, offset, false)
+    }
+
+    /// `advance_log_start`; with `past_end`, `offset` may pass the high watermark when it
+    /// is at the partition's end (`advance_log_start_past_end`).
+    fn move_log_start(
+        &self,
+        partition: PartitionId,
+        offset: Offset,
+        past_end: bool,
+    ) -> Result<(Offset, Durable), LogStartError> {
         let inner = &*self.inner;
         let mut state = inner.state.borrow_mut();
         let state = &mut *state;
@@ -652,7 +698,8 @@ impl<D: Disk> ShardLog<D> {
             .partitions
             .get(&partition)
             .ok_or(LogStartError::Append(AppendError::UnknownPartition(partition)))?;
-        if offset > log.high_watermark {
+        let all_durable = log.high_watermark == log.next_offset;
+        if offset > log.high_watermark && !(past_end && all_durable) {
             return Err(LogStartError::AboveHighWatermark {
                 requested: offset,
                 high_watermark: log.high_watermark,
@@ -670,6 +717,19 @@ impl<D: Disk> ShardLog<D> {
         inner.release_segments(state);
         let durable = Durable { signal: inner.signal.clone(), position: state.batcher.position() };
         Ok((log_start_offset, durable))
+    }
+
+    /// A replica catching up from its leader's partition snapshot: moves the log start to
+    /// `offset` even past the partition's end (the leader's log starts there), which then
+    /// moves the end there too, as replay does with the same LogStart entry. Only when
+    /// everything the partition holds is durable (its high watermark at its end), so no
+    /// unflushed batch is left below the new start; otherwise `AboveHighWatermark`.
+    pub fn advance_log_start_past_end(
+        &self,
+        partition: PartitionId,
+        offset: Offset,
+    ) -> Result<(Offset, Durable), LogStartError> {
+        self.move_log_start(partition, offset, true)
     }
 
     /// The oldest segment (base log position) each partition keeps alive: a partition

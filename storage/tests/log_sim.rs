@@ -771,6 +771,48 @@ fn advance_log_start_inside_a_batch_is_durable_and_survives_crashes_and_checkpoi
 }
 
 #[test]
+fn a_replicas_copy_keeps_its_leaders_offsets_and_bytes_and_survives_a_crash() {
+    run(|| async {
+        let config = small_config();
+        // The leader: [0..=3] [4..=7] [8..=11], stamped with epoch 5.
+        let (leader, _, _) = open(&SimDisk::new(31), config.clone()).await;
+        let mut last = None;
+        for i in 0..3u64 {
+            let batch = validated(&batch_of(4, 50, i, 1000));
+            last = Some(leader.append_batches_in_epoch(P0, Some(5), &batch).unwrap());
+        }
+        last.unwrap().durable.wait().await.unwrap();
+        let copied = leader.read(P0, 4, 1 << 20).await.unwrap();
+        // The follower holds nothing; its start moves past its end, to the leader's 4.
+        let disk = SimDisk::new(32);
+        let (follower, _, _) = open(&disk, config.clone()).await;
+        let batches = validated(&copied);
+        let refused = follower.append_at_offsets(P0, &batches);
+        let not_at_end = matches!(refused, Err(AppendError::NotAtEnd { base_offset: 4, .. }));
+        assert!(not_at_end, "a copy starts at the partition's next offset");
+        let (start, durable) = follower.advance_log_start_past_end(P0, 4).unwrap();
+        durable.wait().await.unwrap();
+        assert_eq!(start, 4);
+        let appended = follower.append_at_offsets(P0, &batches).unwrap();
+        assert_eq!((appended.base_offset, appended.last_offset), (4, 11));
+        // Past the end only with nothing unflushed below: the copy is not durable yet.
+        let early = follower.advance_log_start_past_end(P0, 20);
+        assert!(matches!(early, Err(LogStartError::AboveHighWatermark { .. })));
+        appended.durable.wait().await.unwrap();
+        assert_eq!(follower.read(P0, 4, 1 << 20).await.unwrap(), copied, "byte-identical");
+        assert_eq!(follower.end_offset_for_epoch(P0, 5, 5), Some((5, 12)), "epochs from the copy");
+        drop(follower);
+        let (follower, _, _) = open(&disk.crash(), config).await;
+        let info = follower.partition_info(P0).unwrap();
+        assert_eq!((info.log_start_offset, info.high_watermark), (4, 12));
+        assert_eq!(follower.read(P0, 4, 1 << 20).await.unwrap(), copied);
+        // Later appends go on at the leader's next offset.
+        let next = follower.append_batches(P0, &validated(&batch_of(1, 10, 9, 1))).unwrap();
+        assert_eq!(next.base_offset, 12);
+    });
+}
+
+#[test]
 fn advancing_the_log_start_frees_the_segments_nobody_needs_any_more() {
     run(|| async {
         let disk = SimDisk::new(22);

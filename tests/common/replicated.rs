@@ -318,6 +318,50 @@ impl Load {
     }
 }
 
+/// A consumer of `group` (assigned partitions, no membership: Kafka accepts its commits
+/// while the group has no members), bootstrapped at `nodes` of `cluster`.
+pub fn group_consumer(
+    cluster: &[Broker],
+    nodes: &[usize],
+    group: &str,
+) -> rdkafka::consumer::BaseConsumer {
+    let bootstrap = nodes.iter().map(|n| cluster[*n].bootstrap()).collect::<Vec<_>>().join(",");
+    rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("a librdkafka consumer")
+}
+
+/// Commits for `group`, per partition of `topic`, the offset after the last record
+/// acknowledged so far (a consumer's position after reading them), through every node;
+/// returns what it committed.
+pub fn commit_group_offsets(
+    cluster: &[Broker],
+    topic: &str,
+    group: &str,
+    acked: &[Ack],
+) -> std::collections::BTreeMap<i32, i64> {
+    use rdkafka::consumer::{CommitMode, Consumer};
+    let mut offsets = std::collections::BTreeMap::new();
+    for (partition, offset, _) in acked {
+        let next = offsets.entry(*partition).or_insert(0);
+        *next = (*next).max(offset + 1);
+    }
+    let mut commit = rdkafka::TopicPartitionList::new();
+    for (partition, offset) in &offsets {
+        let offset = rdkafka::Offset::Offset(*offset);
+        commit.add_partition_offset(topic, *partition, offset).unwrap();
+    }
+    let all: Vec<usize> = (0..cluster.len()).collect();
+    let consumer = group_consumer(cluster, &all, group);
+    common::eventually(DEADLINE, "the group's offset commit to be acknowledged", || {
+        consumer.commit(&commit, CommitMode::Sync).is_ok()
+    });
+    offsets
+}
+
 /// The checker: offsets dense from 0 in every partition, no value stored twice, and
 /// every acknowledged record at its acknowledged offset. Returns the records stored per
 /// partition.

@@ -129,6 +129,12 @@ impl GroupCoordinator {
         Some(OffsetLogEntry::snapshot(&logged).encode())
     }
 
+    /// Every group's committed offsets as one `GroupOffsets` snapshot entry's payload (a
+    /// partition snapshot's offsets image: docs/replication.md, "Partition snapshots").
+    pub(crate) fn offsets_image(&self) -> Vec<u8> {
+        OffsetLogEntry::snapshot(&self.offsets.borrow()).encode()
+    }
+
     /// Applies a change to the offsets as answered (OffsetFetch).
     pub(crate) fn apply_offsets(&self, entry: OffsetLogEntry) {
         entry.apply(&mut self.offsets.borrow_mut());

@@ -82,6 +82,11 @@ pub struct GroupConfig {
     /// write request around it (`persist::max_entry_bytes`); larger ones are refused
     /// (`ProposeError::TooLarge`) rather than left for the log to refuse.
     pub max_entry_bytes: usize,
+    /// Ticks after which a voter the leader has not heard from stops holding compaction
+    /// back (`compactable`); it is sent a snapshot when it returns. None: every voter
+    /// holds it back for as long as it is away (only for a group whose snapshots a
+    /// follower can install: docs/replication.md, "Partition snapshots").
+    pub compact_past_inactive_ticks: Option<u64>,
 }
 
 impl GroupConfig {
@@ -96,6 +101,7 @@ impl GroupConfig {
             max_size_per_msg: 1 << 20,
             max_inflight_msgs: 256,
             max_entry_bytes: usize::MAX,
+            compact_past_inactive_ticks: None,
         }
     }
 
@@ -183,6 +189,10 @@ pub struct RaftGroup {
     lost_logs_seen: u64,
     /// `GroupConfig::max_entry_bytes`.
     max_entry_bytes: usize,
+    /// On the leader, ticks since each voter was last heard from (raft-rs's
+    /// `recent_active`), for `compact_past_inactive_ticks`.
+    inactive_ticks: std::collections::BTreeMap<u64, u64>,
+    compact_past_inactive_ticks: Option<u64>,
 }
 
 impl RaftGroup {
@@ -212,6 +222,8 @@ impl RaftGroup {
             started_empty,
             lost_logs_seen: 0,
             max_entry_bytes: config.max_entry_bytes,
+            inactive_ticks: std::collections::BTreeMap::new(),
+            compact_past_inactive_ticks: config.compact_past_inactive_ticks,
         })
     }
 
@@ -220,7 +232,22 @@ impl RaftGroup {
     /// One tick of the host's clock.
     pub fn tick(&mut self) {
         self.node.tick();
+        self.count_inactive_ticks();
         self.handle_ready();
+    }
+
+    /// On the leader, counts the ticks each voter has not been heard from in a row (a
+    /// voter heard from since raft-rs's last check-quorum round is `recent_active`).
+    fn count_inactive_ticks(&mut self) {
+        if !self.is_leader() {
+            self.inactive_ticks.clear();
+            return;
+        }
+        let me = self.id();
+        for (id, progress) in self.node.raft.prs().iter() {
+            let ticks = self.inactive_ticks.entry(*id).or_insert(0);
+            *ticks = if *id == me || progress.recent_active { 0 } else { *ticks + 1 };
+        }
     }
 
     /// A message from a peer. Errors name a message that cannot be stepped (from a
@@ -402,13 +429,32 @@ impl RaftGroup {
     /// On the leader, the highest index every voter has durably and that is committed:
     /// what the group may compact (docs/replication.md, "Log compaction"). None on a
     /// follower, which does not know the others' progress. A voter the leader has not
-    /// heard from since its election counts as having nothing (raft-rs's match index 0).
+    /// heard from since its election counts as having nothing (raft-rs's match index 0),
+    /// except one not heard from for `compact_past_inactive_ticks`, which holds nothing
+    /// back: it gets a snapshot when it returns ("Partition snapshots").
     pub fn compactable(&self) -> Option<u64> {
         if !self.is_leader() {
             return None;
         }
-        let slowest = self.node.raft.prs().iter().map(|(_, progress)| progress.matched).min()?;
+        let long_gone = |id: &u64| {
+            let ticks = self.inactive_ticks.get(id).copied().unwrap_or(0);
+            self.compact_past_inactive_ticks.is_some_and(|limit| ticks >= limit)
+        };
+        let voters = self.node.raft.prs().iter().filter(|(id, _)| !long_gone(id));
+        let slowest = voters.map(|(_, progress)| progress.matched).min()?;
         Some(slowest.min(self.commit_index()))
+    }
+
+    /// On the leader, the voters not known to hold its snapshot point (their match index
+    /// is below it): they can only catch up from a snapshot, so the application keeps
+    /// its snapshot data fresh for them.
+    pub fn voters_needing_snapshot(&self) -> Vec<u64> {
+        if !self.is_leader() {
+            return Vec::new();
+        }
+        let snapshot_index = self.log().snapshot_index;
+        let prs = self.node.raft.prs().iter();
+        prs.filter(|(_, p)| p.matched < snapshot_index).map(|(id, _)| *id).collect()
     }
 
     /// On the leader, each voter's raft id, match index and whether it was heard from lately
@@ -773,6 +819,55 @@ mod tests {
             assert_eq!(group.commit_index(), next.index);
             assert_eq!(group.take_committed().last().unwrap().data.as_ref(), b"after");
         }
+    }
+
+    #[test]
+    fn a_voter_long_gone_stops_holding_compaction_back_and_gets_a_snapshot_back() {
+        let mut groups: Vec<RaftGroup> = (1..=3)
+            .map(|id| {
+                let mut config = GroupConfig::new(id);
+                config.fixed_election_timeout = Some(10 + 7 * (id as usize - 1));
+                config.compact_past_inactive_ticks = Some(40);
+                RaftGroup::recover(&config, LogImage::new(&[1, 2, 3]), 0).unwrap()
+            })
+            .collect();
+        for _ in 0..30 {
+            groups.iter_mut().for_each(RaftGroup::tick);
+            settle(&mut groups);
+        }
+        assert!(groups[0].is_leader());
+        let cut_off = groups.remove(2);
+        let first = groups[0].propose(b"batch 0".to_vec()).unwrap();
+        settle(&mut groups[..2]);
+        let mut ticks = 0;
+        while groups[0].compactable() < Some(first.index) {
+            // raft-rs notes a voter inactive at its next check-quorum round (an election
+            // timeout, 10 ticks here), then the limit counts.
+            assert!(ticks < 40 + 10, "held back past the limit: {ticks} ticks");
+            groups.iter_mut().for_each(RaftGroup::tick);
+            settle(&mut groups[..2]);
+            ticks += 1;
+        }
+        assert!(ticks >= 40, "a voter away for {ticks} ticks held nothing back");
+        let last = groups[0].commit_index();
+        assert_eq!(groups[0].compactable(), Some(last));
+        for group in groups.iter_mut() {
+            group.take_committed();
+            assert!(group.compact(last));
+        }
+        assert_eq!(groups[0].voters_needing_snapshot(), vec![3]);
+        groups[0].set_snapshot_data(bytes::Bytes::from_static(b"manifest"));
+        groups.push(cut_off);
+        let mut installed = Vec::new();
+        for _ in 0..20 {
+            groups.iter_mut().for_each(RaftGroup::tick);
+            settle(&mut groups);
+            installed.extend(groups[2].take_snapshot());
+        }
+        assert_eq!(installed.len(), 1, "the returning voter gets the snapshot");
+        assert_eq!(installed[0].get_metadata().index, last);
+        assert!(groups[0].voters_needing_snapshot().is_empty());
+        assert_eq!(groups[0].compactable(), Some(last), "it counts again once back");
     }
 
     /// Replica 3 with its data dir lost: a new empty log, as at a node's first start.

@@ -17,6 +17,12 @@
 //! Leader notices (`notice.rs`) travel as messages of the reserved group `NOTICE_GROUP`:
 //! `send_notice` queues one for a peer, and what arrives is kept, not stepped, until the
 //! shard takes it (`take_notices`; at most `MAX_PENDING_NOTICES`, the oldest dropped).
+//! Partition snapshot pulls (`pull.rs`) travel alike under `PULL_GROUP`: `send_pull`, and
+//! what arrives goes to the receiver the shard took once (`take_pull_receiver`; at most
+//! `MAX_PENDING_PULLS` waiting, more are dropped and counted: the puller asks again).
+//! A `MsgSnapshot` for a group whose sink holds it (`GroupSink::hold_snapshot`: a
+//! partition group, whose records are pulled first) is not stepped here; the sink steps
+//! it later through `with_group`.
 //!
 //! Invariants:
 //! 1. A group's outputs are drained after every input the host gives it (a message, a
@@ -46,6 +52,7 @@ use shardlog_storage::Durable;
 use super::group::{Outcome, RaftGroup};
 use super::log::{LogImage, WriteRequest};
 use super::notice::NOTICE_GROUP;
+use super::pull::PULL_GROUP;
 use super::transport::{Inbound, Transport, TransportConfig, UnknownPeer};
 use super::Message;
 
@@ -57,6 +64,10 @@ pub const TICK: Duration = Duration::from_millis(100);
 /// Leader notice messages kept until the shard takes them (it does every tick; each
 /// peer sends one per tick at most).
 const MAX_PENDING_NOTICES: usize = 1024;
+
+/// Pull messages waiting for the shard's pull task (a follower has one request in flight
+/// per group it catches up, a leader answers each).
+const MAX_PENDING_PULLS: usize = 1024;
 
 /// The raft id of node `node_id` in every group (raft-rs reserves 0).
 pub fn raft_id(node_id: u64) -> u64 {
@@ -92,12 +103,21 @@ pub trait GroupSink {
 
     /// A snapshot from the leader: the application's state replaces everything up to its
     /// index, before any entry `apply` gets after this call (`RaftGroup` invariant 4).
-    /// Only the metadata group's leaders send one (docs/replication.md, "Metadata
-    /// snapshots"); a sink of a group that never has one keeps this default, a bug if
-    /// called.
+    /// The metadata group installs its table here (docs/replication.md, "Metadata
+    /// snapshots"); a partition group installed its manifest before the message was
+    /// stepped (`hold_snapshot`); a sink of a group that never has one keeps this
+    /// default, a bug if called.
     fn install(&mut self, snapshot: Snapshot) {
         let index = snapshot.get_metadata().index;
         panic!("a raft snapshot at {index} for a group whose application cannot install one");
+    }
+
+    /// A `MsgSnapshot` that arrived for the group: the sink may keep it (returns None) to
+    /// step it itself once its application fetched what the snapshot names (a partition
+    /// group's records: docs/replication.md, "Partition snapshots"); by default it is
+    /// stepped at once.
+    fn hold_snapshot(&mut self, message: Message) -> Option<Message> {
+        Some(message)
     }
 }
 
@@ -117,6 +137,8 @@ pub struct HostStats {
     /// Leader notice messages received, and those dropped untaken (`MAX_PENDING_NOTICES`).
     pub notices_received: u64,
     pub dropped_notices: u64,
+    /// Pull messages dropped because `MAX_PENDING_PULLS` were waiting.
+    pub dropped_pulls: u64,
 }
 
 /// A group id hosted twice.
@@ -147,6 +169,9 @@ struct Inner {
     stopped: Cell<bool>,
     /// Leader notices received and not taken yet: (sender node, notice bytes).
     notices: RefCell<Vec<(u64, bytes::Bytes)>>,
+    /// Pull messages to the shard's pull task: (sender node, pull bytes).
+    pulls: LocalSender<(u64, bytes::Bytes)>,
+    pull_receiver: RefCell<Option<LocalReceiver<(u64, bytes::Bytes)>>>,
     /// (group, number, flush) of writes on the shard log not yet reported, in log order
     /// (so in the order their flushes complete), to the durability task. Bounded by what
     /// the groups write while one flush is in flight.
@@ -164,12 +189,15 @@ impl GroupHost {
     pub fn start(config: TransportConfig, tick: Duration) -> io::Result<GroupHost> {
         let (transport, inbound) = Transport::start(config)?;
         let (flushes, flushed) = local_channel::new_unbounded();
+        let (pulls, pull_receiver) = local_channel::new_bounded(MAX_PENDING_PULLS);
         let inner = Rc::new(Inner {
             transport,
             groups: RefCell::new(BTreeMap::new()),
             stats: Cell::new(HostStats::default()),
             stopped: Cell::new(false),
             notices: RefCell::new(Vec::new()),
+            pulls,
+            pull_receiver: RefCell::new(Some(pull_receiver)),
             flushes,
         });
         let tasks = vec![
@@ -280,6 +308,19 @@ impl GroupHost {
         std::mem::take(&mut *self.inner.notices.borrow_mut())
     }
 
+    /// Queues a pull message (`pull.rs`) for node `to`'s same shard.
+    pub fn send_pull(&self, to: u64, pull: Vec<u8>) -> Result<(), UnknownPeer> {
+        let mut message = Message::default();
+        message.set_context(pull.into());
+        self.inner.transport.send(to, PULL_GROUP, message)
+    }
+
+    /// Where the pull messages that arrive go: (sender node, bytes); the first call takes
+    /// it, later ones get None.
+    pub fn take_pull_receiver(&self) -> Option<LocalReceiver<(u64, bytes::Bytes)>> {
+        self.inner.pull_receiver.borrow_mut().take()
+    }
+
     /// The shard's transport (its counters, its address).
     pub fn transport(&self) -> &Transport {
         &self.inner.transport
@@ -305,11 +346,25 @@ impl Inner {
             self.count(|s| s.notices_received += 1);
             return;
         }
+        if id == PULL_GROUP {
+            if self.pulls.try_send((from, message.take_context())).is_err() {
+                self.count(|s| s.dropped_pulls += 1);
+            }
+            return;
+        }
         let mut groups = self.groups.borrow_mut();
         let Some(hosted) = groups.get_mut(&id) else {
             self.count(|s| s.dropped_unknown_group += 1);
             tracing::debug!(from, group = id, "replication: a message for a group not hosted here");
             return;
+        };
+        let message = if message.get_msg_type() == super::MessageType::MsgSnapshot {
+            match hosted.sink.hold_snapshot(message) {
+                Some(message) => message,
+                None => return, // the sink steps it once its application is ready
+            }
+        } else {
+            message
         };
         match hosted.group.step(message) {
             Ok(()) => self.count(|s| s.messages_stepped += 1),

@@ -67,7 +67,7 @@ pub struct LogImage {
     pub entries: Vec<Entry>,
     /// The application's state at the snapshot point or later (invariant 4), which
     /// `Storage::snapshot` sends to a follower the log was compacted past; empty: none
-    /// (partition groups never have one: their snapshot would be segment files).
+    /// (a partition group's leader sets its manifest only while a voter needs it).
     pub snapshot_data: bytes::Bytes,
 }
 
@@ -265,11 +265,10 @@ impl Storage for LogImage {
     }
 
     fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        // A group compacts only what every voter has (docs/replication.md, "Log
-        // compaction"), so a voter is caught up from entries; one that lost its data dir
-        // needs a snapshot. The metadata group's applier keeps its table here
-        // (invariant 4); a partition group has none (its snapshot would be segment files,
-        // not done), so raft-rs keeps asking and the voter stays behind.
+        // A voter that lost its data dir, or was away past the compaction point, needs a
+        // snapshot. The metadata group's applier keeps its table here (invariant 4), a
+        // partition group's leader its manifest while a voter needs one
+        // (`crate::partition_snapshots`); without data raft-rs keeps asking.
         match self.snapshot_to_send() {
             Some(snapshot) => Ok(snapshot),
             None => Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable)),

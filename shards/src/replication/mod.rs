@@ -20,12 +20,15 @@
 //! `LogImage`s from that stream at start-up, with each partition group's last applying
 //! marker.
 //!
-//! Raft snapshots: a group's log is compacted up to what every voter has; a voter that
-//! lost its log (a data dir replaced) is sent the image's snapshot data, which only the
-//! metadata group has (its topic table: `crate::metadata_group` invariant 4); a partition
-//! group's `Storage::snapshot` answers "temporarily unavailable", so such a voter stays
-//! behind there. The driver hands a received snapshot to the host before later entries
-//! (`GroupSink::install`), and survives the lost log itself (`group.rs` invariant 5). `partition.rs` holds the partition groups' pieces without IO: group ids of a
+//! Raft snapshots: a group's log is compacted up to what every voter has (a voter not
+//! heard from for `GroupConfig::compact_past_inactive_ticks` aside); a voter that lost its
+//! log (a data dir replaced) or was away past the compaction point is sent the image's
+//! snapshot data: the metadata group's topic table (`crate::metadata_group` invariant 4),
+//! a partition group's manifest (`partition_snapshot.rs`), whose records the follower
+//! pulls (`pull.rs`, `snapshot_transfer.rs`, `crate::partition_snapshots`) before the
+//! `MsgSnapshot` is stepped (`GroupSink::hold_snapshot`). The driver hands a received
+//! snapshot to the host before later entries (`GroupSink::install`), and survives the
+//! lost log itself (`group.rs` invariant 5). `partition.rs` holds the partition groups' pieces without IO: group ids of a
 //! (replica set, shard), the produce entry, and the exactly-once rule of the markers.
 //!
 //! Runs on: the shard that owns the group (shard s of every node replicates with shard s
@@ -48,7 +51,10 @@ mod host;
 mod log;
 pub mod notice;
 pub mod partition;
+pub mod partition_snapshot;
 pub mod persist;
+pub mod pull;
+pub mod snapshot_transfer;
 pub mod transport;
 
 pub use group::{GroupConfig, Outcome, Proposal, ProposeError, RaftGroup};

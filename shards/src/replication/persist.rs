@@ -60,8 +60,8 @@
 //! that many u64), auto leave u8 (0 or 1). A snapshot marker names the snapshot's index,
 //! term and voters; its data follows only when it has some: a snapshot the metadata group
 //! sent (the topic table, docs/replication.md "Metadata snapshots"), and a compacted
-//! image of that group (`LogImage::snapshot_data`). A partition group's snapshot would be
-//! its segment files: none is sent. Bit 2 came with metadata snapshots; a broker that
+//! image of that group (`LogImage::snapshot_data`), or a partition group's manifest
+//! (docs/replication.md, "Partition snapshots"). Bit 2 came with metadata snapshots; a broker that
 //! predates it refuses the flag (`UnknownFlags`) rather than drop the data.
 //!
 //! Invariants:
@@ -93,7 +93,7 @@ use std::fmt;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Snapshot};
+use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Message, Snapshot};
 use shardlog_storage::{
     AppendError, Disk, Durable, InternalEntry, InternalStream, PartitionId, ShardLog,
 };
@@ -641,6 +641,9 @@ pub struct ShardLogSink<D: Disk> {
     refused: bool,
     /// Writes appended as more than one log entry (`split_write`).
     cut_writes: u64,
+    /// Where a `MsgSnapshot` goes before it is stepped (a partition group's catch-up,
+    /// which steps it once the records it names are in); None: stepped at once.
+    on_snapshot_message: Option<Box<dyn FnMut(Message)>>,
 }
 
 impl<D: Disk> ShardLogSink<D> {
@@ -649,7 +652,22 @@ impl<D: Disk> ShardLogSink<D> {
         group: u64,
         on_apply: Box<dyn FnMut(Vec<Entry>, Vec<Outcome>)>,
     ) -> Self {
-        ShardLogSink { log, group, on_apply, on_install: None, refused: false, cut_writes: 0 }
+        ShardLogSink {
+            log,
+            group,
+            on_apply,
+            on_install: None,
+            on_snapshot_message: None,
+            refused: false,
+            cut_writes: 0,
+        }
+    }
+
+    /// The sink with `on_snapshot_message` holding the `MsgSnapshot`s that arrive
+    /// (`GroupSink::hold_snapshot`).
+    pub fn with_held_snapshots(mut self, on_message: Box<dyn FnMut(Message)>) -> Self {
+        self.on_snapshot_message = Some(on_message);
+        self
     }
 
     /// The sink with `on_install` taking the snapshots the leader sends (after the write
@@ -723,6 +741,16 @@ impl<D: Disk> GroupSink for ShardLogSink<D> {
             panic!("raft group {group} got a snapshot at {index}: it cannot install one")
         });
         on_install(snapshot)
+    }
+
+    fn hold_snapshot(&mut self, message: Message) -> Option<Message> {
+        match self.on_snapshot_message.as_mut() {
+            Some(hold) => {
+                hold(message);
+                None
+            }
+            None => Some(message),
+        }
     }
 }
 
