@@ -366,8 +366,8 @@ def skip_string(data, at):
 
 
 def metadata_leader(addr, topic):
-    """(error, leader, leader epoch) of partition 0 of `topic` as the node at `addr` names
-    it, or None if it does not answer: Metadata v7 to that node alone (librdkafka's
+    """(error, leader, leader epoch, ISR nodes) of partition 0 of `topic` as the node at
+    `addr` names it, or None if it does not answer: Metadata v7 to that node alone (librdkafka's
     list_topics may ask any broker it knows, the one being stopped included)."""
     name = topic.encode()
     data = raw_call(addr, 3, 7, struct.pack(">ih", 1, len(name)) + name + b"\x00")
@@ -382,7 +382,7 @@ def metadata_leader(addr, topic):
     at = skip_string(data, at + 2) + 1  # name, is_internal
     (partitions,) = struct.unpack_from(">i", data, at)
     if topic_error or partitions < 1:
-        return (topic_error or -1, -1, -1)
+        return (topic_error or -1, -1, -1, [])
     error, _, leader, epoch = struct.unpack_from(">hiii", data, at + 4)
     at += 4 + 14
     (replicas,) = struct.unpack_from(">i", data, at)
