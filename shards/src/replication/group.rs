@@ -558,11 +558,10 @@ impl RaftGroup {
                 self.unsynced.push_back(number);
                 self.writes.push(write);
             }
-            let (alive, held): (Vec<Message>, Vec<Message>) = ready
-                .take_persisted_messages()
-                .into_iter()
-                .partition(|m| m.get_msg_type() == MessageType::MsgHeartbeatResponse);
-            self.messages.extend(alive); // invariant 1's exception
+            // Invariant 1's exception, taken out in place (no second vector per ready).
+            let mut held = ready.take_persisted_messages();
+            let alive = |m: &mut Message| m.get_msg_type() == MessageType::MsgHeartbeatResponse;
+            self.messages.extend(held.extract_if(.., alive));
             if !held.is_empty() {
                 self.held.push_back((number, held));
             }
