@@ -259,6 +259,12 @@ impl TopicTable {
         self.by_name.get(name).map(|t| &*t.0)
     }
 
+    /// The topic named `name`, shared: a reference count, not a copy of its name,
+    /// placement and configs.
+    pub fn topic_shared(&self, name: &str) -> Option<Arc<TopicMeta>> {
+        self.by_name.get(name).map(|t| t.0.clone())
+    }
+
     /// The topic with `id`, in constant time whatever the number of topics.
     pub fn topic_by_id(&self, id: [u8; 16]) -> Option<&TopicMeta> {
         self.topic(self.ids.get(&id)?)

@@ -282,8 +282,10 @@ impl Shard {
         self.table.borrow()
     }
 
-    pub fn topic(&self, name: &str) -> Option<TopicMeta> {
-        self.table.borrow().topic(name).cloned()
+    /// The topic named `name` as this shard's table copy has it (shared, not copied:
+    /// Metadata asks this on every request).
+    pub fn topic(&self, name: &str) -> Option<Arc<TopicMeta>> {
+        self.table.borrow().topic_shared(name)
     }
 
     /// Replaces the table copy (start-up), creating and dropping local partitions to match.
