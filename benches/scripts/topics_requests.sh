@@ -6,16 +6,23 @@
 # `benches/scripts/topics_requests_summary.py FILE`.
 #
 # Usage: benches/scripts/topics_requests.sh ROUNDS BIN [BIN...]
+#   A BIN may be BROKER@LOAD: that broker binary timed by that load generator (named
+#   `broker@load` in the headers), to compare load generators against one broker.
 #   Env: REQUESTS (of each kind, default 2000), LOAD_BIN, BENCH_TMP (as background_passes.sh).
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 ROUNDS=$1
 shift
 for r in $(seq "$ROUNDS"); do
-  for bin in "$@"; do
+  for arg in "$@"; do
+    bin=${arg%%@*}
+    load=${LOAD_BIN:-$ROOT/target/release/shardlog-load}
+    name=$(basename "$bin")
+    if [ "$arg" != "$bin" ]; then load=${arg#*@}; name+=@$(basename "$load"); fi
     for t in 8 50000; do
-      echo "# round=$r bin=$(basename "$bin") topics=$t $(date -u +%H:%M:%S) uptime:$(uptime | sed 's/.*load average//')"
-      REQUESTS=${REQUESTS:-2000} TOPICS=$t SHARDLOG_BIN=$bin "$ROOT/benches/scripts/background_passes.sh" 1 off
+      echo "# round=$r bin=$name topics=$t $(date -u +%H:%M:%S) uptime:$(uptime | sed 's/.*load average//')"
+      REQUESTS=${REQUESTS:-2000} TOPICS=$t SHARDLOG_BIN=$bin LOAD_BIN=$load \
+        "$ROOT/benches/scripts/background_passes.sh" 1 off
     done
   done
 done
