@@ -34,7 +34,7 @@ use crate::replication::pull::PullResponse;
 use crate::replication::snapshot_transfer::{PullRange, SnapshotTransfer};
 use crate::replication::{raft_id, GroupConfig, GroupSink, LogImage, Message, RaftGroup, Written};
 use crate::runtime::run_shards;
-use crate::{Mesh, NewTopic, Shard, ShardConfig};
+use crate::{Mesh, NewTopic, Shard, ShardConfig, TopicMeta};
 
 /// The group, the follower (node 0) and the leader that sends the snapshot (node 1).
 const GROUP: u64 = 0x5eed;
@@ -255,16 +255,7 @@ async fn follow(scenario: &Scenario, shard: &Rc<Shard>, disk: &SimDisk) -> Resul
     };
     shard.create_topics(vec![topic], false).await.remove(0).map_err(|e| format!("{e:?}"))?;
     let meta = shard.topic("t").expect("the topic just created");
-    for (p, leader) in scenario.partitions.iter().enumerate() {
-        let id = meta.partition_id(p as i32).expect("a partition of the topic");
-        for batch in &leader.batches[..leader.follower_holds] {
-            let header =
-                RecordBatchHeader::parse_validated(&batch.bytes).map_err(|e| format!("{e:?}"))?;
-            let appended = shard.log.append_at_offsets(id, &[(header, batch.bytes.clone())]);
-            let durable = appended.map_err(|e| format!("the held prefix: {e:?}"))?.durable;
-            durable.wait().await.map_err(|e| format!("{e:?}"))?;
-        }
-    }
+    hold_prefixes(scenario, shard, &meta).await?;
     // As in the broker, the follower heard the leader's term before its snapshot (raft-rs
     // sends one in answer to a heartbeat's response or a refused append), so the group's
     // hard state is in the log before the install's marker: replay refuses a marker before
@@ -274,7 +265,8 @@ async fn follow(scenario: &Scenario, shard: &Rc<Shard>, disk: &SimDisk) -> Resul
     let mut sink = ShardLogSink::new(shard.log.clone(), GROUP, Box::new(|_, _| {}));
     let mut heartbeat = Message::default();
     heartbeat.set_msg_type(MessageType::MsgHeartbeat);
-    (heartbeat.from, heartbeat.to, heartbeat.term) = (raft_id(LEADER), raft_id(FOLLOWER), 2);
+    (heartbeat.from, heartbeat.to, heartbeat.term) =
+        (raft_id(LEADER), raft_id(FOLLOWER), SNAPSHOT_TERM);
     raft.step(heartbeat).map_err(|e| format!("a heartbeat stepped: {e}"))?;
     write_durably(&mut raft, &mut sink).await?;
 
@@ -300,6 +292,22 @@ async fn follow(scenario: &Scenario, shard: &Rc<Shard>, disk: &SimDisk) -> Resul
         return Err("no acknowledgement of the snapshot once its write was durable".into());
     }
     Ok(Images { at_step, at_acknowledgement: disk.crash().image() })
+}
+
+/// What the follower held before the snapshot arrived: a prefix of each leader partition
+/// (from an earlier life of its group), durable.
+async fn hold_prefixes(scenario: &Scenario, shard: &Shard, meta: &TopicMeta) -> Result<(), String> {
+    for (p, leader) in scenario.partitions.iter().enumerate() {
+        let id = meta.partition_id(p as i32).expect("a partition of the topic");
+        for batch in &leader.batches[..leader.follower_holds] {
+            let header =
+                RecordBatchHeader::parse_validated(&batch.bytes).map_err(|e| format!("{e:?}"))?;
+            let appended = shard.log.append_at_offsets(id, &[(header, batch.bytes.clone())]);
+            let durable = appended.map_err(|e| format!("the held prefix: {e:?}"))?.durable;
+            durable.wait().await.map_err(|e| format!("{e:?}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// Appends the group's write requests as the broker's sink does, waits for their flush
