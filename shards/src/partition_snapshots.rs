@@ -19,7 +19,9 @@
 //!   log starts, appends an applying marker that says every entry up to the manifest's
 //!   index A is applied (`replication::partition` invariant 3, with next offset -1), and
 //!   only then steps the message into raft-rs. MsgSnapshots that arrive meanwhile are
-//!   dropped (a duplicate) or extend the targets (a newer manifest).
+//!   dropped (a duplicate) or extend the targets (a newer manifest). The pulls go through
+//!   a `PullSource`: the replication transport, or the power-loss test's simulated leader
+//!   (`partition_snapshots/tests.rs`, invariant 2).
 //!
 //! Runs on the shard that hosts the groups; not a hot path (a manifest per tick per group
 //! with a voter behind; a pull per MiB of records while one catches up).
@@ -353,7 +355,8 @@ fn needs_transfer(groups: &PartitionGroups, group: u64, message: &Message) -> Ne
 
 /// One group's catch-up (module docs): pull, write, install, step.
 async fn catch_up(shard: Rc<Shard>, groups: Rc<PartitionGroups>, group: u64) {
-    let pulled = pull_all(&shard, &groups, group).await;
+    let source = TransportPulls { groups: &groups, group };
+    let pulled = pull_all(&shard, &groups.snapshots, group, &source).await;
     groups.snapshots.awaiting.borrow_mut().remove(&group);
     let Some((_, transfer)) = groups.snapshots.transfers.borrow_mut().remove(&group) else {
         return;
@@ -370,16 +373,40 @@ async fn catch_up(shard: Rc<Shard>, groups: Rc<PartitionGroups>, group: u64) {
     }
 }
 
+/// Where a transfer's pulls are answered: the sender, over the replication transport
+/// (`TransportPulls`), or a test's leader.
+pub(crate) trait PullSource {
+    /// The answer of node `sender` to a pull of `range`.
+    async fn pull(&self, sender: u64, range: PullRange) -> Result<PullResponse, String>;
+}
+
+/// The pulls of `group`'s transfer, asked over the replication transport (`ask`).
+struct TransportPulls<'a> {
+    groups: &'a PartitionGroups,
+    group: u64,
+}
+
+impl PullSource for TransportPulls<'_> {
+    async fn pull(&self, sender: u64, range: PullRange) -> Result<PullResponse, String> {
+        ask(self.groups, self.group, sender, range).await
+    }
+}
+
 /// Pulls and writes until every partition reached its manifest's end (invariant 3).
-async fn pull_all(shard: &Shard, groups: &PartitionGroups, group: u64) -> Result<(), String> {
+async fn pull_all(
+    shard: &Shard,
+    snapshots: &PartitionSnapshots,
+    group: u64,
+    source: &impl PullSource,
+) -> Result<(), String> {
     loop {
         let next = {
-            let transfers = groups.snapshots.transfers.borrow();
+            let transfers = snapshots.transfers.borrow();
             let (sender, transfer) = transfers.get(&group).ok_or("the transfer is gone")?;
             transfer.next_request().map(|range| (*sender, range))
         };
         let Some((sender, range)) = next else { return Ok(()) };
-        let response = ask(groups, group, sender, range).await?;
+        let response = source.pull(sender, range).await?;
         match response.refusal {
             Some(PullRefusal::NotYet) => {
                 glommio::timer::sleep(NOT_YET_RETRY).await;
@@ -390,7 +417,7 @@ async fn pull_all(shard: &Shard, groups: &PartitionGroups, group: u64) -> Result
         }
         let batches = split_batches(&response.batches).map_err(|e| format!("{e:?}"))?;
         let bytes = response.batches.len() as u64;
-        groups.snapshots.count(|s| s.bytes_pulled += bytes);
+        snapshots.count(|s| s.bytes_pulled += bytes);
         let pulled = Pulled {
             topic_id: range.topic_id,
             partition: range.partition,
@@ -398,7 +425,7 @@ async fn pull_all(shard: &Shard, groups: &PartitionGroups, group: u64) -> Result
             batches: batches.into_iter().map(pulled_batch).collect(),
         };
         let writes = {
-            let mut transfers = groups.snapshots.transfers.borrow_mut();
+            let mut transfers = snapshots.transfers.borrow_mut();
             let (_, transfer) = transfers.get_mut(&group).ok_or("the transfer is gone")?;
             transfer.on_response(pulled).map_err(|e| e.to_string())?
         };
@@ -506,6 +533,34 @@ impl Shard {
         group: u64,
         transfer: SnapshotTransfer<Message>,
     ) -> Result<(), String> {
+        let (manifest, message, marker) = self.install_pulled(group, transfer).await?;
+        // No `.await` from the install's last write to the step.
+        groups.note_marker(marker);
+        let snapshot_index = message.get_snapshot().get_metadata().index;
+        let stepped = groups.host.with_group(group, |g: &mut RaftGroup| g.step(message));
+        let count = manifest.partitions.len() as u64;
+        groups.snapshots.count(|s| s.partitions_installed += count);
+        tracing::info!(
+            group = format!("{group:#x}"),
+            snapshot_index,
+            applied_index = manifest.applied_index,
+            partitions = count,
+            stepped = ?stepped.map(|s| s.is_ok()),
+            "partition snapshot installed"
+        );
+        Ok(())
+    }
+
+    /// The install's writes, all in the log before the raft write of the snapshot that
+    /// the caller's step makes (invariant 2): the manifest's log starts (each waited for
+    /// until durable, as the pulled records were), the producers' state, the offsets
+    /// image, the marker of A and a producer-state snapshot. Returns the manifest, the
+    /// message to step and the marker, with no `.await` after the marker's append.
+    async fn install_pulled(
+        &self,
+        group: u64,
+        transfer: SnapshotTransfer<Message>,
+    ) -> Result<(SnapshotManifest, Message, ApplyingMarker), String> {
         let log_starts = transfer.final_log_starts();
         self.write_pulled(log_starts).await?;
         let (manifest, message) = transfer.finish();
@@ -533,21 +588,11 @@ impl Shard {
             next_offset: -1,
         };
         persist::append_marker(&self.log, &marker).map_err(|e| format!("marker: {e:?}"))?;
-        groups.note_marker(marker);
         // The installed producers, durable ahead of the raft write of the snapshot.
         self.snapshot_producer_state();
-        let snapshot_index = message.get_snapshot().get_metadata().index;
-        let stepped = groups.host.with_group(group, |g: &mut RaftGroup| g.step(message));
-        let count = manifest.partitions.len() as u64;
-        groups.snapshots.count(|s| s.partitions_installed += count);
-        tracing::info!(
-            group = format!("{group:#x}"),
-            snapshot_index,
-            applied_index = manifest.applied_index,
-            partitions = count,
-            stepped = ?stepped.map(|s| s.is_ok()),
-            "partition snapshot installed"
-        );
-        Ok(())
+        Ok((manifest, message, marker))
     }
 }
+
+#[cfg(test)]
+mod tests;
