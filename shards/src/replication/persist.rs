@@ -592,7 +592,7 @@ fn replay_record(
 ) -> Result<(), ReplayError> {
     let (group, write) = match record {
         RaftRecord::Write(group, write) => (group, write),
-        RaftRecord::Applying(marker) => return replay_marker(replayed, marker),
+        RaftRecord::Applying(marker) => return replay_marker(replayed, marker, new_image),
         RaftRecord::Snapshot(_) => unreachable!("decode_record refuses a nested snapshot"),
     };
     let image = replayed.images.entry(group).or_insert_with(|| new_image(group));
@@ -601,9 +601,22 @@ fn replay_record(
     Ok(())
 }
 
-fn replay_marker(replayed: &mut Replayed, marker: ApplyingMarker) -> Result<(), ReplayError> {
+/// A marker of a partition snapshot's install (next offset -1) may come before any write
+/// of its group: a wiped follower whose first message from the leader was the snapshot
+/// writes the install's marker before raft-rs's first write of the group (the snapshot
+/// itself), and a power loss may keep the one without the other. Its group then starts
+/// from an empty image, as after a wipe, and the leader sends the snapshot again. Any
+/// other marker before a write is an entry applied that was never durable here.
+fn replay_marker(
+    replayed: &mut Replayed,
+    marker: ApplyingMarker,
+    new_image: &mut impl FnMut(u64) -> LogImage,
+) -> Result<(), ReplayError> {
     let group = marker.group;
     let inconsistent = |why: String| Err(ReplayError::Inconsistent { group, why });
+    if marker.next_offset == -1 && !replayed.images.contains_key(&group) {
+        replayed.images.insert(group, new_image(group));
+    }
     if !replayed.images.contains_key(&group) {
         return inconsistent(format!(
             "an applying marker (index {}) before any write",
@@ -996,9 +1009,18 @@ mod tests {
         ));
         let orphan = internal(encode_marker(&marker(3, 1, 0)));
         assert!(matches!(
-            replay_with_markers(&[entries, vec![orphan]].concat(), |_| LogImage::default()),
+            replay_with_markers(&[entries.clone(), vec![orphan]].concat(), |_| LogImage::default()),
             Err(ReplayError::Inconsistent { group: 3, .. })
         ));
+        // A snapshot install's marker whose raft write a power loss took: the group starts
+        // empty (as a wiped one) and keeps the marker; the others are as before.
+        let install = internal(encode_marker(&marker(3, 40, -1)));
+        let replayed =
+            replay_with_markers(&[entries, vec![install]].concat(), |_| LogImage::default())
+                .unwrap();
+        assert_eq!(replayed.markers[&3], marker(3, 40, -1));
+        assert_eq!(replayed.images[&3], LogImage::default());
+        assert_eq!(replayed.markers[&1], marker(1, 2, 3));
     }
 
     #[test]
