@@ -21,6 +21,13 @@
 //!   node is killed: the third leader (the restarted node, whose state its restart rebuilt
 //!   from its log, or the remaining one) answers the same.
 //!
+//! A follower that lost its data dir while the leader compacted its raft log past it
+//! (`--replica-snapshot-after-ms 1000`) rejoins from a partition snapshot: once it leads
+//! (the other nodes' leaders killed in turn), its read_committed still leaves out the
+//! aborted transaction's records and its LSO is its high watermark, from the transaction
+//! state the manifest carried (its pulled batches alone would not tell it which
+//! transactions were aborted had it not replayed them).
+//!
 //! Every wait has a deadline that fails with what it waited for; nothing asserts on speed.
 
 mod common;
@@ -37,7 +44,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
-use replicated::{node_of, Topic, DEADLINE, NODES};
+use replicated::{node_of, Load, Topic, DEADLINE, NODES};
 
 const TOPIC: Topic = Topic { name: "rtxn", partitions: 1, replicas: NODES };
 
@@ -240,4 +247,81 @@ fn loop_until_new_leader(
         TOPIC.one_leader(views) && node_of(views[0][0].1) != old
     });
     TOPIC.view(&cluster[nodes[0]]).expect("a view")
+}
+
+/// One commit of `c` and one abort of `a` (3 records each) by a producer whose
+/// coordinator is on the partition leader's node: (committed values, aborted values).
+fn commit_one_abort_one(cluster: &[Broker], leader: usize) -> (Vec<String>, Vec<String>) {
+    let id = transactional_id(&cluster[0], leader, true);
+    let producer = transactional_producer(cluster, &id);
+    for (tag, commit) in [("c", true), ("a", false)] {
+        producer.begin_transaction().unwrap();
+        send(&producer, &tagged(tag, 3));
+        producer.flush(DEADLINE).expect("flushed");
+        match commit {
+            true => producer.commit_transaction(DEADLINE).expect("commit"),
+            false => producer.abort_transaction(DEADLINE).expect("abort"),
+        }
+    }
+    (tagged("c", 3), tagged("a", 3))
+}
+
+#[test]
+fn a_follower_rejoining_from_a_partition_snapshot_holds_the_transaction_state() {
+    let (mut cluster, view) = TOPIC.start_cluster_with(&["--replica-snapshot-after-ms", "1000"]);
+    let all = [0, 1, 2];
+    let leader = node_of(view[0].1) - 1;
+    let (committed, aborted) = commit_one_abort_one(&cluster, leader + 1);
+
+    // A follower loses its data dir; the leader compacts past it.
+    let wiped = (leader + 1) % NODES;
+    cluster[wiped].kill();
+    std::fs::remove_dir_all(cluster[wiped].data_dir()).unwrap();
+    let compactions = |node: &Broker| node.metric_sum("shardlog_raft_compactions_total");
+    let before = compactions(&cluster[leader]);
+    let load = Load::start(&cluster, TOPIC, "plain");
+    common::eventually(DEADLINE, "the leader to compact twice with the node away", || {
+        compactions(&cluster[leader]) >= before + 2.0
+    });
+    let plain = load.stop().len();
+    replicated::wait_for_listeners_closed(&cluster[wiped]);
+    cluster[wiped].restart();
+    let installed = |node: &Broker| node.metric_sum("shardlog_partition_snapshots_installed_total");
+    common::eventually(DEADLINE, "the wiped node to install a partition snapshot", || {
+        installed(&cluster[wiped]) > 0.0
+    });
+    TOPIC.wait_for_isr(&cluster, &all, &[1, 2, 3]);
+
+    // Leaders other than the rejoined node are killed (and restarted) until it leads.
+    let mut kills = 0;
+    loop {
+        let view = TOPIC.wait_for_one_leader(&cluster, &all, "one leader");
+        let now = node_of(view[0].1) - 1;
+        if now == wiped {
+            break;
+        }
+        assert!(kills < 20, "the rejoined node never led after {kills} kills");
+        cluster[now].kill();
+        let others: Vec<usize> = all.iter().copied().filter(|n| *n != now).collect();
+        TOPIC.wait_for_one_leader(&cluster, &others, "the two others to name a new leader");
+        replicated::wait_for_listeners_closed(&cluster[now]);
+        cluster[now].restart();
+        TOPIC.wait_for_isr(&cluster, &all, &[1, 2, 3]);
+        kills += 1;
+    }
+    let rejoined = &cluster[wiped];
+    let end = (6 + 2 + plain) as i64; // the records, two markers, the plain records
+    let (high, lso) = wait_for_lso(rejoined, |high, _| high == end, "the rejoined leader's end");
+    assert_eq!((high, lso), (end, end), "the rejoined leader's high watermark and LSO");
+    let read_committed = read_all(rejoined, "read_committed");
+    let read_uncommitted = read_all(rejoined, "read_uncommitted");
+    assert_eq!(read_committed.len(), 3 + plain, "read_committed at the rejoined leader");
+    assert_eq!(read_committed[..3], committed[..]);
+    assert!(!read_committed.iter().any(|v| aborted.contains(v)), "{read_committed:?}");
+    assert_eq!(read_uncommitted[..6], [committed.clone(), aborted.clone()].concat()[..]);
+    assert_eq!(read_uncommitted.len(), 6 + plain);
+    eprintln!(
+        "node {} rejoined from a snapshot and leads after {kills} kills; {plain} plain records",
+        wiped + 1
+    );
 }
