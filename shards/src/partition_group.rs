@@ -16,6 +16,12 @@
 //!   assigns the same offsets and the partition log holds only committed data. Each batch
 //!   is stamped with the entry's raft term as its partition leader epoch (KIP-320), which
 //!   `check_leader_epoch` compares with a request's current_leader_epoch.
+//! - Transactions (docs/transactions.md, "Replicated partitions"): a transactional produce
+//!   is verified on the leader and proposed as any produce; its apply opens the
+//!   transaction in the partition's `PartitionTxns` on every replica. The coordinator's
+//!   COMMIT/ABORT marker is proposed by the leader as a `TxnMarkerEntry`
+//!   (`propose_txn_marker`) and answered like a produce; every replica's apply appends the
+//!   control batch at its next offset and closes the transaction (`apply_txn_marker`).
 //! - Consumer-group offsets (`group::replicated`): every shard of a node with peers hosts
 //!   the group of (every node, its shard), whether or not a partition is placed on it; its
 //!   offsets entries are applied by the same task, in the same index order.

@@ -11,6 +11,11 @@
 //! is durable before EndTxn is answered. A crash in between leaves Prepare* in the log,
 //! and the ticker finishes it after the restart (markers again: a second marker for a
 //! transaction that is no longer open changes nothing).
+//!
+//! A replicated partition's marker is an entry of its partition group, proposed where the
+//! group is led (docs/transactions.md, "Replicated partitions"); a replica that does not
+//! lead refuses it, the transaction stays prepared (`TxnError::MarkersPending`, answered
+//! CONCURRENT_TRANSACTIONS) and the ticker proposes it again.
 
 use std::rc::Rc;
 
