@@ -3,8 +3,11 @@
 //!
 //! - acks=1 and acks=0 produces to the leader of a topic of replication factor 3 are
 //!   stored at the offsets the connection's order gives them, on every copy; a
-//!   transactional batch is refused with INVALID_RECORD (87) and stores nothing, and so
-//!   are records larger than one raft entry holds, with MESSAGE_TOO_LARGE (10);
+//!   transactional batch in a produce without a transactional id is refused with
+//!   TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53) by the leader's verification (KIP-890, as
+//!   on one node; transactions on replicated partitions: `replicated_transactions.rs`) and
+//!   stores nothing, and so are records larger than one raft entry holds, with
+//!   MESSAGE_TOO_LARGE (10);
 //! - DeleteRecords moves the log start of every copy (each shrinks alike), so the leader
 //!   after a kill of the old one's node starts the partition there too;
 //! - CreatePartitions grows the topic: every node names a leader for each new partition,
@@ -124,10 +127,12 @@ fn a_replicated_topic_takes_acks_1_and_0_grows_and_is_deleted_on_every_node() {
     client.send(ApiKey::Produce, 9, &RequestKind::Produce(unanswered));
     assert_eq!(common::raw_produce(&mut client, LIFE.name, 0, one_record("all")), (0, 2));
 
-    // A transactional batch: refused, not retriable, nothing stored.
+    // A transactional batch without the request's transactional id: refused by the
+    // leader's verification before it is proposed, nothing stored.
     let producer = ProducerFields { producer_id: 4242, producer_epoch: 0, base_sequence: 0 };
     let batch = Bytes::from(transactional_batch(producer, 0, ["in a transaction"]));
-    assert_eq!(common::raw_produce(&mut client, LIFE.name, 0, batch).0, 87, "INVALID_RECORD");
+    let refused = common::raw_produce(&mut client, LIFE.name, 0, batch).0;
+    assert_eq!(refused, 53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED");
     // One partition's records larger than one entry of the log holds (nine batches of
     // ~1 MB, 8 MiB segments): refused whole as MESSAGE_TOO_LARGE, nothing stored, and the
     // group goes on taking produces (the steps below), where the leader's raft write of

@@ -161,12 +161,18 @@ pub enum TxnError {
     EmptyTransactionalId,
     /// Writing to the log failed (the broker stops on fsync failure).
     Storage(String),
+    /// A marker could not be written yet (a replicated partition's leader is not on the
+    /// coordinator's node): the transaction stays prepared and the ticker tries again;
+    /// answered CONCURRENT_TRANSACTIONS, retriable, as a call while markers are written.
+    MarkersPending(String),
 }
 
 impl fmt::Display for TxnError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TxnError::InvalidTxnState(m) | TxnError::Storage(m) => f.write_str(m),
+            TxnError::InvalidTxnState(m) | TxnError::Storage(m) | TxnError::MarkersPending(m) => {
+                f.write_str(m)
+            }
             other => write!(f, "{other:?}"),
         }
     }

@@ -34,7 +34,7 @@ use crate::metadata::TopicMeta;
 use crate::producer::{BatchSequence, Check, SequenceError};
 use crate::shard::Shard;
 use crate::topic_config::ProducePolicy;
-use crate::txn::partition::{CONTROL, TRANSACTIONAL};
+use crate::txn::partition::{BatchKind, CONTROL, TRANSACTIONAL};
 
 /// What a produce returns after phase one: the wait for durability.
 pub type ProduceWait = std::pin::Pin<Box<dyn Future<Output = Result<ProduceAck, PartitionError>>>>;
@@ -92,7 +92,11 @@ impl Shard {
         transactional_id: Option<&str>,
     ) -> ProduceWait {
         if let Some(group) = self.partition_group_of(topic, partition) {
-            return self.produce_replicated(group, topic, partition, records);
+            // Before any verification: a follower's answer, and the transactions a
+            // replicated partition cannot take yet (`txn::verify`).
+            if let Err(e) = self.check_replicated_txn_produce(group, &records, transactional_id) {
+                return Box::pin(async { Err(e) });
+            }
         }
         if let Some(deferred) =
             self.defer_until_txn_verified(topic, partition, &records, transactional_id)
@@ -102,13 +106,17 @@ impl Shard {
         self.produce_verified(topic, partition, records)
     }
 
-    /// Phase one of a produce that needs no (more) transaction verification.
+    /// Phase one of a produce that needs no (more) transaction verification: queued here,
+    /// or proposed in its partition group for a replicated partition.
     pub(crate) fn produce_verified(
         self: &Rc<Self>,
         topic: &str,
         partition: i32,
         records: Bytes,
     ) -> ProduceWait {
+        if let Some(group) = self.partition_group_of(topic, partition) {
+            return self.produce_replicated(group, topic, partition, records);
+        }
         let queued = self.queue_append(topic, partition, records);
         let shard = self.clone();
         Box::pin(async move { shard.acknowledge(queued?).await })
@@ -221,7 +229,8 @@ impl Shard {
             // A transaction's first batch here holds the last stable offset from now on.
             let mut partitions = self.txn.partitions.borrow_mut();
             let state = partitions.entry(partition_id).or_default();
-            state.on_data(batches[0].0.producer_id, appended.base_offset);
+            let producer_id = batches[0].0.producer_id;
+            state.on_appended(BatchKind::Transactional, producer_id, appended.base_offset, false);
         }
         if !sequences.is_empty() {
             // Invariant 2 of `producer`: recorded only once queued. The time is this
@@ -597,6 +606,18 @@ pub(crate) struct Queued {
     /// The append time stamped on the batches (LogAppendTime topics), else -1.
     log_append_time_ms: i64,
     wait: Wait,
+}
+
+impl Queued {
+    /// A transaction marker appended by a replica's apply (`partition_group`): its
+    /// offset, and the fdatasync that covers it.
+    pub(crate) fn marker(
+        partition_id: PartitionId,
+        base_offset: Offset,
+        durable: shardlog_storage::Durable,
+    ) -> Queued {
+        Queued { partition_id, base_offset, log_append_time_ms: -1, wait: Wait::Durable(durable) }
+    }
 }
 
 /// What phase two of a produce waits for.

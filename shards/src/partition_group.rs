@@ -16,6 +16,12 @@
 //!   assigns the same offsets and the partition log holds only committed data. Each batch
 //!   is stamped with the entry's raft term as its partition leader epoch (KIP-320), which
 //!   `check_leader_epoch` compares with a request's current_leader_epoch.
+//! - Transactions (docs/transactions.md, "Replicated partitions"): a transactional produce
+//!   is verified on the leader and proposed as any produce; its apply opens the
+//!   transaction in the partition's `PartitionTxns` on every replica. The coordinator's
+//!   COMMIT/ABORT marker is proposed by the leader as a `TxnMarkerEntry`
+//!   (`propose_txn_marker`) and answered like a produce; every replica's apply appends the
+//!   control batch at its next offset and closes the transaction (`apply_txn_marker`).
 //! - Consumer-group offsets (`group::replicated`): every shard of a node with peers hosts
 //!   the group of (every node, its shard), whether or not a partition is placed on it; its
 //!   offsets entries are applied by the same task, in the same index order.
@@ -78,7 +84,7 @@ use bytes::Bytes;
 use futures_lite::FutureExt;
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use shardlog_storage::{
-    split_batches, Durable, InternalEntry, InternalStream, Offset, PartitionId,
+    split_batches, Durable, InternalEntry, InternalStream, Offset, PartitionId, RecordBatchHeader,
 };
 
 use crate::error::{GroupError, PartitionError};
@@ -86,10 +92,11 @@ use crate::leader_notices::LeaderNotices;
 use crate::message::{ShardReply, ShardRequest};
 use crate::metadata::TopicMeta;
 use crate::metadata_group::{COMMIT_WAIT, METADATA_GROUP};
-use crate::ops::{validate_batches, ProduceWait, Queued};
+use crate::ops::{append_error, validate_batches, ProduceWait, Queued};
 use crate::partition_snapshots::{PartitionSnapshotStats, PartitionSnapshots};
 use crate::replication::partition::{
     applied_before_restart, partition_group_id, ApplyingMarker, PartitionEntry, ProduceEntry,
+    TxnMarkerEntry,
 };
 use crate::replication::persist::{self, ShardLogSink};
 use crate::replication::{
@@ -98,7 +105,7 @@ use crate::replication::{
 };
 use crate::shard::Shard;
 use crate::topic_config::ProducePolicy;
-use crate::txn::partition::TRANSACTIONAL;
+use crate::txn::partition::{control_batch, BatchKind};
 
 /// How often the applier looks again at a table behind an entry (invariant 2): rare (a
 /// topic created a moment ago), so a poll, not a notification.
@@ -116,6 +123,26 @@ const COMPACT_AFTER_BYTES: u64 = 1 << 20;
 /// once compaction made most of the stream dead) and at most half a segment (an entry
 /// never spans segments).
 const STREAM_SNAPSHOT_BYTES: u64 = 8 << 20;
+
+/// A transaction marker proposed in a partition group (`Shard::propose_txn_marker`).
+pub(crate) struct ProposedMarker {
+    groups: Rc<PartitionGroups>,
+    group: u64,
+    index: u64,
+    receiver: LocalReceiver<Applied>,
+}
+
+impl ProposedMarker {
+    /// Waits until the marker's entry is committed and applied on this replica, as a
+    /// produce is answered (invariant 5); no answer within `COMMIT_WAIT` (no quorum, the
+    /// leader moved) is NOT_LEADER_OR_FOLLOWER, and the coordinator tries again (a second
+    /// marker for a transaction no longer open changes nothing).
+    pub(crate) async fn wait(self) -> Result<(), PartitionError> {
+        let applied = within_commit_wait(self.receiver).await;
+        self.groups.waiters.borrow_mut().remove(&(self.group, self.index));
+        applied.unwrap_or(Err(PartitionError::NotLeaderOrFollower)).map(|_| ())
+    }
+}
 
 /// What the applier tells a waiting produce: its append, or why there is none.
 type Applied = Result<Queued, PartitionError>;
@@ -661,14 +688,10 @@ impl Shard {
             let table = self.table_ref();
             let meta = table.topic(topic).ok_or(PartitionError::UnknownTopicOrPartition)?;
             let policy = ProducePolicy::of(meta, self.config.max_message_bytes);
-            let batches = validate_batches(topic, partition, &policy, &records)?;
-            if batches.iter().any(|(h, _)| h.attributes & TRANSACTIONAL != 0) {
-                return Err(PartitionError::InvalidRecord(format!(
-                    "transactions are not supported on replicated partitions yet \
-                     ({topic}-{partition} has {} replicas): docs/replication.md",
-                    meta.replication_factor()
-                )));
-            }
+            // A transactional batch was verified with its coordinator before it got here
+            // (`produce_local`, `txn::verify`); its transaction opens on every replica
+            // when they apply the entry (`append_produced`).
+            validate_batches(topic, partition, &policy, &records)?;
             ProduceEntry {
                 topic_id: meta.topic_id,
                 partition,
@@ -681,6 +704,119 @@ impl Shard {
         let (sender, receiver) = local_channel::new_bounded(1);
         groups.waiters.borrow_mut().insert((group, proposal.index), (proposal.term, sender));
         Ok((groups, proposal.index, receiver))
+    }
+
+    /// Proposes a transaction's COMMIT/ABORT marker for a replicated partition (`group` its
+    /// group) on the shard that hosts the group, if this replica leads: the entry's index
+    /// and where its apply answers (`wait_txn_marker`). A replica that does not lead is
+    /// NOT_LEADER_OR_FOLLOWER, and the coordinator tries again (docs/transactions.md,
+    /// "Replicated partitions").
+    pub(crate) fn propose_txn_marker(
+        &self,
+        group: u64,
+        topic: &str,
+        partition: i32,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> Result<ProposedMarker, PartitionError> {
+        let groups = self.partition_groups().ok_or(PartitionError::NotLeaderOrFollower)?;
+        if !groups.leads(group) {
+            return Err(PartitionError::NotLeaderOrFollower);
+        }
+        let entry = {
+            let table = self.table_ref();
+            let meta = table.topic(topic).ok_or(PartitionError::UnknownTopicOrPartition)?;
+            meta.partition_id(partition).ok_or(PartitionError::UnknownTopicOrPartition)?;
+            TxnMarkerEntry {
+                topic_id: meta.topic_id,
+                partition,
+                table_version: table.version,
+                producer_id,
+                producer_epoch,
+                commit,
+                timestamp_ms: crate::producer_log::wall_ms(),
+            }
+        };
+        let proposal = groups.propose_partition_entry(group, entry.encode())?;
+        let (sender, receiver) = local_channel::new_bounded(1);
+        groups.waiters.borrow_mut().insert((group, proposal.index), (proposal.term, sender));
+        Ok(ProposedMarker { groups, group, index: proposal.index, receiver })
+    }
+
+    /// `propose_txn_marker`, then its wait.
+    pub(crate) async fn replicated_txn_marker(
+        &self,
+        group: u64,
+        topic: &str,
+        partition: i32,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> Result<(), PartitionError> {
+        self.propose_txn_marker(group, topic, partition, producer_id, producer_epoch, commit)?
+            .wait()
+            .await
+    }
+
+    /// Applies a committed transaction marker entry (invariants 1 and 2), on every replica
+    /// alike: the control batch at the partition's next offset in the entry's term, then
+    /// the partition's transaction state and producer state, as a marker on one node
+    /// (`queue_txn_marker`). None: applied before the restart.
+    async fn apply_txn_marker(
+        &self,
+        groups: &PartitionGroups,
+        group: u64,
+        entry: &Entry,
+        marker: &TxnMarkerEntry,
+    ) -> Option<Applied> {
+        while self.table_ref().version < marker.table_version {
+            glommio::timer::sleep(TABLE_WAIT_POLL).await; // invariant 2
+        }
+        let partition_id = {
+            let table = self.table_ref();
+            let meta = table.topic_by_id(marker.topic_id);
+            match meta.and_then(|meta| meta.partition_id(marker.partition)) {
+                Some(id) => id,
+                None => return Some(Err(PartitionError::UnknownTopicOrPartition)),
+            }
+        };
+        let next_offset = |p: PartitionId| self.log.partition_info(p).map(|i| i.log_end_offset);
+        let markers = groups.markers.borrow();
+        if applied_before_restart(markers.get(&group), entry.index, next_offset) {
+            return None;
+        }
+        drop(markers);
+        let (producer_id, epoch, commit) =
+            (marker.producer_id, marker.producer_epoch, marker.commit);
+        let batch = control_batch(producer_id, epoch, commit, marker.timestamp_ms);
+        let header = RecordBatchHeader::parse_unvalidated(&batch).expect("a control batch");
+        self.ensure_txn_stream();
+        let appended =
+            self.append_applying_marker(group, entry.index, partition_id).and_then(|()| {
+                let epoch = Some(leader_epoch_of_term(entry.term));
+                let batches = [(header, batch)];
+                self.log
+                    .append_batches_in_epoch(partition_id, epoch, &batches)
+                    .map_err(append_error)
+            });
+        let appended = match appended {
+            Ok(appended) => appended,
+            Err(e) => {
+                if let PartitionError::Storage(why) = &e {
+                    self.unstorable_committed_entry(group, entry.index, why);
+                }
+                return Some(Err(e));
+            }
+        };
+        self.forget_txn_verification(partition_id, producer_id);
+        let mut partitions = self.txn.partitions.borrow_mut();
+        let state = partitions.entry(partition_id).or_default();
+        state.on_appended(BatchKind::Marker { commit }, producer_id, appended.base_offset, false);
+        drop(partitions);
+        let at = marker.timestamp_ms;
+        self.producers.borrow_mut().note_marker(partition_id, producer_id, epoch, at);
+        Some(Ok(Queued::marker(partition_id, appended.base_offset, appended.durable)))
     }
 
     /// Applies one committed entry of a partition group (invariants 1 and 2): the append's
@@ -717,6 +853,9 @@ impl Shard {
                 let applied = self.apply_log_start(group, entry.index, &log_start).await;
                 groups.resolve_log_start(group, entry.index, entry.term, applied);
                 return None;
+            }
+            PartitionEntry::TxnMarker(marker) => {
+                return self.apply_txn_marker(groups, group, entry, &marker).await;
             }
             PartitionEntry::Compact { to } => {
                 // Invariant 4: every entry up to `to` applied here before this one.

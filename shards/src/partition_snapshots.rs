@@ -15,8 +15,8 @@
 //!   (the same shard index of its node) from its own end to the manifest's end, as
 //!   `replication::snapshot_transfer` decides, writes them at the leader's offsets
 //!   (`ShardLog::append_at_offsets`, log starts moved first) and waits for each write's
-//!   fdatasync; then installs the producers' state, the offsets image and the manifest's
-//!   log starts, appends an applying marker that says every entry up to the manifest's
+//!   fdatasync; then installs the producers' state, the partitions' transaction state, the
+//!   offsets image and the manifest's log starts, appends an applying marker that says every entry up to the manifest's
 //!   index A is applied (`replication::partition` invariant 3, with next offset -1), and
 //!   only then steps the message into raft-rs. MsgSnapshots that arrive meanwhile are
 //!   dropped (a duplicate) or extend the targets (a newer manifest). The pulls go through
@@ -184,6 +184,13 @@ impl Shard {
                     next_offset: info.log_end_offset,
                     producers: self.producers.borrow().of_partition(id),
                     leader_epochs: self.log.leader_epochs(id).unwrap_or_default(),
+                    transactions: self
+                        .txn
+                        .partitions
+                        .borrow()
+                        .get(&id)
+                        .cloned()
+                        .unwrap_or_default(),
                 });
             }
         }
@@ -554,8 +561,9 @@ impl Shard {
     /// The install's writes, all in the log before the raft write of the snapshot that
     /// the caller's step makes (invariant 2): the manifest's log starts (each waited for
     /// until durable, as the pulled records were), the producers' state, the offsets
-    /// image, the marker of A and a producer-state snapshot. Returns the manifest, the
-    /// message to step and the marker, with no `.await` after the marker's append.
+    /// image, the marker of A and snapshots of the producer and transaction state. Returns
+    /// the manifest, the message to step and the marker, with no `.await` after the
+    /// marker's append.
     async fn install_pulled(
         &self,
         group: u64,
@@ -565,12 +573,18 @@ impl Shard {
         self.write_pulled(log_starts).await?;
         let (manifest, message) = transfer.finish();
         let mut first_partition = None;
+        let mut installed_txns = false;
         for p in &manifest.partitions {
             let Some(id) = self.partition_by_topic_id(p.topic_id, p.partition) else {
                 return Err(format!("partition {} is gone", p.partition));
             };
             first_partition.get_or_insert(id);
             self.producers.borrow_mut().replace_partition(id, p.producers.clone());
+            // The leader's transaction state as of A, whole: what this replica held of the
+            // partition before is older, and the pulled batches may start past a
+            // transaction's first offset (docs/transactions.md, "Replicated partitions").
+            installed_txns |= !p.transactions.is_empty();
+            self.txn.partitions.borrow_mut().insert(id, p.transactions.clone());
             p.producers
                 .iter()
                 .for_each(|(producer_id, _)| self.skip_past_producer_id(*producer_id));
@@ -588,8 +602,14 @@ impl Shard {
             next_offset: -1,
         };
         persist::append_marker(&self.log, &marker).map_err(|e| format!("marker: {e:?}"))?;
-        // The installed producers, durable ahead of the raft write of the snapshot.
+        // The installed producers and transaction state, durable ahead of the raft write of
+        // the snapshot (a restart replays the batches after this snapshot only).
         self.snapshot_producer_state();
+        if installed_txns && !self.txn.in_log.get() {
+            self.ensure_txn_stream(); // the stream's first snapshot
+        } else {
+            self.snapshot_transactions();
+        }
         Ok((manifest, message, marker))
     }
 }

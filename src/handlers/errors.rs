@@ -170,7 +170,7 @@ pub fn txn_error_code(error: &TxnError, fenced_code: bool) -> i16 {
         TxnError::InvalidProducerIdMapping => INVALID_PRODUCER_ID_MAPPING,
         TxnError::ProducerFenced if fenced_code => PRODUCER_FENCED,
         TxnError::ProducerFenced => INVALID_PRODUCER_EPOCH,
-        TxnError::ConcurrentTransactions => CONCURRENT_TRANSACTIONS,
+        TxnError::ConcurrentTransactions | TxnError::MarkersPending(_) => CONCURRENT_TRANSACTIONS,
         TxnError::InvalidTxnState(_) => INVALID_TXN_STATE,
         TxnError::InvalidTransactionTimeout => INVALID_TRANSACTION_TIMEOUT,
         TxnError::EmptyTransactionalId => INVALID_REQUEST,

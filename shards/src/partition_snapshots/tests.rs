@@ -197,6 +197,7 @@ impl Scenario {
             next_offset: leader.next_offset(),
             producers: leader.producers.clone(),
             leader_epochs: Vec::new(),
+            transactions: Default::default(),
         });
         let partitions = partitions.collect();
         SnapshotManifest { applied_index: APPLIED_INDEX, partitions, offsets_image: Bytes::new() }

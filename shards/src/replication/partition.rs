@@ -76,6 +76,25 @@
 //! | 8 | the topic table version the leader validated against (u64), as a produce's |
 //! | 8 | the new log start offset (i64, at least 0, at most the leader's high watermark) |
 //!
+//! Transaction marker entry (version 1, kind 6; docs/transactions.md, "Replicated
+//! partitions"): the transaction coordinator's COMMIT or ABORT of one producer's
+//! transaction in one partition, proposed by the partition's leader, applied by every
+//! replica (the control batch appended at its next offset, the partition's transaction
+//! state updated), so every replica holds the same markers and the same LSO and aborted
+//! list:
+//!
+//! | size | field |
+//! |---|---|
+//! | 1 | version (= 1) |
+//! | 1 | kind (= 6, a transaction marker) |
+//! | 16 | topic id |
+//! | 4 | partition index (i32) |
+//! | 8 | the topic table version the leader validated against (u64), as a produce's |
+//! | 8 | producer id (i64) |
+//! | 2 | producer epoch (i16) |
+//! | 1 | 1: COMMIT, 0: ABORT (any other byte is refused) |
+//! | 8 | the leader's wall clock in ms: the control batch's timestamps on every replica |
+//!
 //! Invariants:
 //! 1. `ProduceEntry::decode(encode(e)) == e`, and likewise for every entry kind; `decode`
 //!    never panics on any bytes.
@@ -105,9 +124,12 @@ const KIND_OFFSETS: u8 = 3;
 const KIND_ISR: u8 = 4;
 /// Kind byte of an entry moving a partition's log start (DeleteRecords).
 const KIND_LOG_START: u8 = 5;
+/// Kind byte of an entry carrying a transaction's COMMIT/ABORT marker in one partition.
+const KIND_TXN_MARKER: u8 = 6;
 const ENTRY_HEADER_BYTES: usize = 1 + 1 + 16 + 4 + 8 + 8 + 4;
 const COMPACT_ENTRY_BYTES: usize = 1 + 1 + 8;
 const LOG_START_ENTRY_BYTES: usize = 1 + 1 + 16 + 4 + 8 + 8;
+const TXN_MARKER_ENTRY_BYTES: usize = 1 + 1 + 16 + 4 + 8 + 8 + 2 + 1 + 8;
 
 /// The raft group of a (replica set, shard) (module docs; invariant 2). `replicas` in any
 /// order; duplicates count once.
@@ -233,6 +255,60 @@ pub enum PartitionEntry {
     /// The in-sync replicas' node ids, ascending.
     Isr(Vec<u32>),
     LogStart(LogStartEntry),
+    TxnMarker(TxnMarkerEntry),
+}
+
+/// A transaction's COMMIT/ABORT marker in one partition (module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TxnMarkerEntry {
+    pub topic_id: [u8; 16],
+    pub partition: i32,
+    pub table_version: u64,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub commit: bool,
+    /// The leader's wall clock when it proposed: the control batch's timestamps.
+    pub timestamp_ms: i64,
+}
+
+impl TxnMarkerEntry {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(TXN_MARKER_ENTRY_BYTES);
+        out.extend_from_slice(&[ENTRY_VERSION, KIND_TXN_MARKER]);
+        out.extend_from_slice(&self.topic_id);
+        out.extend_from_slice(&self.partition.to_le_bytes());
+        out.extend_from_slice(&self.table_version.to_le_bytes());
+        out.extend_from_slice(&self.producer_id.to_le_bytes());
+        out.extend_from_slice(&self.producer_epoch.to_le_bytes());
+        out.push(self.commit as u8);
+        out.extend_from_slice(&self.timestamp_ms.to_le_bytes());
+        out
+    }
+
+    /// The fields after the version and kind bytes (exactly `TXN_MARKER_ENTRY_BYTES - 2`).
+    fn decode_fields(fields: &[u8]) -> Result<PartitionEntry, EntryError> {
+        match (fields.len() + 2).cmp(&TXN_MARKER_ENTRY_BYTES) {
+            std::cmp::Ordering::Less => return Err(EntryError::Truncated),
+            std::cmp::Ordering::Greater => {
+                return Err(EntryError::Trailing(fields.len() + 2 - TXN_MARKER_ENTRY_BYTES))
+            }
+            std::cmp::Ordering::Equal => {}
+        }
+        let commit = match fields[38] {
+            0 => false,
+            1 => true,
+            other => return Err(EntryError::BadField("commit", other)),
+        };
+        Ok(PartitionEntry::TxnMarker(TxnMarkerEntry {
+            topic_id: fields[..16].try_into().expect("16 bytes"),
+            partition: i32::from_le_bytes(fields[16..20].try_into().expect("4 bytes")),
+            table_version: u64::from_le_bytes(fields[20..28].try_into().expect("8 bytes")),
+            producer_id: i64::from_le_bytes(fields[28..36].try_into().expect("8 bytes")),
+            producer_epoch: i16::from_le_bytes(fields[36..38].try_into().expect("2 bytes")),
+            commit,
+            timestamp_ms: i64::from_le_bytes(fields[39..47].try_into().expect("8 bytes")),
+        }))
+    }
 }
 
 /// A partition's log start moved by DeleteRecords (module docs).
@@ -315,6 +391,7 @@ impl PartitionEntry {
             KIND_OFFSETS => return Err(EntryError::Truncated),
             KIND_ISR => return decode_isr(&bytes[2..]),
             KIND_LOG_START => return LogStartEntry::decode_fields(&bytes[2..]),
+            KIND_TXN_MARKER => return TxnMarkerEntry::decode_fields(&bytes[2..]),
             other => return Err(EntryError::UnknownKind(other)),
         }
         match bytes.len().cmp(&COMPACT_ENTRY_BYTES) {
@@ -350,6 +427,8 @@ pub enum EntryError {
     UnknownKind(u8),
     /// Bytes after the record batches.
     Trailing(usize),
+    /// A field whose byte has no meaning (the field's name, the byte).
+    BadField(&'static str, u8),
 }
 
 impl fmt::Display for EntryError {
@@ -514,8 +593,8 @@ mod tests {
         let produce = Bytes::from(entry().encode());
         assert_eq!(PartitionEntry::decode(&produce), Ok(PartitionEntry::Produce(entry())));
         let mut unknown = bytes;
-        unknown[1] = 6;
-        assert_eq!(PartitionEntry::decode(&Bytes::from(unknown)), Err(EntryError::UnknownKind(6)));
+        unknown[1] = 7;
+        assert_eq!(PartitionEntry::decode(&Bytes::from(unknown)), Err(EntryError::UnknownKind(7)));
     }
 
     #[test]
@@ -540,6 +619,50 @@ mod tests {
         let mut longer = bytes;
         longer.extend_from_slice(&[0, 0]);
         assert_eq!(PartitionEntry::decode(&Bytes::from(longer)), Err(EntryError::Trailing(2)));
+    }
+
+    fn txn_marker() -> TxnMarkerEntry {
+        TxnMarkerEntry {
+            topic_id: [7; 16],
+            partition: 0x0102,
+            table_version: 3,
+            producer_id: 0x0a0b,
+            producer_epoch: 0x0405,
+            commit: true,
+            timestamp_ms: 0x0607,
+        }
+    }
+
+    #[test]
+    fn a_txn_marker_entry_round_trips_its_golden_bytes_hold_and_its_cuts_are_named() {
+        let bytes = txn_marker().encode();
+        assert_eq!(bytes.len(), TXN_MARKER_ENTRY_BYTES);
+        assert_eq!(&bytes[..2], &[1, 6]);
+        assert_eq!(&bytes[2..18], &[7; 16]);
+        assert_eq!(&bytes[18..22], &[2, 1, 0, 0]);
+        assert_eq!(&bytes[22..30], &[3, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(&bytes[30..38], &[0x0b, 0x0a, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(&bytes[38..40], &[5, 4]);
+        assert_eq!(bytes[40], 1, "commit");
+        assert_eq!(&bytes[41..], &[7, 6, 0, 0, 0, 0, 0, 0]);
+        let decoded = PartitionEntry::decode(&Bytes::from(bytes.clone()));
+        assert_eq!(decoded, Ok(PartitionEntry::TxnMarker(txn_marker())));
+        let abort = TxnMarkerEntry { commit: false, ..txn_marker() };
+        let decoded = PartitionEntry::decode(&Bytes::from(abort.encode()));
+        assert_eq!(decoded, Ok(PartitionEntry::TxnMarker(abort)));
+        for cut in 0..bytes.len() {
+            let cut = Bytes::copy_from_slice(&bytes[..cut]);
+            assert_eq!(PartitionEntry::decode(&cut), Err(EntryError::Truncated), "{}", cut.len());
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_eq!(PartitionEntry::decode(&Bytes::from(longer)), Err(EntryError::Trailing(1)));
+        let mut bad = bytes;
+        bad[40] = 2;
+        assert_eq!(
+            PartitionEntry::decode(&Bytes::from(bad)),
+            Err(EntryError::BadField("commit", 2))
+        );
     }
 
     #[test]
@@ -639,6 +762,17 @@ mod tests {
             let log_start = LogStartEntry { topic_id, partition, table_version, offset: log_append_time_ms };
             let decoded = PartitionEntry::decode(&Bytes::from(log_start.encode()));
             prop_assert_eq!(decoded, Ok(PartitionEntry::LogStart(log_start)));
+            let marker = TxnMarkerEntry {
+                topic_id,
+                partition,
+                table_version,
+                producer_id: log_append_time_ms,
+                producer_epoch: partition as i16,
+                commit: partition % 2 == 0,
+                timestamp_ms: log_append_time_ms,
+            };
+            let decoded = PartitionEntry::decode(&Bytes::from(marker.encode()));
+            prop_assert_eq!(decoded, Ok(PartitionEntry::TxnMarker(marker)));
         }
 
         #[test]

@@ -32,11 +32,28 @@
 //! |   | increasing (`LeaderEpochs` invariant 1) |
 //! | 4 | offsets image length n (u32, 0: none), then n bytes |
 //!
+//! Version 2 adds, per partition after its epochs, the partition's transaction state as a
+//! replica that applied every entry up to A holds it (`txn::partition::PartitionTxns`;
+//! docs/transactions.md, "Replicated partitions"):
+//!
+//! | size | field |
+//! |---|---|
+//! | 4 | open transaction count (u32), then per transaction: producer id (i64), first |
+//! |   | offset (i64), marker offset (i64, -1: none yet); at most one without a marker per |
+//! |   | producer (`PartitionTxns` invariant 1) |
+//! | 4 | aborted transaction count (u32), then per transaction: producer id (i64), first |
+//! |   | offset (i64), ABORT marker offset (i64); markers strictly increasing, each at or |
+//! |   | after its first offset (`PartitionTxns` invariant 2) |
+//!
+//! `encode` writes version 1 when no partition has transaction state, so a node of the
+//! version before reads the manifests of a cluster that does not use transactions on
+//! replicated partitions; `decode` reads both (a version-1 partition has none).
+//!
 //! Invariants:
 //! 1. `decode(encode(m)) == m` for every manifest `encode` accepts; `decode` never panics.
 //! 2. A decoded manifest's fields are those an installer can use without a further check:
 //!    log start within [0, next offset], epochs in order, at most `BATCHES_KEPT` batches
-//!    per producer.
+//!    per producer, transaction state that keeps `PartitionTxns`' invariants.
 //! 3. `encode` refuses a manifest over `MAX_MANIFEST_BYTES` (it must fit one transport
 //!    frame with the raft message around it) rather than let the transport drop it.
 
@@ -46,9 +63,12 @@ use bytes::Bytes;
 use shardlog_storage::{EpochEntry, Offset};
 
 use crate::producer::{BatchMeta, ProducerEntry, BATCHES_KEPT};
+use crate::txn::partition::{AbortedTxn, OpenTxn, PartitionTxns};
 
-/// Version byte of a manifest.
+/// Version byte of a manifest without transaction state (module docs).
 pub const MANIFEST_VERSION: u8 = 1;
+/// Version byte of a manifest with transaction state.
+pub const MANIFEST_VERSION_TXNS: u8 = 2;
 
 /// Largest manifest `encode` makes: a frame's body limit less room for the raft message's
 /// own fields (invariant 3).
@@ -58,6 +78,7 @@ const PARTITION_FIXED_BYTES: usize = 16 + 4 + 8 + 8;
 const PRODUCER_FIXED_BYTES: usize = 8 + 2 + 8 + 1;
 const BATCH_BYTES: usize = 4 + 4 + 8 + 8;
 const EPOCH_BYTES: usize = 4 + 8;
+const TXN_BYTES: usize = 8 + 8 + 8;
 
 /// One partition as a replica holds it after applying every entry up to the manifest's
 /// index.
@@ -72,6 +93,8 @@ pub struct PartitionManifest {
     /// Idempotent producers' state: producer id -> state.
     pub producers: Vec<(i64, ProducerEntry)>,
     pub leader_epochs: Vec<EpochEntry>,
+    /// The partition's transaction state (version 2; empty in version 1).
+    pub transactions: PartitionTxns,
 }
 
 /// A partition group's snapshot data (module docs).
@@ -132,7 +155,8 @@ impl SnapshotManifest {
             return Err(ManifestError::TooLarge { bytes, max: MAX_MANIFEST_BYTES });
         }
         let mut out = Vec::with_capacity(bytes);
-        out.push(MANIFEST_VERSION);
+        let with_txns = self.with_txns();
+        out.push(if with_txns { MANIFEST_VERSION_TXNS } else { MANIFEST_VERSION });
         out.extend_from_slice(&self.applied_index.to_le_bytes());
         out.extend_from_slice(&(self.partitions.len() as u32).to_le_bytes());
         for p in &self.partitions {
@@ -149,6 +173,9 @@ impl SnapshotManifest {
                 out.extend_from_slice(&epoch.epoch.to_le_bytes());
                 out.extend_from_slice(&epoch.start_offset.to_le_bytes());
             }
+            if with_txns {
+                encode_txns(&mut out, &p.transactions);
+            }
         }
         out.extend_from_slice(&(self.offsets_image.len() as u32).to_le_bytes());
         out.extend_from_slice(&self.offsets_image);
@@ -156,8 +183,20 @@ impl SnapshotManifest {
         Ok(out)
     }
 
+    /// Whether any partition has transaction state (version 2).
+    fn with_txns(&self) -> bool {
+        self.partitions.iter().any(|p| !p.transactions.is_empty())
+    }
+
     fn encoded_len(&self) -> usize {
+        let with_txns = self.with_txns();
         let partition = |p: &PartitionManifest| {
+            let txns = match with_txns {
+                true => {
+                    4 + 4 + TXN_BYTES * (p.transactions.open.len() + p.transactions.aborted.len())
+                }
+                false => 0,
+            };
             let producers: usize = p
                 .producers
                 .iter()
@@ -165,7 +204,7 @@ impl SnapshotManifest {
                     PRODUCER_FIXED_BYTES + BATCH_BYTES * e.batches.len().min(BATCHES_KEPT)
                 })
                 .sum();
-            PARTITION_FIXED_BYTES + 4 + producers + 4 + EPOCH_BYTES * p.leader_epochs.len()
+            PARTITION_FIXED_BYTES + 4 + producers + 4 + EPOCH_BYTES * p.leader_epochs.len() + txns
         };
         1 + 8
             + 4
@@ -178,14 +217,18 @@ impl SnapshotManifest {
     pub fn decode(bytes: &Bytes) -> Result<SnapshotManifest, ManifestError> {
         let mut r = Reader { bytes, at: 0 };
         let version = r.array::<1>("version")?[0];
-        if version != MANIFEST_VERSION {
+        if version != MANIFEST_VERSION && version != MANIFEST_VERSION_TXNS {
             return Err(ManifestError::UnknownVersion(version));
         }
         let applied_index = u64::from_le_bytes(r.array("applied index")?);
         let count = r.count("partition count", PARTITION_FIXED_BYTES + 8)?;
         let mut partitions = Vec::with_capacity(count);
         for _ in 0..count {
-            partitions.push(decode_partition(&mut r)?);
+            let mut partition = decode_partition(&mut r)?;
+            if version == MANIFEST_VERSION_TXNS {
+                partition.transactions = decode_txns(&mut r)?;
+            }
+            partitions.push(partition);
         }
         let image_len = u32::from_le_bytes(r.array("offsets image length")?) as usize;
         let offsets_image = r.slice("offsets image", image_len)?;
@@ -250,7 +293,59 @@ fn decode_partition(r: &mut Reader<'_>) -> Result<PartitionManifest, ManifestErr
         next_offset,
         producers,
         leader_epochs,
+        transactions: PartitionTxns::default(),
     })
+}
+
+fn encode_txns(out: &mut Vec<u8>, txns: &PartitionTxns) {
+    out.extend_from_slice(&(txns.open.len() as u32).to_le_bytes());
+    for open in &txns.open {
+        out.extend_from_slice(&open.producer_id.to_le_bytes());
+        out.extend_from_slice(&open.first_offset.to_le_bytes());
+        out.extend_from_slice(&open.marker.unwrap_or(-1).to_le_bytes());
+    }
+    out.extend_from_slice(&(txns.aborted.len() as u32).to_le_bytes());
+    for aborted in &txns.aborted {
+        out.extend_from_slice(&aborted.producer_id.to_le_bytes());
+        out.extend_from_slice(&aborted.first_offset.to_le_bytes());
+        out.extend_from_slice(&aborted.last_offset.to_le_bytes());
+    }
+}
+
+/// A partition's transaction state (version 2), checked against `PartitionTxns`'
+/// invariants 1 and 2 (invariant 2 here).
+fn decode_txns(r: &mut Reader<'_>) -> Result<PartitionTxns, ManifestError> {
+    let bad = |field, value| Err(ManifestError::BadField { field, value });
+    let mut txns = PartitionTxns::default();
+    let count = r.count("open transaction count", TXN_BYTES)?;
+    for _ in 0..count {
+        let producer_id = i64::from_le_bytes(r.array("open producer id")?);
+        let first_offset = i64::from_le_bytes(r.array("open first offset")?);
+        let marker = match i64::from_le_bytes(r.array("open marker offset")?) {
+            -1 => None,
+            m if m >= first_offset => Some(m),
+            m => return bad("open marker offset", m),
+        };
+        let unmarked = |t: &OpenTxn| t.producer_id == producer_id && t.marker.is_none();
+        if first_offset < 0 || (marker.is_none() && txns.open.iter().any(unmarked)) {
+            return bad("open transaction", producer_id);
+        }
+        txns.open.push(OpenTxn { producer_id, first_offset, marker });
+    }
+    let count = r.count("aborted transaction count", TXN_BYTES)?;
+    for _ in 0..count {
+        let producer_id = i64::from_le_bytes(r.array("aborted producer id")?);
+        let first_offset = i64::from_le_bytes(r.array("aborted first offset")?);
+        let last_offset = i64::from_le_bytes(r.array("aborted marker offset")?);
+        if first_offset < 0 || last_offset < first_offset {
+            return bad("aborted first offset", first_offset);
+        }
+        if txns.aborted.last().is_some_and(|a| a.last_offset >= last_offset) {
+            return bad("aborted marker offset", last_offset);
+        }
+        txns.aborted.push(AbortedTxn { producer_id, first_offset, last_offset });
+    }
+    Ok(txns)
 }
 
 fn decode_producer(r: &mut Reader<'_>) -> Result<(i64, ProducerEntry), ManifestError> {
@@ -340,6 +435,7 @@ mod tests {
                         EpochEntry { epoch: 1, start_offset: 10 },
                         EpochEntry { epoch: 4, start_offset: 30 },
                     ],
+                    transactions: PartitionTxns::default(),
                 },
                 PartitionManifest {
                     topic_id: [8; 16],
@@ -348,6 +444,7 @@ mod tests {
                     next_offset: 0,
                     producers: vec![],
                     leader_epochs: vec![],
+                    transactions: PartitionTxns::default(),
                 },
             ],
             offsets_image: Bytes::from_static(b"an offsets snapshot entry"),
@@ -388,9 +485,9 @@ mod tests {
     fn bad_fields_are_named() {
         let decode = |m: SnapshotManifest| SnapshotManifest::decode(&Bytes::from(m.encode()?));
         let mut bytes = manifest().encode().unwrap();
-        bytes[0] = 2;
+        bytes[0] = 3;
         let unknown = SnapshotManifest::decode(&Bytes::from(bytes));
-        assert_eq!(unknown, Err(ManifestError::UnknownVersion(2)));
+        assert_eq!(unknown, Err(ManifestError::UnknownVersion(3)));
         let edit = |change: &dyn Fn(&mut PartitionManifest)| {
             let mut m = manifest();
             change(&mut m.partitions[0]);
@@ -414,6 +511,56 @@ mod tests {
         bytes[batch_count_at] = BATCHES_KEPT as u8 + 1;
         let too_many = SnapshotManifest::decode(&Bytes::from(bytes));
         assert_eq!(too_many, bad("batch count", BATCHES_KEPT as i64 + 1));
+    }
+
+    /// `manifest()` with transaction state in its first partition (version 2).
+    fn manifest_with_txns() -> SnapshotManifest {
+        let mut m = manifest();
+        m.partitions[0].transactions = PartitionTxns {
+            open: vec![
+                OpenTxn { producer_id: 5, first_offset: 20, marker: Some(25) },
+                OpenTxn { producer_id: 6, first_offset: 21, marker: None },
+            ],
+            aborted: vec![AbortedTxn { producer_id: 5, first_offset: 12, last_offset: 14 }],
+        };
+        m
+    }
+
+    #[test]
+    fn a_manifest_with_transaction_state_is_version_2_and_round_trips_and_its_cuts_are_named() {
+        let bytes = manifest_with_txns().encode().unwrap();
+        assert_eq!(bytes[0], MANIFEST_VERSION_TXNS);
+        assert_eq!(bytes.len(), manifest().encode().unwrap().len() + 2 * (4 + 4) + 3 * TXN_BYTES);
+        // The first partition's state follows its epochs: open count 2, producer 5 from 20
+        // with its marker at 25.
+        let at = 13 + PARTITION_FIXED_BYTES + 4 + (PRODUCER_FIXED_BYTES + 2 * BATCH_BYTES) + 4;
+        let at = at + 2 * EPOCH_BYTES;
+        assert_eq!(&bytes[at..at + 4], &2u32.to_le_bytes());
+        assert_eq!(&bytes[at + 4..at + 12], &5i64.to_le_bytes());
+        assert_eq!(&bytes[at + 12..at + 20], &20i64.to_le_bytes());
+        assert_eq!(&bytes[at + 20..at + 28], &25i64.to_le_bytes());
+        assert_eq!(&bytes[at + 44..at + 52], &(-1i64).to_le_bytes(), "no marker yet");
+        let decoded = SnapshotManifest::decode(&Bytes::from(bytes.clone()));
+        assert_eq!(decoded, Ok(manifest_with_txns()));
+        for cut in 0..bytes.len() {
+            let decoded = SnapshotManifest::decode(&Bytes::copy_from_slice(&bytes[..cut]));
+            assert!(matches!(decoded, Err(ManifestError::Truncated { .. })), "{cut}: {decoded:?}");
+        }
+        // Without transaction state a manifest stays version 1, as a node before it reads.
+        assert_eq!(manifest().encode().unwrap()[0], MANIFEST_VERSION);
+        // State that breaks `PartitionTxns`' invariants is named.
+        let edit = |change: &dyn Fn(&mut PartitionTxns)| {
+            let mut m = manifest_with_txns();
+            change(&mut m.partitions[0].transactions);
+            SnapshotManifest::decode(&Bytes::from(m.encode().unwrap()))
+        };
+        let bad = |field, value| Err(ManifestError::BadField { field, value });
+        let second_unmarked = OpenTxn { producer_id: 6, first_offset: 30, marker: None };
+        assert_eq!(edit(&|t| t.open.push(second_unmarked)), bad("open transaction", 6));
+        assert_eq!(edit(&|t| t.open[0].marker = Some(19)), bad("open marker offset", 19));
+        let earlier = AbortedTxn { producer_id: 7, first_offset: 13, last_offset: 14 };
+        assert_eq!(edit(&|t| t.aborted.push(earlier)), bad("aborted marker offset", 14));
+        assert_eq!(edit(&|t| t.aborted[0].first_offset = 15), bad("aborted first offset", 15));
     }
 
     #[test]
@@ -444,6 +591,25 @@ mod tests {
         )
     }
 
+    /// Transaction state as `PartitionTxns` builds it: open transactions of distinct
+    /// producers (some with a marker queued), aborted ones in marker order.
+    fn transactions() -> impl Strategy<Value = PartitionTxns> {
+        let open = proptest::collection::vec((0..1000i64, proptest::option::of(0..50i64)), 0..4);
+        let aborted = proptest::collection::vec((any::<i64>(), 0..50i64, 1..50i64), 0..4);
+        (open, aborted).prop_map(|(open, aborted)| {
+            let open = open.into_iter().enumerate().map(|(producer_id, (first_offset, marker))| {
+                let marker = marker.map(|m| first_offset + m);
+                OpenTxn { producer_id: producer_id as i64, first_offset, marker }
+            });
+            let mut last_offset = 0;
+            let aborted = aborted.into_iter().map(|(producer_id, length, step)| {
+                last_offset += length + step;
+                AbortedTxn { producer_id, first_offset: last_offset - length, last_offset }
+            });
+            PartitionTxns { open: open.collect(), aborted: aborted.collect() }
+        })
+    }
+
     fn partition() -> impl Strategy<Value = PartitionManifest> {
         let epochs = proptest::collection::vec((1..100i32, 1..100i64), 0..4).prop_map(|steps| {
             let (mut epoch, mut start_offset) = (0, 0);
@@ -455,8 +621,14 @@ mod tests {
             epochs
         });
         let producers = proptest::collection::vec(producer(), 0..4);
-        (any::<[u8; 16]>(), any::<i32>(), 0..1000i64, 0..1000i64, producers, epochs).prop_map(
-            |(topic_id, partition, log_start_offset, length, producers, leader_epochs)| {
+        let fields = (any::<[u8; 16]>(), any::<i32>(), 0..1000i64, 0..1000i64);
+        (fields, producers, epochs, transactions()).prop_map(
+            |(
+                (topic_id, partition, log_start_offset, length),
+                producers,
+                leader_epochs,
+                transactions,
+            )| {
                 PartitionManifest {
                     topic_id,
                     partition,
@@ -464,6 +636,7 @@ mod tests {
                     next_offset: log_start_offset + length,
                     producers,
                     leader_epochs,
+                    transactions,
                 }
             },
         )
@@ -493,7 +666,7 @@ mod tests {
             at in any::<prop::sample::Index>(),
             value in any::<u8>(),
         ) {
-            let mut bytes = manifest().encode().unwrap();
+            let mut bytes = manifest_with_txns().encode().unwrap();
             let at = at.index(bytes.len());
             bytes[at] = value;
             if let Ok(m) = SnapshotManifest::decode(&Bytes::from(bytes)) {

@@ -298,6 +298,7 @@ mod tests {
                 next_offset,
                 producers: vec![],
                 leader_epochs: vec![],
+                transactions: Default::default(),
             })
             .collect();
         SnapshotManifest { applied_index, partitions, offsets_image: Bytes::new() }

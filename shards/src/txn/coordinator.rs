@@ -11,6 +11,11 @@
 //! is durable before EndTxn is answered. A crash in between leaves Prepare* in the log,
 //! and the ticker finishes it after the restart (markers again: a second marker for a
 //! transaction that is no longer open changes nothing).
+//!
+//! A replicated partition's marker is an entry of its partition group, proposed where the
+//! group is led (docs/transactions.md, "Replicated partitions"); a replica that does not
+//! lead refuses it, the transaction stays prepared (`TxnError::MarkersPending`, answered
+//! CONCURRENT_TRANSACTIONS) and the ticker proposes it again.
 
 use std::rc::Rc;
 
@@ -24,12 +29,15 @@ use super::{coordinator_shard, Busy};
 use crate::error::{PartitionError, TxnError};
 use crate::message::{ShardReply, ShardRequest};
 use crate::ops::append_error;
+use crate::partition_group::ProposedMarker;
 use crate::producer_log::wall_ms;
 use crate::shard::Shard;
 
 /// A marker or offsets resolution on its way.
 enum Marking {
     Local(Result<Durable, PartitionError>),
+    /// A replicated partition whose group this shard hosts: proposed in the group.
+    Replicated(Result<ProposedMarker, PartitionError>),
     Remote(crate::mesh::PendingReply),
 }
 
@@ -172,11 +180,30 @@ impl Shard {
         // Phase one for every partition, so all markers share fdatasyncs; then wait.
         let mut marking = Vec::with_capacity(prepared.partitions.len());
         for (topic, partition) in &prepared.partitions {
-            // A partition on another node gets no marker yet: transactions span one node
-            // until partition groups exist (docs/replication.md).
+            // A partition with no replica on this node gets no marker: the partition's
+            // verification refused its transactional batches (a transaction's partitions
+            // must have a replica on its coordinator's node for now: docs/transactions.md,
+            // "Replicated partitions").
             let Ok(owner) = self.owner_of(topic, *partition) else { continue };
+            let group = self.partition_group_of(topic, *partition);
             marking.push(if owner == self.id {
-                Marking::Local(self.queue_txn_marker(topic, *partition, producer_id, epoch, commit))
+                match group {
+                    Some(group) => Marking::Replicated(self.propose_txn_marker(
+                        group,
+                        topic,
+                        *partition,
+                        producer_id,
+                        epoch,
+                        commit,
+                    )),
+                    None => Marking::Local(self.queue_txn_marker(
+                        topic,
+                        *partition,
+                        producer_id,
+                        epoch,
+                        commit,
+                    )),
+                }
             } else {
                 let request = ShardRequest::TxnMarker {
                     topic: topic.clone(),
@@ -188,10 +215,17 @@ impl Shard {
                 Marking::Remote(self.mesh.send(owner, request).await)
             });
         }
+        // Every marker is waited for, even after a refusal, so none is left in flight when
+        // the ticker tries again.
+        let mut refused = None;
         for mark in marking {
             let result = match mark {
                 Marking::Local(queued) => match queued {
                     Ok(durable) => durable.wait().await.map_err(|e| self.fatal_storage_error(&e)),
+                    Err(e) => Err(e),
+                },
+                Marking::Replicated(proposed) => match proposed {
+                    Ok(proposed) => proposed.wait().await,
                     Err(e) => Err(e),
                 },
                 Marking::Remote(pending) => match pending.wait().await {
@@ -202,8 +236,19 @@ impl Shard {
             match result {
                 // The topic was deleted meanwhile: nothing left to mark.
                 Ok(()) | Err(PartitionError::UnknownTopicOrPartition) => {}
-                Err(e) => return Err(TxnError::Storage(format!("writing a marker: {e}"))),
+                // A replicated partition whose group this node does not lead (now): the
+                // transaction stays prepared and the ticker writes the marker again.
+                Err(PartitionError::NotLeaderOrFollower) => {
+                    let why = "a marker waits for its replicated partition's leader on this node";
+                    refused.get_or_insert(TxnError::MarkersPending(why.to_string()));
+                }
+                Err(e) => {
+                    refused.get_or_insert(TxnError::Storage(format!("writing a marker: {e}")));
+                }
             }
+        }
+        if let Some(refused) = refused {
+            return Err(refused);
         }
         for group in &prepared.groups {
             let owner = coordinator_shard(group, self.nr_shards);
@@ -235,13 +280,10 @@ impl Shard {
         commit: bool,
     ) -> Result<Durable, PartitionError> {
         assert!(self.txn.ready.get(), "markers wait for the partition state to be rebuilt");
-        if self.partition_group_of(topic, partition).is_some() {
-            // A replicated partition holds no transaction's data (its transactional
-            // produces are refused), so there is nothing to mark: the answer that skips
-            // it, as for a deleted topic. A marker on this replica alone would make the
-            // replicas differ.
-            return Err(PartitionError::UnknownTopicOrPartition);
-        }
+        assert!(
+            self.partition_group_of(topic, partition).is_none(),
+            "a replicated partition's marker goes through its group (`propose_txn_marker`)"
+        );
         let partition_id = self
             .local_partition(topic, partition)
             .ok_or(PartitionError::UnknownTopicOrPartition)?;
@@ -274,6 +316,11 @@ impl Shard {
     ) -> Result<(), PartitionError> {
         while !self.txn.ready.get() {
             glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        if let Some(group) = self.partition_group_of(&topic, partition) {
+            let marked =
+                self.replicated_txn_marker(group, &topic, partition, producer_id, epoch, commit);
+            return marked.await;
         }
         let durable = self.queue_txn_marker(&topic, partition, producer_id, epoch, commit)?;
         if let Err(e) = durable.wait().await {

@@ -50,7 +50,9 @@ pub struct AbortedTxn {
 }
 
 /// Transaction state of one partition.
-#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(
+    rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, Default, PartialEq, Eq,
+)]
 pub struct PartitionTxns {
     pub open: Vec<OpenTxn>,
     pub aborted: Vec<AbortedTxn>,
@@ -86,6 +88,27 @@ impl PartitionTxns {
                 <= 1,
             "invariant 1"
         );
+    }
+
+    /// What a batch of `producer_id` of kind `kind` stored at `base_offset` does to the
+    /// partition's transactions: the one rule of every path that stores one (a produce on
+    /// one node, a replica's apply of a committed partition-group entry, a marker, the
+    /// replay at start-up with `durable`), so replicas that store the same batches at the
+    /// same offsets hold the same state.
+    pub fn on_appended(
+        &mut self,
+        kind: BatchKind,
+        producer_id: i64,
+        base_offset: Offset,
+        durable: bool,
+    ) {
+        match kind {
+            BatchKind::Plain => {}
+            BatchKind::Transactional => self.on_data(producer_id, base_offset),
+            BatchKind::Marker { commit } => {
+                self.on_marker(producer_id, commit, base_offset, durable)
+            }
+        }
     }
 
     /// The last stable offset under `high_watermark`; forgets transactions whose marker
@@ -253,6 +276,87 @@ mod tests {
         // Markers 2 and 8 were removed; 8 lies at the clean point, so it stays listed.
         p.forget_removed(8, |offset| offset == 5);
         assert_eq!(p.aborted_between(0, 10), vec![(2, 3), (1, 6)]);
+    }
+
+    /// A replica of a replicated partition as its group's apply leaves it: every committed
+    /// entry's batch at the next offset of its own log, its transaction state updated by
+    /// `on_appended`, and a high watermark that follows its own flushes.
+    #[derive(Default)]
+    struct Replica {
+        next_offset: Offset,
+        high_watermark: Offset,
+        txns: PartitionTxns,
+        /// What it stored: (kind, producer id, base offset).
+        stored: Vec<(BatchKind, i64, Offset)>,
+    }
+
+    impl Replica {
+        fn apply(&mut self, (kind, producer_id, records): (BatchKind, i64, i64)) {
+            let base_offset = self.next_offset;
+            self.next_offset += records;
+            self.txns.on_appended(kind, producer_id, base_offset, false);
+            self.stored.push((kind, producer_id, base_offset));
+        }
+
+        fn flush(&mut self) {
+            self.high_watermark = self.next_offset;
+        }
+
+        /// A replica that rebuilds its state from the stored batches (a restart's replay).
+        fn replayed(&self) -> Replica {
+            let mut txns = PartitionTxns::default();
+            for (kind, producer_id, base_offset) in &self.stored {
+                txns.on_appended(*kind, *producer_id, *base_offset, true);
+            }
+            let (next_offset, high_watermark) = (self.next_offset, self.high_watermark);
+            Replica { next_offset, high_watermark, txns, stored: self.stored.clone() }
+        }
+
+        fn lso_and_aborted(&mut self) -> (Offset, Vec<(i64, Offset)>) {
+            let lso = self.txns.last_stable_offset(self.high_watermark);
+            (lso, self.txns.aborted_between(0, self.high_watermark))
+        }
+    }
+
+    #[test]
+    fn replicas_applying_the_same_entries_hold_the_same_lso_and_aborted_list() {
+        // The kinds of the batches as the apply reads them: a real marker batch.
+        let marker = |commit| {
+            let batch = control_batch(1, 0, commit, 1_000);
+            let header = RecordBatchHeader::parse_validated(&batch).unwrap();
+            batch_kind(&header, &batch).unwrap()
+        };
+        let data = BatchKind::Transactional;
+        let entries = [
+            (data, 1, 3), // producer 1 opens at 0
+            (BatchKind::Plain, -1, 1),
+            (data, 2, 2),          // producer 2 opens at 4
+            (data, 1, 1),          // producer 1's same transaction
+            (marker(false), 1, 1), // ABORT of producer 1 at 7
+            (marker(true), 2, 1),  // COMMIT of producer 2 at 8
+            (data, 1, 2),          // producer 1's next transaction opens at 9
+        ];
+        let (mut leader, mut follower) = (Replica::default(), Replica::default());
+        for (at, entry) in entries.iter().enumerate() {
+            leader.apply(*entry);
+            leader.flush();
+            if at == 4 {
+                // The follower applied up to the ABORT, not yet durable there: producer 1
+                // still holds its LSO back.
+                entries[..=4].iter().for_each(|e| follower.apply(*e));
+                assert_eq!(follower.lso_and_aborted(), (0, vec![]));
+                follower.flush();
+                assert_eq!(follower.lso_and_aborted(), (4, vec![(1, 0)]));
+            }
+        }
+        entries[5..].iter().for_each(|e| follower.apply(*e));
+        follower.flush();
+        let expected = (9, vec![(1, 0)]);
+        assert_eq!(leader.lso_and_aborted(), expected);
+        assert_eq!(follower.lso_and_aborted(), expected);
+        assert_eq!(leader.txns, follower.txns);
+        // A replica that restarts (or a new leader after one) rebuilds the same from its log.
+        assert_eq!(follower.replayed().lso_and_aborted(), expected);
     }
 
     #[test]

@@ -64,13 +64,7 @@ impl Shard {
         }
         let mut partitions = self.txn.partitions.borrow_mut();
         let state = partitions.entry(partition).or_default();
-        match kind {
-            BatchKind::Plain => {}
-            BatchKind::Transactional => state.on_data(header.producer_id, header.base_offset),
-            BatchKind::Marker { commit } => {
-                state.on_marker(header.producer_id, commit, header.base_offset, true)
-            }
-        }
+        state.on_appended(kind, header.producer_id, header.base_offset, true);
         Ok(())
     }
 

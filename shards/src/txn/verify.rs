@@ -131,6 +131,55 @@ impl Shard {
         }))
     }
 
+    /// A produce to a replicated partition (`group` its group), before its verification: a
+    /// replica that does not lead answers NOT_LEADER_OR_FOLLOWER at once (not after asking
+    /// the coordinator), and a transactional batch whose transactional id's coordinator is
+    /// on another node is refused with INVALID_RECORD (not retriable, so the producer fails
+    /// the batch with the message and can abort): its verification and markers would have
+    /// to cross nodes, which they do not yet (docs/transactions.md, "Replicated
+    /// partitions").
+    pub(crate) fn check_replicated_txn_produce(
+        &self,
+        group: u64,
+        records: &Bytes,
+        transactional_id: Option<&str>,
+    ) -> Result<(), PartitionError> {
+        let groups = self.partition_groups().ok_or(PartitionError::NotLeaderOrFollower)?;
+        if !groups.leadership(group).0 {
+            return Err(PartitionError::NotLeaderOrFollower);
+        }
+        let Ok(header) = RecordBatchHeader::parse_unvalidated(records) else { return Ok(()) };
+        let transactional = header.attributes & (TRANSACTIONAL | CONTROL) == TRANSACTIONAL;
+        let Some(id) = transactional_id.filter(|id| transactional && !id.is_empty()) else {
+            return Ok(()); // not transactional, or refused by the verification
+        };
+        let node = crate::group::coordinator_node(id, &self.config.nodes, self.nr_shards);
+        if node == self.config.node_id {
+            return Ok(());
+        }
+        Err(PartitionError::InvalidRecord(format!(
+            "the coordinator of transactional id {id:?} is node {node}, and a transaction on a \
+             replicated partition needs it on the partition leader's node (node {}) for now: \
+             docs/transactions.md",
+            self.config.node_id
+        )))
+    }
+
+    /// On the coordinator: whether `partition` of `topic` is led on another node than this
+    /// one (a replicated partition whose group's leader, as this shard knows it, is another
+    /// node or unknown; a partition with no replica here), so that a transaction of this
+    /// coordinator cannot take it (docs/transactions.md, "Replicated partitions"). An
+    /// unknown partition is not "elsewhere" (the caller refuses it on its own).
+    pub fn txn_partition_led_elsewhere(&self, topic: &str, partition: i32) -> bool {
+        if self.owner_of(topic, partition).is_err() {
+            return self.locate(topic, partition).is_some();
+        }
+        match self.partition_group_of(topic, partition) {
+            Some(group) => self.partition_leader(group).0 != Some(self.config.node_id),
+            None => false,
+        }
+    }
+
     /// Asks the coordinator, then appends (or refuses) every produce queued meanwhile, in
     /// arrival order, with no `.await` between them.
     async fn verify_and_append(self: Rc<Self>, ask: Ask) {

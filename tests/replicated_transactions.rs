@@ -1,0 +1,327 @@
+//! Transactions on a replicated partition (docs/transactions.md, "Replicated partitions"),
+//! on three broker processes on 127.0.0.1 (`--cores 1` each, temp dirs, free ports) and a
+//! topic of one partition and replication factor 3:
+//!
+//! - a librdkafka transactional producer whose transactional id's coordinator is on the
+//!   partition leader's node commits one transaction and aborts another (its batches and
+//!   both markers go through the partition's raft group); while a third is open, the
+//!   leader's ListOffsets at read_committed is held at its first offset, and moves past its
+//!   COMMIT marker once it commits;
+//! - a producer whose coordinator is on a node that does not lead the partition is
+//!   refused at AddPartitionsToTxn (an abortable error in librdkafka); its abort then fails
+//!   fatally (librdkafka asks EndTxn(abort) of a transaction the coordinator never opened:
+//!   INVALID_TXN_STATE), a new instance of the id starts clean, and nothing of it is
+//!   stored (markers and verification do not cross nodes yet);
+//! - a read_committed consumer sees exactly the committed records, read_uncommitted sees
+//!   the aborted ones too;
+//! - the leader's node is killed with SIGKILL; at the new leader, read_committed still
+//!   sees exactly the committed records and its LSO is its high watermark: its aborted
+//!   list and closed transactions came from its own apply of the same entries;
+//! - the killed node restarts and catches up (back in the ISR), then the second leader's
+//!   node is killed: the third leader (the restarted node, whose state its restart rebuilt
+//!   from its log, or the remaining one) answers the same.
+//!
+//! A follower that lost its data dir while the leader compacted its raft log past it
+//! (`--replica-snapshot-after-ms 1000`) rejoins from a partition snapshot: once it leads
+//! (the other nodes' leaders killed in turn), its read_committed still leaves out the
+//! aborted transaction's records and its LSO is its high watermark, from the transaction
+//! state the manifest carried (its pulled batches alone would not tell it which
+//! transactions were aborted had it not replayed them).
+//!
+//! Every wait has a deadline that fails with what it waited for; nothing asserts on speed.
+
+mod common;
+#[path = "common/replicated.rs"]
+mod replicated;
+
+use std::time::{Duration, Instant};
+
+use common::{Broker, RawClient};
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+use replicated::{node_of, Load, Topic, DEADLINE, NODES};
+
+const TOPIC: Topic = Topic { name: "rtxn", partitions: 1, replicas: NODES };
+
+/// The node (1-based) FindCoordinator names for transactional id `id`, asked of `broker`.
+fn txn_coordinator_node(broker: &Broker, id: &str) -> usize {
+    use kafka_protocol::messages::find_coordinator_request::FindCoordinatorRequest;
+    let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
+    let request =
+        FindCoordinatorRequest::default().with_key(id.to_string().into()).with_key_type(1);
+    match client.call(ApiKey::FindCoordinator, 3, RequestKind::FindCoordinator(request)) {
+        ResponseKind::FindCoordinator(r) => {
+            assert_eq!(r.error_code, 0, "FindCoordinator of {id}");
+            node_of(r.node_id.0)
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The first transactional id `rtxn-<n>` whose coordinator is (`on`) or is not (`!on`) on
+/// node `node`.
+fn transactional_id(broker: &Broker, node: usize, on: bool) -> String {
+    let id = (0..100).map(|n| format!("rtxn-{n}"));
+    let mut id = id.filter(|id| (txn_coordinator_node(broker, id) == node) == on);
+    id.next().expect("an id among 100 placed as asked")
+}
+
+fn bootstrap(cluster: &[Broker]) -> String {
+    cluster.iter().map(Broker::bootstrap).collect::<Vec<_>>().join(",")
+}
+
+fn transactional_producer(cluster: &[Broker], transactional_id: &str) -> BaseProducer {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap(cluster))
+        .set("transactional.id", transactional_id)
+        .set("transaction.timeout.ms", "60000")
+        .set("linger.ms", "1")
+        .create()
+        .expect("a transactional producer");
+    producer.init_transactions(DEADLINE).expect("init_transactions");
+    producer
+}
+
+fn tagged(tag: &str, count: usize) -> Vec<String> {
+    (0..count).map(|i| format!("{tag}-{i}")).collect()
+}
+
+fn send(producer: &BaseProducer, values: &[String]) {
+    for value in values {
+        let record = BaseRecord::<(), _>::to(TOPIC.name).payload(value).partition(0);
+        producer.send(record).map_err(|(e, _)| e).expect("queued");
+    }
+}
+
+/// Everything a consumer at `isolation` reads of the partition from the start until the
+/// end (partition EOF), in order, through `broker`.
+fn read_all(broker: &Broker, isolation: &str) -> Vec<String> {
+    let consumer: BaseConsumer = common::assign_only_config(broker)
+        .set("isolation.level", isolation)
+        .set("auto.offset.reset", "earliest")
+        .set("enable.partition.eof", "true")
+        .create()
+        .expect("a consumer");
+    let mut assignment = TopicPartitionList::new();
+    assignment.add_partition_offset(TOPIC.name, 0, Offset::Beginning).unwrap();
+    consumer.assign(&assignment).unwrap();
+    let mut values = Vec::new();
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        assert!(Instant::now() < deadline, "no end of partition; read so far: {values:?}");
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => values.push(String::from_utf8(m.payload().unwrap().to_vec()).unwrap()),
+            Some(Err(KafkaError::PartitionEOF(_))) => return values,
+            Some(Err(e)) => eprintln!("consume error (retried by librdkafka): {e}"),
+            None => {}
+        }
+    }
+}
+
+/// ListOffsets latest at `isolation` (0 read_uncommitted, 1 read_committed) asked of
+/// `broker`'s shard.
+fn latest(broker: &Broker, isolation: i8) -> i64 {
+    let mut client = RawClient::connect(broker.shard_addr(0));
+    common::latest_offset(&mut client, TOPIC.name, 0, isolation)
+}
+
+/// Waits until the leader named in `view` answers ListOffsets read_committed with
+/// `expected`; returns its (read_uncommitted, read_committed) answers.
+fn wait_for_lso(leader: &Broker, expected: impl Fn(i64, i64) -> bool, what: &str) -> (i64, i64) {
+    let mut seen = (0, 0);
+    common::eventually(DEADLINE, what, || {
+        seen = (latest(leader, 0), latest(leader, 1));
+        expected(seen.0, seen.1)
+    });
+    seen
+}
+
+#[test]
+fn committed_records_are_read_committed_on_every_replica_that_leads_after_a_kill() {
+    let (mut cluster, view) = TOPIC.start_cluster();
+    let leader = node_of(view[0].1);
+    let at_leader = transactional_id(&cluster[0], leader, true);
+    let elsewhere = transactional_id(&cluster[0], leader, false);
+
+    // One commit, one abort, through the partition's group.
+    let producer = transactional_producer(&cluster, &at_leader);
+    for (tag, commit) in [("c1", true), ("a1", false)] {
+        producer.begin_transaction().unwrap();
+        send(&producer, &tagged(tag, 3));
+        producer.flush(DEADLINE).expect("flushed");
+        match commit {
+            true => producer.commit_transaction(DEADLINE).expect("commit"),
+            false => producer.abort_transaction(DEADLINE).expect("abort"),
+        }
+    }
+    // An open transaction holds the leader's LSO at its first offset (c1's 3 records, its
+    // COMMIT, a1's 3 records and ABORT: 8); its COMMIT releases it.
+    producer.begin_transaction().unwrap();
+    send(&producer, &tagged("c2", 2));
+    producer.flush(DEADLINE).expect("flushed");
+    let leader_broker = &cluster[leader - 1];
+    let held = wait_for_lso(leader_broker, |high, lso| high == 10 && lso == 8, "the LSO held at 8");
+    assert_eq!(held, (10, 8), "high watermark, LSO with c2 open");
+    producer.commit_transaction(DEADLINE).expect("commit c2");
+    wait_for_lso(leader_broker, |high, lso| high == 11 && lso == 11, "the LSO past c2's COMMIT");
+
+    // A coordinator on another node than the leader: AddPartitionsToTxn refuses the
+    // partition (abortable), the producer aborts, nothing of it is stored.
+    let refused = transactional_producer(&cluster, &elsewhere);
+    refused.begin_transaction().unwrap();
+    send(&refused, &tagged("x", 1));
+    let _ = refused.flush(DEADLINE); // the record fails with the transaction
+    match refused.commit_transaction(DEADLINE) {
+        Err(KafkaError::Transaction(e)) if e.txn_requires_abort() => {}
+        other => panic!("a commit through a coordinator off the leader's node: {other:?}"),
+    }
+    // librdkafka sends EndTxn(abort) after a failed AddPartitionsToTxn; the coordinator
+    // never opened the transaction (no partition added): INVALID_TXN_STATE, fatal to this
+    // producer instance. A new instance of the id starts clean (nothing is wedged).
+    match refused.abort_transaction(DEADLINE) {
+        Err(KafkaError::Transaction(e)) if e.is_fatal() => {}
+        other => panic!("the abort of a transaction the coordinator never opened: {other:?}"),
+    }
+    drop(refused);
+    let refused = transactional_producer(&cluster, &elsewhere);
+
+    let committed = [tagged("c1", 3), tagged("c2", 2)].concat();
+    let everything = [tagged("c1", 3), tagged("a1", 3), tagged("c2", 2)].concat();
+    assert_eq!(read_all(leader_broker, "read_committed"), committed);
+    assert_eq!(read_all(leader_broker, "read_uncommitted"), everything);
+    drop((producer, refused));
+
+    // The leader's node dies: the new leader's state is its own apply's.
+    let all = [0, 1, 2];
+    cluster[leader - 1].kill();
+    let survivors: Vec<usize> = all.iter().copied().filter(|n| *n + 1 != leader).collect();
+    let after = TOPIC.wait_for_one_leader(&cluster, &survivors, "a new leader");
+    let after = loop_until_new_leader(&cluster, &survivors, after, leader);
+    let new_leader = node_of(after[0].1);
+    let new_broker = &cluster[new_leader - 1];
+    // 11 offsets (8 records, 3 markers); none open: the LSO is the high watermark.
+    let (high, lso) = wait_for_lso(new_broker, |high, _| high == 11, "the new leader's end");
+    assert_eq!((high, lso), (11, 11), "the new leader's high watermark and LSO");
+    assert_eq!(read_all(new_broker, "read_committed"), committed, "at node {new_leader}");
+    assert_eq!(read_all(new_broker, "read_uncommitted"), everything, "at node {new_leader}");
+
+    // The killed node restarts (its state rebuilt from its own log at start-up) and is made
+    // to lead: the new leader's node is killed in turn.
+    replicated::wait_for_listeners_closed(&cluster[leader - 1]);
+    cluster[leader - 1].restart();
+    TOPIC.wait_for_one_leader(&cluster, &all, "the restarted node to name the same leader");
+    TOPIC.wait_for_isr(&cluster, &all, &[1, 2, 3]);
+    cluster[new_leader - 1].kill();
+    let third: Vec<usize> = all.iter().copied().filter(|n| *n + 1 != new_leader).collect();
+    let last = TOPIC.wait_for_one_leader(&cluster, &third, "a third leader");
+    let last = loop_until_new_leader(&cluster, &third, last, new_leader);
+    let third_leader = node_of(last[0].1);
+    let third_broker = &cluster[third_leader - 1];
+    let (high, lso) = wait_for_lso(third_broker, |high, _| high == 11, "the third leader's end");
+    assert_eq!((high, lso), (11, 11), "the third leader's high watermark and LSO");
+    assert_eq!(read_all(third_broker, "read_committed"), committed, "at node {third_leader}");
+    eprintln!(
+        "leaders: node {leader}, then {new_leader}, then {third_leader}; transactional ids \
+         {at_leader:?} (coordinator on the leader's node), {elsewhere:?} (refused)"
+    );
+}
+
+/// The view of `nodes` once they name a leader other than node `old` (right after a kill
+/// they may still name it until their election timeout).
+fn loop_until_new_leader(
+    cluster: &[Broker],
+    nodes: &[usize],
+    view: replicated::View,
+    old: usize,
+) -> replicated::View {
+    if node_of(view[0].1) != old {
+        return view;
+    }
+    let what = format!("a leader other than node {old}");
+    TOPIC.wait_for(cluster, nodes, &what, |views| {
+        TOPIC.one_leader(views) && node_of(views[0][0].1) != old
+    });
+    TOPIC.view(&cluster[nodes[0]]).expect("a view")
+}
+
+/// One commit of `c` and one abort of `a` (3 records each) by a producer whose
+/// coordinator is on the partition leader's node: (committed values, aborted values).
+fn commit_one_abort_one(cluster: &[Broker], leader: usize) -> (Vec<String>, Vec<String>) {
+    let id = transactional_id(&cluster[0], leader, true);
+    let producer = transactional_producer(cluster, &id);
+    for (tag, commit) in [("c", true), ("a", false)] {
+        producer.begin_transaction().unwrap();
+        send(&producer, &tagged(tag, 3));
+        producer.flush(DEADLINE).expect("flushed");
+        match commit {
+            true => producer.commit_transaction(DEADLINE).expect("commit"),
+            false => producer.abort_transaction(DEADLINE).expect("abort"),
+        }
+    }
+    (tagged("c", 3), tagged("a", 3))
+}
+
+#[test]
+fn a_follower_rejoining_from_a_partition_snapshot_holds_the_transaction_state() {
+    let (mut cluster, view) = TOPIC.start_cluster_with(&["--replica-snapshot-after-ms", "1000"]);
+    let all = [0, 1, 2];
+    let leader = node_of(view[0].1) - 1;
+    let (committed, aborted) = commit_one_abort_one(&cluster, leader + 1);
+
+    // A follower loses its data dir; the leader compacts past it.
+    let wiped = (leader + 1) % NODES;
+    cluster[wiped].kill();
+    std::fs::remove_dir_all(cluster[wiped].data_dir()).unwrap();
+    let compactions = |node: &Broker| node.metric_sum("shardlog_raft_compactions_total");
+    let before = compactions(&cluster[leader]);
+    let load = Load::start(&cluster, TOPIC, "plain");
+    common::eventually(DEADLINE, "the leader to compact twice with the node away", || {
+        compactions(&cluster[leader]) >= before + 2.0
+    });
+    let plain = load.stop().len();
+    replicated::wait_for_listeners_closed(&cluster[wiped]);
+    cluster[wiped].restart();
+    let installed = |node: &Broker| node.metric_sum("shardlog_partition_snapshots_installed_total");
+    common::eventually(DEADLINE, "the wiped node to install a partition snapshot", || {
+        installed(&cluster[wiped]) > 0.0
+    });
+    TOPIC.wait_for_isr(&cluster, &all, &[1, 2, 3]);
+
+    // Leaders other than the rejoined node are killed (and restarted) until it leads.
+    let mut kills = 0;
+    loop {
+        let view = TOPIC.wait_for_one_leader(&cluster, &all, "one leader");
+        let now = node_of(view[0].1) - 1;
+        if now == wiped {
+            break;
+        }
+        assert!(kills < 20, "the rejoined node never led after {kills} kills");
+        cluster[now].kill();
+        let others: Vec<usize> = all.iter().copied().filter(|n| *n != now).collect();
+        TOPIC.wait_for_one_leader(&cluster, &others, "the two others to name a new leader");
+        replicated::wait_for_listeners_closed(&cluster[now]);
+        cluster[now].restart();
+        TOPIC.wait_for_isr(&cluster, &all, &[1, 2, 3]);
+        kills += 1;
+    }
+    let rejoined = &cluster[wiped];
+    let end = (6 + 2 + plain) as i64; // the records, two markers, the plain records
+    let (high, lso) = wait_for_lso(rejoined, |high, _| high == end, "the rejoined leader's end");
+    assert_eq!((high, lso), (end, end), "the rejoined leader's high watermark and LSO");
+    let read_committed = read_all(rejoined, "read_committed");
+    let read_uncommitted = read_all(rejoined, "read_uncommitted");
+    assert_eq!(read_committed.len(), 3 + plain, "read_committed at the rejoined leader");
+    assert_eq!(read_committed[..3], committed[..]);
+    assert!(!read_committed.iter().any(|v| aborted.contains(v)), "{read_committed:?}");
+    assert_eq!(read_uncommitted[..6], [committed.clone(), aborted.clone()].concat()[..]);
+    assert_eq!(read_uncommitted.len(), 6 + plain);
+    eprintln!(
+        "node {} rejoined from a snapshot and leads after {kills} kills; {plain} plain records",
+        wiped + 1
+    );
+}
