@@ -287,13 +287,7 @@ impl TxnMarkerEntry {
 
     /// The fields after the version and kind bytes (exactly `TXN_MARKER_ENTRY_BYTES - 2`).
     fn decode_fields(fields: &[u8]) -> Result<PartitionEntry, EntryError> {
-        match (fields.len() + 2).cmp(&TXN_MARKER_ENTRY_BYTES) {
-            std::cmp::Ordering::Less => return Err(EntryError::Truncated),
-            std::cmp::Ordering::Greater => {
-                return Err(EntryError::Trailing(fields.len() + 2 - TXN_MARKER_ENTRY_BYTES))
-            }
-            std::cmp::Ordering::Equal => {}
-        }
+        exact_len(fields.len() + 2, TXN_MARKER_ENTRY_BYTES)?;
         let commit = match fields[38] {
             0 => false,
             1 => true,
@@ -333,13 +327,7 @@ impl LogStartEntry {
 
     /// The fields after the version and kind bytes (exactly `LOG_START_ENTRY_BYTES - 2`).
     fn decode_fields(fields: &[u8]) -> Result<PartitionEntry, EntryError> {
-        match (fields.len() + 2).cmp(&LOG_START_ENTRY_BYTES) {
-            std::cmp::Ordering::Less => return Err(EntryError::Truncated),
-            std::cmp::Ordering::Greater => {
-                return Err(EntryError::Trailing(fields.len() + 2 - LOG_START_ENTRY_BYTES))
-            }
-            std::cmp::Ordering::Equal => {}
-        }
+        exact_len(fields.len() + 2, LOG_START_ENTRY_BYTES)?;
         Ok(PartitionEntry::LogStart(LogStartEntry {
             topic_id: fields[..16].try_into().expect("16 bytes"),
             partition: i32::from_le_bytes(fields[16..20].try_into().expect("4 bytes")),
@@ -394,16 +382,18 @@ impl PartitionEntry {
             KIND_TXN_MARKER => return TxnMarkerEntry::decode_fields(&bytes[2..]),
             other => return Err(EntryError::UnknownKind(other)),
         }
-        match bytes.len().cmp(&COMPACT_ENTRY_BYTES) {
-            std::cmp::Ordering::Less => Err(EntryError::Truncated),
-            std::cmp::Ordering::Greater => {
-                Err(EntryError::Trailing(bytes.len() - COMPACT_ENTRY_BYTES))
-            }
-            std::cmp::Ordering::Equal => {
-                let to = u64::from_le_bytes(bytes[2..].try_into().expect("8 bytes"));
-                Ok(PartitionEntry::Compact { to })
-            }
-        }
+        exact_len(bytes.len(), COMPACT_ENTRY_BYTES)?;
+        let to = u64::from_le_bytes(bytes[2..].try_into().expect("8 bytes"));
+        Ok(PartitionEntry::Compact { to })
+    }
+}
+
+/// An entry of a fixed size: `len` bytes where `expected` are due.
+fn exact_len(len: usize, expected: usize) -> Result<(), EntryError> {
+    match len.cmp(&expected) {
+        std::cmp::Ordering::Less => Err(EntryError::Truncated),
+        std::cmp::Ordering::Greater => Err(EntryError::Trailing(len - expected)),
+        std::cmp::Ordering::Equal => Ok(()),
     }
 }
 
