@@ -108,6 +108,7 @@ impl Shard {
         let table = self.table();
         let mut pending = PendingTable::placing_on(&table, &self.config.nodes);
         let mut results = Vec::with_capacity(topics.len());
+        let mut created = Vec::with_capacity(topics.len());
         for mut topic in topics {
             if topic.num_partitions == -1 {
                 topic.num_partitions = self.config.default_partitions;
@@ -115,15 +116,24 @@ impl Shard {
             let ceiling = self.config.topic_max_message_bytes_ceiling;
             let checked = validate_new_topic(&pending, &topic)
                 .and_then(|()| check_max_message_bytes(&topic.configs, ceiling));
-            if checked.is_ok() && !validate_only {
+            let creates = checked.is_ok() && !validate_only;
+            if creates {
                 pending.create(&topic, random_topic_id());
-                info!(topic = %topic.name, partitions = topic.num_partitions, "topic created");
             }
+            created.push(creates.then_some((topic.name, topic.num_partitions)));
             results.push(checked);
         }
         let record = pending.into_record();
         drop(table);
-        self.commit_changes(permit, record, results).await
+        let results = self.commit_changes(permit, record, results).await;
+        // Logged once the change is in: a cluster node that is not the controller answers
+        // NOT_CONTROLLER and creates nothing.
+        for (created, result) in created.iter().zip(&results) {
+            if let (Some((name, partitions)), Ok(())) = (created, result) {
+                info!(topic = %name, partitions, "topic created");
+            }
+        }
+        results
     }
 
     pub(crate) async fn controller_delete_topics(

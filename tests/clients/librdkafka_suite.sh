@@ -19,6 +19,9 @@
 #   LIBRDKAFKA_KEEP_LOGS     1: keep the work dir (broker log, one log per test)
 #   SHARDLOG_BIN             the broker to test (default target/release/shardlog, built if
 #                            missing)
+#   LIBRDKAFKA_CLUSTER       3: run against a cluster of three nodes (`--cores 1` each) on
+#                            127.0.0.1 instead of one broker, for the tests that create
+#                            topics with replication factor 3 (by hand; CI runs one broker)
 #
 # Prints `PASS|FAIL|SKIP NNNN name` per test and a closing `N passed, N failed, N skipped`
 # line; exits 1 if any test failed. `librdkafka_suite.sh --table` prints the table of
@@ -100,31 +103,54 @@ source tests/lib/ports.sh
 
 # librdkafka's test scenarios (tests/scenarios/*.json) are Kafka clusters with
 # num.partitions=4 and topic auto-creation on ("default") or off ("noautocreate").
-broker=""
+brokers=()
+stop_brokers() {
+  local pid
+  for pid in "${brokers[@]}"; do
+    { kill -9 "$pid" && wait "$pid"; } 2>/dev/null || true
+  done
+  brokers=()
+}
+brokers_alive() {
+  local pid
+  for pid in "${brokers[@]}"; do kill -0 "$pid" 2>/dev/null || return 1; done
+}
 start_broker() {  # auto_create: true|false
-  if [ -n "$broker" ]; then
-    { kill -9 "$broker" && wait "$broker"; } 2>/dev/null || true
-  fi
+  stop_brokers
+  local nodes=${LIBRDKAFKA_CLUSTER:-1} cores=2
+  [ "$nodes" -gt 1 ] && cores=1
   # A port can still be taken between the check and the broker's bind: try another block.
-  local attempt
+  local attempt n peers bootstrap
   for attempt in 1 2 3; do
-    port=$(free_port_block 4)
-    rm -rf "$work/data"
-    "$shardlog" --data-dir "$work/data" --kafka-addr "127.0.0.1:$port" \
-      --admin-addr "127.0.0.1:$((port + 3))" --cores 2 --default-partitions 4 \
-      --auto-create-topics "$1" >> "$work/broker.log" 2>&1 &
-    broker=$!
+    port=$(free_port_block $((4 * nodes)))
+    peers="" bootstrap=""
+    for n in $(seq "$nodes"); do
+      peers+="${peers:+,}$n=127.0.0.1:$((port + 4 * (n - 1)))"
+      bootstrap+="${bootstrap:+,}127.0.0.1:$((port + 4 * (n - 1)))"
+    done
+    for n in $(seq "$nodes"); do
+      local p=$((port + 4 * (n - 1))) cluster=()
+      [ "$nodes" -gt 1 ] && cluster=(--node-id "$n" --peers "$peers")
+      rm -rf "$work/data$n"
+      "$shardlog" --data-dir "$work/data$n" --kafka-addr "127.0.0.1:$p" \
+        --admin-addr "127.0.0.1:$((p + 3))" --cores "$cores" --default-partitions 4 \
+        --auto-create-topics "$1" "${cluster[@]}" >> "$work/broker.log" 2>&1 &
+      brokers+=($!)
+    done
     for _ in $(seq 100); do
       (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break
-      kill -0 "$broker" 2>/dev/null || break
+      brokers_alive || break
       sleep 0.1
     done
-    kill -0 "$broker" 2>/dev/null && break
+    brokers_alive && break
     echo "the broker did not start on port block $port (attempt $attempt):"
     tail -3 "$work/broker.log"
+    stop_brokers
   done
+  # A cluster answers once its metadata group elected a controller.
+  if [ "$nodes" -gt 1 ]; then python3 benches/scripts/failover.py ready "$bootstrap" "$nodes"; fi
   cat > "$work/test.conf" <<EOF
-bootstrap.servers=127.0.0.1:$port
+bootstrap.servers=$bootstrap
 test.topic.random=true
 EOF
 }
@@ -170,7 +196,7 @@ run_test_number() {  # number scenario
       esac
     done <<< "$results"
   fi
-  if ! kill -0 "$broker" 2>/dev/null; then
+  if ! brokers_alive; then
     echo "FAIL $number the broker exited during this test; restarting it"
     tail -5 "$work/broker.log"
     failed=$((failed + 1))
@@ -183,9 +209,7 @@ shardlog=${SHARDLOG_BIN:-target/release/shardlog}
 [ -x "$shardlog" ] || cargo build --release -q
 work=$(mktemp -d)
 cleanup() {
-  if [ -n "$broker" ]; then
-    { kill -9 "$broker" && wait "$broker"; } 2>/dev/null || true
-  fi
+  stop_brokers
   if [ "${LIBRDKAFKA_KEEP_LOGS:-0}" = 1 ]; then echo "logs kept in $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
