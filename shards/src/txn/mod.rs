@@ -26,6 +26,7 @@ pub mod log;
 pub mod offsets;
 pub mod partition;
 pub mod recovery;
+pub(crate) mod remote;
 pub mod state;
 pub mod verify;
 
