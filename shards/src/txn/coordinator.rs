@@ -15,7 +15,10 @@
 //! A replicated partition's marker is an entry of its partition group, proposed where the
 //! group is led (docs/transactions.md, "Replicated partitions"); a replica that does not
 //! lead refuses it, the transaction stays prepared (`TxnError::MarkersPending`, answered
-//! CONCURRENT_TRANSACTIONS) and the ticker proposes it again.
+//! CONCURRENT_TRANSACTIONS) and the ticker proposes it again. A partition led on another
+//! node (as this node knows its leader) gets its marker through a transaction call over the
+//! replication transport (`txn::remote`); NOT_LEADER_OR_FOLLOWER or no answer there is the
+//! same refusal.
 
 use std::rc::Rc;
 
