@@ -369,3 +369,62 @@ fn a_follower_rejoining_from_a_partition_snapshot_holds_the_transaction_state() 
         wiped + 1
     );
 }
+
+/// The node (1-based) FindCoordinator names for consumer group `group`, asked of `broker`.
+fn group_coordinator_node(broker: &Broker, group: &str) -> usize {
+    use kafka_protocol::messages::find_coordinator_request::FindCoordinatorRequest;
+    let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
+    let request =
+        FindCoordinatorRequest::default().with_key(group.to_string().into()).with_key_type(0);
+    let mut node = 0;
+    common::eventually(DEADLINE, "the group's coordinator", || {
+        match client.call(ApiKey::FindCoordinator, 3, RequestKind::FindCoordinator(request.clone()))
+        {
+            ResponseKind::FindCoordinator(r) if r.error_code == 0 => {
+                node = node_of(r.node_id.0);
+                true
+            }
+            _ => false,
+        }
+    });
+    node
+}
+
+#[test]
+fn a_transactions_offsets_reach_a_group_coordinated_on_another_node() {
+    let (cluster, _) = TOPIC.start_cluster();
+    let group = "rtxn-offsets";
+    let group_node = group_coordinator_node(&cluster[0], group);
+    let id = transactional_id(&cluster[0], group_node, false);
+    let consumer: BaseConsumer = common::assign_only_config(&cluster[group_node - 1])
+        .set("group.id", group)
+        .set("isolation.level", "read_committed")
+        .create()
+        .expect("a consumer");
+    let mut assignment = TopicPartitionList::new();
+    assignment.add_partition_offset(TOPIC.name, 0, Offset::Beginning).unwrap();
+    consumer.assign(&assignment).unwrap();
+    let metadata = consumer.group_metadata().expect("the group's metadata");
+
+    // Offsets 5 committed with a transaction, then 9 aborted with one.
+    let producer = transactional_producer(&cluster, &id);
+    for (offset, commit) in [(5, true), (9, false)] {
+        producer.begin_transaction().unwrap();
+        send(&producer, &tagged(&format!("o{offset}"), 1));
+        producer.flush(DEADLINE).expect("flushed");
+        let mut offsets = TopicPartitionList::new();
+        offsets.add_partition_offset(TOPIC.name, 0, Offset::Offset(offset)).unwrap();
+        producer.send_offsets_to_transaction(&offsets, &metadata, DEADLINE).unwrap();
+        match commit {
+            true => producer.commit_transaction(DEADLINE).expect("commit"),
+            false => producer.abort_transaction(DEADLINE).expect("abort"),
+        }
+    }
+    let mut asked = TopicPartitionList::new();
+    asked.add_partition(TOPIC.name, 0);
+    let committed = consumer.committed_offsets(asked, DEADLINE).expect("committed offsets");
+    let offset = committed.find_partition(TOPIC.name, 0).unwrap().offset();
+    assert_eq!(offset, Offset::Offset(5), "the group's committed offset");
+    let txn_node = txn_coordinator_node(&cluster[0], &id);
+    eprintln!("group {group:?} on node {group_node}, transactional id {id:?} on node {txn_node}");
+}

@@ -1,6 +1,7 @@
 //! Transaction calls between nodes: a coordinator's COMMIT/ABORT marker for a partition
-//! led on another node, and a partition leader's KIP-890 verification question to a
-//! coordinator on another node (docs/transactions.md, "Replicated partitions").
+//! led on another node, a partition leader's KIP-890 verification question to a
+//! coordinator on another node, and a coordinator's resolution of a transaction's pending
+//! consumer-group offsets on the group's coordinator on another node (docs/transactions.md, "Replicated partitions").
 //!
 //! They ride the raft transport as the `context` bytes of a raft `Message` addressed to
 //! the reserved group id `TXN_GROUP` (2^63 - 3, beside the pulls' 2^63 - 2 and the
@@ -16,14 +17,15 @@
 //! | size | field |
 //! |---|---|
 //! | 1 | version (= 1) |
-//! | 1 | kind (1 marker request, 2 marker answer, 3 verification request, 4 its answer) |
+//! | 1 | kind (1 marker request, 2 marker answer, 3 verification request, 4 its answer, 5 offsets request, 6 its answer) |
 //! | 8 | request id (u64, the asker's, echoed in the answer) |
 //!
 //! then a marker request: topic id (16), partition (i32), producer id (i64), epoch (i16),
 //! commit (u8: 0 abort, 1 commit); a marker answer: Kafka error code (i16); a verification
 //! request: transactional id (u16 length, UTF-8), producer id (i64), epoch (i16), topic
 //! (u16 length, UTF-8), partition (i32); its answer: Kafka error code (i16, 0 verified),
-//! message (u16 length, UTF-8).
+//! message (u16 length, UTF-8); an offsets request: group id (u16 length, UTF-8), producer
+//! id (i64), commit (u8); its answer: Kafka error code (i16).
 //!
 //! Invariants:
 //! 1. Decoding is total: any bytes give a message or a `TxnRpcError` naming the field,
@@ -41,6 +43,8 @@ const KIND_MARKER: u8 = 1;
 const KIND_MARKER_ANSWER: u8 = 2;
 const KIND_VERIFY: u8 = 3;
 const KIND_VERIFY_ANSWER: u8 = 4;
+const KIND_OFFSETS: u8 = 5;
+const KIND_OFFSETS_ANSWER: u8 = 6;
 
 /// A coordinator's marker for a partition whose leader is this node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,6 +83,18 @@ pub enum TxnRpc {
         request_id: u64,
         error_code: i16,
         message: String,
+    },
+    /// Resolve (commit or drop) the producer's pending offsets of a group.
+    Offsets {
+        request_id: u64,
+        group: String,
+        producer_id: i64,
+        commit: bool,
+    },
+    /// The resolution's outcome: a Kafka error code, 0 once it is durable.
+    OffsetsAnswer {
+        request_id: u64,
+        error_code: i16,
     },
 }
 
@@ -126,9 +142,10 @@ impl TxnRpc {
         match self {
             TxnRpc::Marker(m) => m.request_id,
             TxnRpc::Verify(v) => v.request_id,
-            TxnRpc::MarkerAnswer { request_id, .. } | TxnRpc::VerifyAnswer { request_id, .. } => {
-                *request_id
-            }
+            TxnRpc::MarkerAnswer { request_id, .. }
+            | TxnRpc::VerifyAnswer { request_id, .. }
+            | TxnRpc::Offsets { request_id, .. }
+            | TxnRpc::OffsetsAnswer { request_id, .. } => *request_id,
         }
     }
 
@@ -138,6 +155,8 @@ impl TxnRpc {
             TxnRpc::MarkerAnswer { .. } => KIND_MARKER_ANSWER,
             TxnRpc::Verify(_) => KIND_VERIFY,
             TxnRpc::VerifyAnswer { .. } => KIND_VERIFY_ANSWER,
+            TxnRpc::Offsets { .. } => KIND_OFFSETS,
+            TxnRpc::OffsetsAnswer { .. } => KIND_OFFSETS_ANSWER,
         };
         let mut out = Vec::with_capacity(64);
         out.extend_from_slice(&[VERSION, kind]);
@@ -164,6 +183,14 @@ impl TxnRpc {
                 out.extend_from_slice(&error_code.to_le_bytes());
                 put_str(&mut out, message);
             }
+            TxnRpc::Offsets { group, producer_id, commit, .. } => {
+                put_str(&mut out, group);
+                out.extend_from_slice(&producer_id.to_le_bytes());
+                out.push(*commit as u8);
+            }
+            TxnRpc::OffsetsAnswer { error_code, .. } => {
+                out.extend_from_slice(&error_code.to_le_bytes())
+            }
         }
         out
     }
@@ -176,7 +203,7 @@ impl TxnRpc {
             return Err(TxnRpcError::UnknownVersion(version));
         }
         let kind = reader.take::<1>("kind")?[0];
-        if !(KIND_MARKER..=KIND_VERIFY_ANSWER).contains(&kind) {
+        if !(KIND_MARKER..=KIND_OFFSETS_ANSWER).contains(&kind) {
             return Err(TxnRpcError::UnknownKind(kind));
         }
         let request_id = u64::from_le_bytes(reader.take("request id")?);
@@ -186,11 +213,7 @@ impl TxnRpc {
                 let partition = i32::from_le_bytes(reader.take("partition")?);
                 let producer_id = i64::from_le_bytes(reader.take("producer id")?);
                 let producer_epoch = i16::from_le_bytes(reader.take("producer epoch")?);
-                let commit = match reader.take::<1>("commit")?[0] {
-                    0 => false,
-                    1 => true,
-                    other => return Err(TxnRpcError::BadCommit(other)),
-                };
+                let commit = reader.commit()?;
                 TxnRpc::Marker(MarkerRequest {
                     request_id,
                     topic_id,
@@ -219,10 +242,20 @@ impl TxnRpc {
                     partition,
                 })
             }
-            _ => {
+            KIND_VERIFY_ANSWER => {
                 let error_code = i16::from_le_bytes(reader.take("error code")?);
                 let message = reader.string("message")?;
                 TxnRpc::VerifyAnswer { request_id, error_code, message }
+            }
+            KIND_OFFSETS => {
+                let group = reader.string("group")?;
+                let producer_id = i64::from_le_bytes(reader.take("producer id")?);
+                let commit = reader.commit()?;
+                TxnRpc::Offsets { request_id, group, producer_id, commit }
+            }
+            _ => {
+                let error_code = i16::from_le_bytes(reader.take("error code")?);
+                TxnRpc::OffsetsAnswer { request_id, error_code }
             }
         };
         match bytes.len() - reader.at {
@@ -248,6 +281,14 @@ impl Reader<'_> {
         let slice = self.bytes.get(self.at..end).ok_or(TxnRpcError::Truncated { field })?;
         self.at = end;
         Ok(slice)
+    }
+
+    fn commit(&mut self) -> Result<bool, TxnRpcError> {
+        match self.take::<1>("commit")?[0] {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(TxnRpcError::BadCommit(other)),
+        }
     }
 
     fn string(&mut self, field: &'static str) -> Result<String, TxnRpcError> {
@@ -285,12 +326,18 @@ mod tests {
         })
     }
 
+    fn offsets() -> TxnRpc {
+        TxnRpc::Offsets { request_id: 11, group: "g".to_string(), producer_id: 4000, commit: false }
+    }
+
     fn all() -> Vec<TxnRpc> {
         vec![
             marker(),
             TxnRpc::MarkerAnswer { request_id: 9, error_code: 6 },
             verify(),
             TxnRpc::VerifyAnswer { request_id: 10, error_code: 48, message: "no".to_string() },
+            offsets(),
+            TxnRpc::OffsetsAnswer { request_id: 11, error_code: 16 },
         ]
     }
 
@@ -310,6 +357,10 @@ mod tests {
         assert_eq!(verify().encode(), golden);
         let answer = TxnRpc::VerifyAnswer { request_id: 10, error_code: 48, message: "no".into() };
         assert_eq!(answer.encode(), [1, 4, 10, 0, 0, 0, 0, 0, 0, 0, 48, 0, 2, 0, b'n', b'o']);
+        let golden = [1, 5, 11, 0, 0, 0, 0, 0, 0, 0, 1, 0, b'g', 0xa0, 0x0f, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(offsets().encode(), golden);
+        let answer = TxnRpc::OffsetsAnswer { request_id: 11, error_code: 16 };
+        assert_eq!(answer.encode(), [1, 6, 11, 0, 0, 0, 0, 0, 0, 0, 16, 0]);
         for rpc in all() {
             assert_eq!(TxnRpc::decode(&rpc.encode()), Ok(rpc));
         }
@@ -335,7 +386,8 @@ mod tests {
             TxnRpc::decode(&bytes)
         };
         assert_eq!(edited(marker().encode(), 0, 2), Err(TxnRpcError::UnknownVersion(2)));
-        assert_eq!(edited(marker().encode(), 1, 5), Err(TxnRpcError::UnknownKind(5)));
+        assert_eq!(edited(marker().encode(), 1, 7), Err(TxnRpcError::UnknownKind(7)));
+        assert_eq!(edited(offsets().encode(), 21, 3), Err(TxnRpcError::BadCommit(3)));
         assert_eq!(edited(marker().encode(), 1, 0), Err(TxnRpcError::UnknownKind(0)));
         assert_eq!(edited(marker().encode(), 40, 2), Err(TxnRpcError::BadCommit(2)));
         let not_utf8 = edited(verify().encode(), 15, 0xff);
@@ -377,7 +429,9 @@ mod tests {
                     topic,
                     partition,
                 }),
-                TxnRpc::VerifyAnswer { request_id, error_code, message: transactional_id },
+                TxnRpc::VerifyAnswer { request_id, error_code, message: transactional_id.clone() },
+                TxnRpc::Offsets { request_id, group: transactional_id, producer_id, commit },
+                TxnRpc::OffsetsAnswer { request_id, error_code },
             ];
             for rpc in rpcs {
                 prop_assert_eq!(TxnRpc::decode(&rpc.encode()), Ok(rpc));

@@ -292,7 +292,12 @@ impl Shard {
         }
         for group in &prepared.groups {
             let owner = coordinator_shard(group, self.nr_shards);
-            let result = if owner == self.id {
+            // In a cluster the group's coordinator is its shard's offsets group's leader,
+            // which may be another node (docs/replication.md, "Consumer-group offsets").
+            let node = self.offsets_group_of(owner).and_then(|g| self.partition_leader(g).0);
+            let result = if let Some(node) = node.filter(|n| *n != self.config.node_id) {
+                self.remote_txn_offsets(node, group, producer_id, commit).await
+            } else if owner == self.id {
                 self.resolve_txn_offsets(group, producer_id, commit).await
             } else {
                 let request =

@@ -34,7 +34,7 @@ use futures_lite::FutureExt;
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 
 use super::coordinator_shard;
-use crate::error::{PartitionError, TxnError};
+use crate::error::{GroupError, PartitionError, TxnError};
 use crate::message::{ShardReply, ShardRequest};
 use crate::partition_group::PartitionGroups;
 use crate::replication::txn_rpc::{MarkerRequest, TxnRpc, VerifyRequest};
@@ -166,6 +166,16 @@ async fn receive(
                 })
                 .detach();
             }
+            TxnRpc::Offsets { request_id, group, producer_id, commit } => {
+                let (shard, groups) = (shard.clone(), groups.clone());
+                glommio::spawn_local(async move {
+                    let resolved = shard.serve_remote_offsets(group, producer_id, commit).await;
+                    let answer =
+                        TxnRpc::OffsetsAnswer { request_id, error_code: offsets_code(resolved) };
+                    let _ = groups.host.send_txn_rpc(from, answer.encode());
+                })
+                .detach();
+            }
             answer => {
                 let awaiting = groups.txn_calls.awaiting.borrow();
                 match awaiting.get(&answer.request_id()) {
@@ -230,6 +240,56 @@ impl Shard {
         }
     }
 
+    /// A transaction's offsets resolution from another node's coordinator, on the shard
+    /// that received it: to the group's coordinator shard here.
+    async fn serve_remote_offsets(
+        &self,
+        group: String,
+        producer_id: i64,
+        commit: bool,
+    ) -> Result<(), GroupError> {
+        let owner = coordinator_shard(&group, self.nr_shards);
+        if owner == self.id {
+            return self.resolve_txn_offsets(&group, producer_id, commit).await;
+        }
+        match self
+            .mesh
+            .call(owner, ShardRequest::TxnOffsetsMarker { group, producer_id, commit })
+            .await
+        {
+            ShardReply::TxnOffsetsMarker(result) => result,
+            other => panic!("an offsets marker answered with {other:?}"),
+        }
+    }
+
+    /// Asks the group's coordinator on `node` to resolve the producer's pending offsets.
+    pub(crate) async fn remote_txn_offsets(
+        &self,
+        node: u32,
+        group: &str,
+        producer_id: i64,
+        commit: bool,
+    ) -> Result<(), GroupError> {
+        let groups = self.partition_groups().ok_or(GroupError::CoordinatorNotAvailable)?;
+        let call = start_call(&groups, node as u64, |request_id| TxnRpc::Offsets {
+            request_id,
+            group: group.to_string(),
+            producer_id,
+            commit,
+        });
+        match call.wait().await {
+            Some(TxnRpc::OffsetsAnswer { error_code: NONE, .. }) => Ok(()),
+            Some(TxnRpc::OffsetsAnswer { error_code: NOT_COORDINATOR, .. }) => {
+                Err(GroupError::NotCoordinator)
+            }
+            Some(TxnRpc::OffsetsAnswer { error_code: COORDINATOR_LOAD_IN_PROGRESS, .. }) => {
+                Err(GroupError::CoordinatorLoadInProgress)
+            }
+            // Unanswered, or another failure: the transaction stays prepared (invariant 2).
+            _ => Err(GroupError::CoordinatorNotAvailable),
+        }
+    }
+
     /// Sends a marker for `partition` of the topic `topic_id` to `node`, its leader.
     pub(crate) fn send_remote_marker(
         &self,
@@ -288,6 +348,18 @@ fn marker_code(result: Result<(), PartitionError>) -> i16 {
         Err(PartitionError::NotLeaderOrFollower) => NOT_LEADER_OR_FOLLOWER,
         Err(error) => {
             tracing::warn!(%error, "a marker for another node's coordinator failed");
+            UNKNOWN_SERVER_ERROR
+        }
+    }
+}
+
+fn offsets_code(result: Result<(), GroupError>) -> i16 {
+    match result {
+        Ok(()) => NONE,
+        Err(GroupError::NotCoordinator) => NOT_COORDINATOR,
+        Err(GroupError::CoordinatorLoadInProgress) => COORDINATOR_LOAD_IN_PROGRESS,
+        Err(error) => {
+            tracing::warn!(?error, "offsets of a transaction for another node's coordinator");
             UNKNOWN_SERVER_ERROR
         }
     }
