@@ -12,6 +12,8 @@
 //!   commits transactions spanning that partition and an RF-1 partition on the third node;
 //!   read_committed sees exactly the committed records on both, read_uncommitted the
 //!   aborted ones too;
+//! - a transaction's offsets (`send_offsets_to_transaction`) reach a consumer group whose
+//!   coordinator is on another node than the transactional id's;
 //! - a read_committed consumer sees exactly the committed records, read_uncommitted sees
 //!   the aborted ones too;
 //! - the leader's node is killed with SIGKILL; at the new leader, read_committed still
