@@ -7,11 +7,13 @@
 //!   both markers go through the partition's raft group); while a third is open, the
 //!   leader's ListOffsets at read_committed is held at its first offset, and moves past its
 //!   COMMIT marker once it commits;
-//! - a producer whose coordinator is on a node that does not lead the partition is
-//!   refused at AddPartitionsToTxn (an abortable error in librdkafka); its abort then fails
-//!   fatally (librdkafka asks EndTxn(abort) of a transaction the coordinator never opened:
-//!   INVALID_TXN_STATE), a new instance of the id starts clean, and nothing of it is
-//!   stored (markers and verification do not cross nodes yet);
+//! - a producer whose coordinator is on a node that does not lead the partition (its
+//!   markers and its KIP-890 verifications cross nodes, `txn::remote`) commits, aborts and
+//!   commits transactions spanning that partition and an RF-1 partition on the third node;
+//!   read_committed sees exactly the committed records on both, read_uncommitted the
+//!   aborted ones too;
+//! - a transaction's offsets (`send_offsets_to_transaction`) reach a consumer group whose
+//!   coordinator is on another node than the transactional id's;
 //! - a read_committed consumer sees exactly the committed records, read_uncommitted sees
 //!   the aborted ones too;
 //! - the leader's node is killed with SIGKILL; at the new leader, read_committed still
@@ -47,6 +49,8 @@ use rdkafka::{Offset, TopicPartitionList};
 use replicated::{node_of, Load, Topic, DEADLINE, NODES};
 
 const TOPIC: Topic = Topic { name: "rtxn", partitions: 1, replicas: NODES };
+/// Replication factor 1: each partition on one node (one of them on each of the three).
+const SINGLE: Topic = Topic { name: "rtxn-single", partitions: 3, replicas: 1 };
 
 /// The node (1-based) FindCoordinator names for transactional id `id`, asked of `broker`.
 fn txn_coordinator_node(broker: &Broker, id: &str) -> usize {
@@ -92,8 +96,12 @@ fn tagged(tag: &str, count: usize) -> Vec<String> {
 }
 
 fn send(producer: &BaseProducer, values: &[String]) {
+    send_to(producer, TOPIC.name, 0, values)
+}
+
+fn send_to(producer: &BaseProducer, topic: &str, partition: i32, values: &[String]) {
     for value in values {
-        let record = BaseRecord::<(), _>::to(TOPIC.name).payload(value).partition(0);
+        let record = BaseRecord::<(), _>::to(topic).payload(value).partition(partition);
         producer.send(record).map_err(|(e, _)| e).expect("queued");
     }
 }
@@ -101,6 +109,11 @@ fn send(producer: &BaseProducer, values: &[String]) {
 /// Everything a consumer at `isolation` reads of the partition from the start until the
 /// end (partition EOF), in order, through `broker`.
 fn read_all(broker: &Broker, isolation: &str) -> Vec<String> {
+    read_partition(broker, TOPIC.name, 0, isolation)
+}
+
+/// `read_all` of any partition.
+fn read_partition(broker: &Broker, topic: &str, partition: i32, isolation: &str) -> Vec<String> {
     let consumer: BaseConsumer = common::assign_only_config(broker)
         .set("isolation.level", isolation)
         .set("auto.offset.reset", "earliest")
@@ -108,7 +121,7 @@ fn read_all(broker: &Broker, isolation: &str) -> Vec<String> {
         .create()
         .expect("a consumer");
     let mut assignment = TopicPartitionList::new();
-    assignment.add_partition_offset(TOPIC.name, 0, Offset::Beginning).unwrap();
+    assignment.add_partition_offset(topic, partition, Offset::Beginning).unwrap();
     consumer.assign(&assignment).unwrap();
     let mut values = Vec::new();
     let deadline = Instant::now() + DEADLINE;
@@ -146,7 +159,6 @@ fn committed_records_are_read_committed_on_every_replica_that_leads_after_a_kill
     let (mut cluster, view) = TOPIC.start_cluster();
     let leader = node_of(view[0].1);
     let at_leader = transactional_id(&cluster[0], leader, true);
-    let elsewhere = transactional_id(&cluster[0], leader, false);
 
     // One commit, one abort, through the partition's group.
     let producer = transactional_producer(&cluster, &at_leader);
@@ -170,31 +182,11 @@ fn committed_records_are_read_committed_on_every_replica_that_leads_after_a_kill
     producer.commit_transaction(DEADLINE).expect("commit c2");
     wait_for_lso(leader_broker, |high, lso| high == 11 && lso == 11, "the LSO past c2's COMMIT");
 
-    // A coordinator on another node than the leader: AddPartitionsToTxn refuses the
-    // partition (abortable), the producer aborts, nothing of it is stored.
-    let refused = transactional_producer(&cluster, &elsewhere);
-    refused.begin_transaction().unwrap();
-    send(&refused, &tagged("x", 1));
-    let _ = refused.flush(DEADLINE); // the record fails with the transaction
-    match refused.commit_transaction(DEADLINE) {
-        Err(KafkaError::Transaction(e)) if e.txn_requires_abort() => {}
-        other => panic!("a commit through a coordinator off the leader's node: {other:?}"),
-    }
-    // librdkafka sends EndTxn(abort) after a failed AddPartitionsToTxn; the coordinator
-    // never opened the transaction (no partition added): INVALID_TXN_STATE, fatal to this
-    // producer instance. A new instance of the id starts clean (nothing is wedged).
-    match refused.abort_transaction(DEADLINE) {
-        Err(KafkaError::Transaction(e)) if e.is_fatal() => {}
-        other => panic!("the abort of a transaction the coordinator never opened: {other:?}"),
-    }
-    drop(refused);
-    let refused = transactional_producer(&cluster, &elsewhere);
-
     let committed = [tagged("c1", 3), tagged("c2", 2)].concat();
     let everything = [tagged("c1", 3), tagged("a1", 3), tagged("c2", 2)].concat();
     assert_eq!(read_all(leader_broker, "read_committed"), committed);
     assert_eq!(read_all(leader_broker, "read_uncommitted"), everything);
-    drop((producer, refused));
+    drop(producer);
 
     // The leader's node dies: the new leader's state is its own apply's.
     let all = [0, 1, 2];
@@ -226,8 +218,62 @@ fn committed_records_are_read_committed_on_every_replica_that_leads_after_a_kill
     assert_eq!((high, lso), (11, 11), "the third leader's high watermark and LSO");
     assert_eq!(read_all(third_broker, "read_committed"), committed, "at node {third_leader}");
     eprintln!(
-        "leaders: node {leader}, then {new_leader}, then {third_leader}; transactional ids \
-         {at_leader:?} (coordinator on the leader's node), {elsewhere:?} (refused)"
+        "leaders: node {leader}, then {new_leader}, then {third_leader}; transactional id \
+         {at_leader:?} (coordinator on the leader's node)"
+    );
+}
+
+#[test]
+fn a_coordinator_off_the_leaders_node_commits_and_aborts_through_markers_across_nodes() {
+    let (cluster, view) = TOPIC.start_cluster();
+    let leader = node_of(view[0].1);
+    let id = transactional_id(&cluster[0], leader, false);
+    let coordinator = txn_coordinator_node(&cluster[0], &id);
+    let third = (1..=NODES).find(|n| *n != leader && *n != coordinator).expect("a third node");
+    SINGLE.create(&cluster[0]);
+    let all: Vec<usize> = (0..NODES).collect();
+    let single = SINGLE.wait_for_one_leader(&cluster, &all, "the RF-1 topic's leaders");
+    let on_third = single.iter().position(|p| node_of(p.1) == third);
+    let on_third = on_third.expect("an RF-1 partition on the third node") as i32;
+
+    // Commit, abort, commit: each transaction writes to the RF-3 partition (led on another
+    // node than the coordinator's) and to the RF-1 partition on the third node.
+    let producer = transactional_producer(&cluster, &id);
+    for (tag, commit) in [("k1", true), ("j1", false), ("k2", true)] {
+        producer.begin_transaction().unwrap();
+        send(&producer, &tagged(tag, 3));
+        send_to(&producer, SINGLE.name, on_third, &tagged(&format!("{tag}-single"), 2));
+        producer.flush(DEADLINE).expect("flushed");
+        match commit {
+            true => producer.commit_transaction(DEADLINE).expect("commit"),
+            false => producer.abort_transaction(DEADLINE).expect("abort"),
+        }
+    }
+    drop(producer);
+
+    let committed = [tagged("k1", 3), tagged("k2", 3)].concat();
+    let everything = [tagged("k1", 3), tagged("j1", 3), tagged("k2", 3)].concat();
+    let leader_broker = &cluster[leader - 1];
+    // 9 records and 3 markers; none open.
+    let ends = wait_for_lso(leader_broker, |high, lso| high == 12 && lso == 12, "the LSO at 12");
+    assert_eq!(ends, (12, 12), "the RF-3 partition's high watermark and LSO");
+    assert_eq!(read_all(leader_broker, "read_committed"), committed);
+    assert_eq!(read_all(leader_broker, "read_uncommitted"), everything);
+    let single_broker = &cluster[third - 1];
+    let single_of = |tags: &[&str]| -> Vec<String> {
+        tags.iter().flat_map(|tag| tagged(&format!("{tag}-single"), 2)).collect()
+    };
+    let read = |isolation| read_partition(single_broker, SINGLE.name, on_third, isolation);
+    assert_eq!(read("read_committed"), single_of(&["k1", "k2"]), "the RF-1 partition");
+    assert_eq!(read("read_uncommitted"), single_of(&["k1", "j1", "k2"]), "the RF-1 partition");
+    for other in (0..SINGLE.partitions).filter(|p| *p != on_third) {
+        let broker = &cluster[node_of(single[other as usize].1) - 1];
+        let values = read_partition(broker, SINGLE.name, other, "read_uncommitted");
+        assert_eq!(values, Vec::<String>::new(), "RF-1 partition {other}, not written");
+    }
+    eprintln!(
+        "transactional id {id:?}: coordinator on node {coordinator}, RF-3 leader node \
+         {leader}, RF-1 partition {on_third} on node {third}"
     );
 }
 
@@ -324,4 +370,63 @@ fn a_follower_rejoining_from_a_partition_snapshot_holds_the_transaction_state() 
         "node {} rejoined from a snapshot and leads after {kills} kills; {plain} plain records",
         wiped + 1
     );
+}
+
+/// The node (1-based) FindCoordinator names for consumer group `group`, asked of `broker`.
+fn group_coordinator_node(broker: &Broker, group: &str) -> usize {
+    use kafka_protocol::messages::find_coordinator_request::FindCoordinatorRequest;
+    let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
+    let request =
+        FindCoordinatorRequest::default().with_key(group.to_string().into()).with_key_type(0);
+    let mut node = 0;
+    common::eventually(DEADLINE, "the group's coordinator", || {
+        match client.call(ApiKey::FindCoordinator, 3, RequestKind::FindCoordinator(request.clone()))
+        {
+            ResponseKind::FindCoordinator(r) if r.error_code == 0 => {
+                node = node_of(r.node_id.0);
+                true
+            }
+            _ => false,
+        }
+    });
+    node
+}
+
+#[test]
+fn a_transactions_offsets_reach_a_group_coordinated_on_another_node() {
+    let (cluster, _) = TOPIC.start_cluster();
+    let group = "rtxn-offsets";
+    let group_node = group_coordinator_node(&cluster[0], group);
+    let id = transactional_id(&cluster[0], group_node, false);
+    let consumer: BaseConsumer = common::assign_only_config(&cluster[group_node - 1])
+        .set("group.id", group)
+        .set("isolation.level", "read_committed")
+        .create()
+        .expect("a consumer");
+    let mut assignment = TopicPartitionList::new();
+    assignment.add_partition_offset(TOPIC.name, 0, Offset::Beginning).unwrap();
+    consumer.assign(&assignment).unwrap();
+    let metadata = consumer.group_metadata().expect("the group's metadata");
+
+    // Offsets 5 committed with a transaction, then 9 aborted with one.
+    let producer = transactional_producer(&cluster, &id);
+    for (offset, commit) in [(5, true), (9, false)] {
+        producer.begin_transaction().unwrap();
+        send(&producer, &tagged(&format!("o{offset}"), 1));
+        producer.flush(DEADLINE).expect("flushed");
+        let mut offsets = TopicPartitionList::new();
+        offsets.add_partition_offset(TOPIC.name, 0, Offset::Offset(offset)).unwrap();
+        producer.send_offsets_to_transaction(&offsets, &metadata, DEADLINE).unwrap();
+        match commit {
+            true => producer.commit_transaction(DEADLINE).expect("commit"),
+            false => producer.abort_transaction(DEADLINE).expect("abort"),
+        }
+    }
+    let mut asked = TopicPartitionList::new();
+    asked.add_partition(TOPIC.name, 0);
+    let committed = consumer.committed_offsets(asked, DEADLINE).expect("committed offsets");
+    let offset = committed.find_partition(TOPIC.name, 0).unwrap().offset();
+    assert_eq!(offset, Offset::Offset(5), "the group's committed offset");
+    let txn_node = txn_coordinator_node(&cluster[0], &id);
+    eprintln!("group {group:?} on node {group_node}, transactional id {id:?} on node {txn_node}");
 }

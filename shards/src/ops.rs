@@ -92,9 +92,8 @@ impl Shard {
         transactional_id: Option<&str>,
     ) -> ProduceWait {
         if let Some(group) = self.partition_group_of(topic, partition) {
-            // Before any verification: a follower's answer, and the transactions a
-            // replicated partition cannot take yet (`txn::verify`).
-            if let Err(e) = self.check_replicated_txn_produce(group, &records, transactional_id) {
+            // Before any verification: a follower answers at once (`txn::verify`).
+            if let Err(e) = self.check_replicated_txn_produce(group) {
                 return Box::pin(async { Err(e) });
             }
         }

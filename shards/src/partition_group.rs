@@ -205,6 +205,8 @@ pub struct PartitionGroups {
     applying: Cell<Option<u64>>,
     /// Partition snapshots sent and installed (`crate::partition_snapshots`).
     pub(crate) snapshots: PartitionSnapshots,
+    /// Transaction calls to other nodes in flight (`crate::txn::remote`).
+    pub(crate) txn_calls: crate::txn::remote::TxnCalls,
 }
 
 /// A leader's view of its voters' catching up, for the ISR (module docs), in one term.
@@ -514,6 +516,7 @@ impl Shard {
             applied_indexes: RefCell::new(HashMap::new()),
             applying: Cell::new(None),
             snapshots: PartitionSnapshots::new(),
+            txn_calls: crate::txn::remote::TxnCalls::new(),
         });
         *self.partition_groups.borrow_mut() = Some(groups.clone());
         // Groups restored from the log are served only once this replica leads the
@@ -524,6 +527,7 @@ impl Shard {
         }
         glommio::spawn_local(apply_committed(self.clone(), groups.clone(), committed)).detach();
         crate::partition_snapshots::start(self, &groups);
+        crate::txn::remote::start(self, &groups);
         glommio::spawn_local(every_tick(self.clone(), groups)).detach();
         Ok(())
     }

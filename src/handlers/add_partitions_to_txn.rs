@@ -1,12 +1,10 @@
 //! AddPartitionsToTxn (v0-v3, the client form): adds partitions to the producer's open
 //! transaction on its coordinator shard, durable before the answer. An unknown partition
 //! fails the whole call: it gets UNKNOWN_TOPIC_OR_PARTITION and the others
-//! OPERATION_NOT_ATTEMPTED, as in Kafka. So does a partition whose leader is not on the
-//! coordinator's node (a replicated partition led by another node, or one with no replica
-//! here): NOT_LEADER_OR_FOLLOWER, which librdkafka makes an abortable transaction error
-//! (markers and verification do not cross nodes yet: docs/transactions.md, "Replicated
-//! partitions"). v4+ (KIP-890's batched broker form) is not
-//! advertised.
+//! OPERATION_NOT_ATTEMPTED, as in Kafka. A partition led on another node than the
+//! coordinator's is taken: its markers and verification cross nodes (`txn::remote`,
+//! docs/transactions.md, "Replicated partitions"). v4+ (KIP-890's batched broker form) is
+//! not advertised.
 
 use std::rc::Rc;
 
@@ -38,23 +36,12 @@ pub fn handle(
         let transactional_id = request.v3_and_below_transactional_id.0.as_str();
         let unknown =
             |(topic, partition): &(String, i32)| shard.locate(topic, *partition).is_none();
-        // A partition whose leader is not on this (the coordinator's) node: its markers and
-        // verification would have to cross nodes, which they do not yet
-        // (docs/transactions.md, "Replicated partitions").
-        // Asked only of the coordinator (elsewhere the call is NOT_COORDINATOR, below).
-        let coordinator = shard.check_txn_coordinator(transactional_id).is_ok();
-        let elsewhere = |(topic, partition): &(String, i32)| {
-            coordinator && shard.txn_partition_led_elsewhere(topic, *partition)
-        };
         // WRITE on the transactional id, then on every topic (Kafka's order).
         let writable = |(topic, _): &(String, i32)| caller.topic(AclOperation::Write, topic);
         // One code for every partition, or (None) the per-partition refusal.
         let shared_code = if !caller.transactional_id(AclOperation::Write, transactional_id) {
             Some(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        } else if !asked.iter().all(writable)
-            || asked.iter().any(unknown)
-            || asked.iter().any(elsewhere)
-        {
+        } else if !asked.iter().all(writable) || asked.iter().any(unknown) {
             None
         } else {
             let result = shard
@@ -72,7 +59,6 @@ pub fn handle(
             Some(code) => code,
             None if !writable(p) => errors::TOPIC_AUTHORIZATION_FAILED,
             None if unknown(p) => errors::UNKNOWN_TOPIC_OR_PARTITION,
-            None if elsewhere(p) => errors::NOT_LEADER_OR_FOLLOWER,
             None => errors::OPERATION_NOT_ATTEMPTED,
         };
         let results = request

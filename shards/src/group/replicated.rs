@@ -53,7 +53,7 @@ impl Shard {
         self.offsets_group_of(self.id)
     }
 
-    fn offsets_group_of(&self, shard: usize) -> Option<u64> {
+    pub(crate) fn offsets_group_of(&self, shard: usize) -> Option<u64> {
         let nodes = &self.config.nodes;
         (nodes.len() > 1).then(|| partition_group_id(nodes, shard as u32))
     }

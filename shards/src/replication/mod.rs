@@ -56,6 +56,7 @@ pub mod persist;
 pub mod pull;
 pub mod snapshot_transfer;
 pub mod transport;
+pub mod txn_rpc;
 
 pub use group::{GroupConfig, Outcome, Proposal, ProposeError, RaftGroup};
 pub use host::{node_of, raft_id, GroupExists, GroupHost, GroupSink, HostStats, Written, TICK};

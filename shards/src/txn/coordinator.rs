@@ -15,7 +15,10 @@
 //! A replicated partition's marker is an entry of its partition group, proposed where the
 //! group is led (docs/transactions.md, "Replicated partitions"); a replica that does not
 //! lead refuses it, the transaction stays prepared (`TxnError::MarkersPending`, answered
-//! CONCURRENT_TRANSACTIONS) and the ticker proposes it again.
+//! CONCURRENT_TRANSACTIONS) and the ticker proposes it again. A partition led on another
+//! node (as this node knows its leader) gets its marker through a transaction call over the
+//! replication transport (`txn::remote`); NOT_LEADER_OR_FOLLOWER or no answer there is the
+//! same refusal.
 
 use std::rc::Rc;
 
@@ -31,7 +34,9 @@ use crate::message::{ShardReply, ShardRequest};
 use crate::ops::append_error;
 use crate::partition_group::ProposedMarker;
 use crate::producer_log::wall_ms;
+use crate::replication::txn_rpc::MarkerRequest;
 use crate::shard::Shard;
+use crate::txn::remote::{marker_result, PendingCall};
 
 /// A marker or offsets resolution on its way.
 enum Marking {
@@ -39,6 +44,18 @@ enum Marking {
     /// A replicated partition whose group this shard hosts: proposed in the group.
     Replicated(Result<ProposedMarker, PartitionError>),
     Remote(crate::mesh::PendingReply),
+    /// A partition led on another node: a call over the replication transport.
+    Node(u32, PendingCall),
+    /// No leader to send it to (now): the transaction stays prepared.
+    Refused(PartitionError),
+}
+
+/// Where a partition's marker goes.
+enum MarkerRoute {
+    /// The owner shard on this node (which proposes it, for a replicated partition).
+    Owner(usize),
+    /// The partition's leader on another node, and the topic's id.
+    Node(u32, [u8; 16]),
 }
 
 impl Shard {
@@ -180,39 +197,59 @@ impl Shard {
         // Phase one for every partition, so all markers share fdatasyncs; then wait.
         let mut marking = Vec::with_capacity(prepared.partitions.len());
         for (topic, partition) in &prepared.partitions {
-            // A partition with no replica on this node gets no marker: the partition's
-            // verification refused its transactional batches (a transaction's partitions
-            // must have a replica on its coordinator's node for now: docs/transactions.md,
-            // "Replicated partitions").
-            let Ok(owner) = self.owner_of(topic, *partition) else { continue };
-            let group = self.partition_group_of(topic, *partition);
-            marking.push(if owner == self.id {
-                match group {
-                    Some(group) => Marking::Replicated(self.propose_txn_marker(
-                        group,
-                        topic,
-                        *partition,
-                        producer_id,
-                        epoch,
-                        commit,
-                    )),
-                    None => Marking::Local(self.queue_txn_marker(
-                        topic,
-                        *partition,
-                        producer_id,
-                        epoch,
-                        commit,
-                    )),
+            let route = match self.marker_route(topic, *partition) {
+                Ok(route) => route,
+                // Deleted meanwhile: nothing left to mark.
+                Err(PartitionError::UnknownTopicOrPartition) => continue,
+                Err(e) => {
+                    marking.push(Marking::Refused(e));
+                    continue;
                 }
-            } else {
-                let request = ShardRequest::TxnMarker {
-                    topic: topic.clone(),
-                    partition: *partition,
-                    producer_id,
-                    producer_epoch: epoch,
-                    commit,
-                };
-                Marking::Remote(self.mesh.send(owner, request).await)
+            };
+            marking.push(match route {
+                MarkerRoute::Node(node, topic_id) => {
+                    let request = MarkerRequest {
+                        request_id: 0,
+                        topic_id,
+                        partition: *partition,
+                        producer_id,
+                        producer_epoch: epoch,
+                        commit,
+                    };
+                    match self.send_remote_marker(node, request) {
+                        Ok(call) => Marking::Node(node, call),
+                        Err(e) => Marking::Refused(e),
+                    }
+                }
+                MarkerRoute::Owner(owner) if owner == self.id => {
+                    match self.partition_group_of(topic, *partition) {
+                        Some(group) => Marking::Replicated(self.propose_txn_marker(
+                            group,
+                            topic,
+                            *partition,
+                            producer_id,
+                            epoch,
+                            commit,
+                        )),
+                        None => Marking::Local(self.queue_txn_marker(
+                            topic,
+                            *partition,
+                            producer_id,
+                            epoch,
+                            commit,
+                        )),
+                    }
+                }
+                MarkerRoute::Owner(owner) => {
+                    let request = ShardRequest::TxnMarker {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        producer_id,
+                        producer_epoch: epoch,
+                        commit,
+                    };
+                    Marking::Remote(self.mesh.send(owner, request).await)
+                }
             });
         }
         // Every marker is waited for, even after a refusal, so none is left in flight when
@@ -232,14 +269,17 @@ impl Shard {
                     ShardReply::TxnMarker(result) => result,
                     other => panic!("a transaction marker answered with {other:?}"),
                 },
+                Marking::Node(node, call) => marker_result(node, call.wait().await),
+                Marking::Refused(e) => Err(e),
             };
             match result {
                 // The topic was deleted meanwhile: nothing left to mark.
                 Ok(()) | Err(PartitionError::UnknownTopicOrPartition) => {}
-                // A replicated partition whose group this node does not lead (now): the
-                // transaction stays prepared and the ticker writes the marker again.
+                // A replicated partition whose group the replica asked does not lead (now),
+                // or a leader on another node that did not answer: the transaction stays
+                // prepared and the ticker writes the marker again.
                 Err(PartitionError::NotLeaderOrFollower) => {
-                    let why = "a marker waits for its replicated partition's leader on this node";
+                    let why = "a marker waits for its partition's leader";
                     refused.get_or_insert(TxnError::MarkersPending(why.to_string()));
                 }
                 Err(e) => {
@@ -252,7 +292,12 @@ impl Shard {
         }
         for group in &prepared.groups {
             let owner = coordinator_shard(group, self.nr_shards);
-            let result = if owner == self.id {
+            // In a cluster the group's coordinator is its shard's offsets group's leader,
+            // which may be another node (docs/replication.md, "Consumer-group offsets").
+            let node = self.offsets_group_of(owner).and_then(|g| self.partition_leader(g).0);
+            let result = if let Some(node) = node.filter(|n| *n != self.config.node_id) {
+                self.remote_txn_offsets(node, group, producer_id, commit).await
+            } else if owner == self.id {
                 self.resolve_txn_offsets(group, producer_id, commit).await
             } else {
                 let request =
@@ -268,6 +313,30 @@ impl Shard {
         let done = prepared.complete(wall_ms());
         self.write_txn(done.clone()).await?;
         Ok(done)
+    }
+
+    /// Where the marker of `partition` of `topic` goes: the node that leads it as this
+    /// node knows it (`partition_leader` of a replicated partition, the one replica of
+    /// another), this node's owner shard when that is this node. A replicated partition
+    /// whose leader is unknown goes to the replica here (which refuses it unless it
+    /// leads), or is NOT_LEADER_OR_FOLLOWER when there is none.
+    fn marker_route(&self, topic: &str, partition: i32) -> Result<MarkerRoute, PartitionError> {
+        let node = self.config.node_id;
+        let (topic_id, replicas) = {
+            let table = self.table_ref();
+            let meta = table.topic(topic).ok_or(PartitionError::UnknownTopicOrPartition)?;
+            let replicas =
+                meta.replicas(partition).ok_or(PartitionError::UnknownTopicOrPartition)?;
+            (meta.topic_id, replicas.to_vec())
+        };
+        let leader = match self.partition_group_of(topic, partition) {
+            Some(group) => self.partition_leader(group).0,
+            None => replicas.first().copied(),
+        };
+        match leader {
+            Some(leader) if leader != node => Ok(MarkerRoute::Node(leader, topic_id)),
+            _ => self.owner_of(topic, partition).map(MarkerRoute::Owner),
+        }
     }
 
     /// On the partition's owner: queues a COMMIT/ABORT marker; the future is its fdatasync.

@@ -6,7 +6,8 @@
 //!   to that shard's log (`log`, the `Transactions` stream) and fdatasync'd before the call
 //!   is answered (`coordinator`).
 //! - EndTxn writes a COMMIT or ABORT control batch to every partition of the transaction,
-//!   on the partition's owner shard (mesh `TxnMarker`), and resolves the transaction's
+//!   on the partition's owner shard (mesh `TxnMarker`; on another node, a transaction call
+//!   over the replication transport, `remote`), and resolves the transaction's
 //!   offsets on each group's coordinator shard (mesh `TxnOffsetsMarker`), all durable
 //!   before the transaction is Complete and EndTxn is answered.
 //! - Each owner shard tracks per partition its open and aborted transactions
@@ -26,6 +27,7 @@ pub mod log;
 pub mod offsets;
 pub mod partition;
 pub mod recovery;
+pub(crate) mod remote;
 pub mod state;
 pub mod verify;
 

@@ -7,7 +7,8 @@
 //!
 //! Runs on the partition's owner (`defer_until_txn_verified`, one call on the produce path
 //! before a produce is queued) and on the coordinator shard (`verify_txn_partition`,
-//! answered from memory; a mesh `VerifyTxnPartition` when it is another shard). The
+//! answered from memory; a mesh `VerifyTxnPartition` when it is another shard, a call over
+//! the replication transport when it is on another node: `txn::remote`). The
 //! coordinator answers only about durable metadata: a call on the id in progress (say an
 //! AddPartitionsToTxn whose entry is queued but not yet fdatasync'd) is waited for, so a
 //! partition is never confirmed by a transition that a crash could take back.
@@ -50,8 +51,10 @@ use shardlog_storage::{PartitionId, RecordBatchHeader};
 use super::partition::{CONTROL, TRANSACTIONAL};
 use super::{coordinator_shard, Busy};
 use crate::error::{PartitionError, TxnError};
+use crate::group::coordinator_node;
 use crate::message::{ShardReply, ShardRequest};
 use crate::ops::ProduceWait;
+use crate::replication::txn_rpc::VerifyRequest;
 use crate::shard::Shard;
 
 /// Produces of one (partition, producer id, epoch) waiting for the coordinator's answer.
@@ -133,58 +136,31 @@ impl Shard {
 
     /// A produce to a replicated partition (`group` its group), before its verification: a
     /// replica that does not lead answers NOT_LEADER_OR_FOLLOWER at once (not after asking
-    /// the coordinator), and a transactional batch whose transactional id's coordinator is
-    /// on another node is refused with INVALID_RECORD (not retriable, so the producer fails
-    /// the batch with the message and can abort): its verification and markers would have
-    /// to cross nodes, which they do not yet (docs/transactions.md, "Replicated
-    /// partitions").
-    pub(crate) fn check_replicated_txn_produce(
-        &self,
-        group: u64,
-        records: &Bytes,
-        transactional_id: Option<&str>,
-    ) -> Result<(), PartitionError> {
+    /// the coordinator, which may be on another node: `crate::txn::remote`).
+    pub(crate) fn check_replicated_txn_produce(&self, group: u64) -> Result<(), PartitionError> {
         let groups = self.partition_groups().ok_or(PartitionError::NotLeaderOrFollower)?;
         if !groups.leadership(group).0 {
             return Err(PartitionError::NotLeaderOrFollower);
         }
-        let Ok(header) = RecordBatchHeader::parse_unvalidated(records) else { return Ok(()) };
-        let transactional = header.attributes & (TRANSACTIONAL | CONTROL) == TRANSACTIONAL;
-        let Some(id) = transactional_id.filter(|id| transactional && !id.is_empty()) else {
-            return Ok(()); // not transactional, or refused by the verification
-        };
-        let node = crate::group::coordinator_node(id, &self.config.nodes, self.nr_shards);
-        if node == self.config.node_id {
-            return Ok(());
-        }
-        Err(PartitionError::InvalidRecord(format!(
-            "the coordinator of transactional id {id:?} is node {node}, and a transaction on a \
-             replicated partition needs it on the partition leader's node (node {}) for now: \
-             docs/transactions.md",
-            self.config.node_id
-        )))
-    }
-
-    /// On the coordinator: whether `partition` of `topic` is led on another node than this
-    /// one (a replicated partition whose group's leader, as this shard knows it, is another
-    /// node or unknown; a partition with no replica here), so that a transaction of this
-    /// coordinator cannot take it (docs/transactions.md, "Replicated partitions"). An
-    /// unknown partition is not "elsewhere" (the caller refuses it on its own).
-    pub fn txn_partition_led_elsewhere(&self, topic: &str, partition: i32) -> bool {
-        if self.owner_of(topic, partition).is_err() {
-            return self.locate(topic, partition).is_some();
-        }
-        match self.partition_group_of(topic, partition) {
-            Some(group) => self.partition_leader(group).0 != Some(self.config.node_id),
-            None => false,
-        }
+        Ok(())
     }
 
     /// Asks the coordinator, then appends (or refuses) every produce queued meanwhile, in
     /// arrival order, with no `.await` between them.
     async fn verify_and_append(self: Rc<Self>, ask: Ask) {
         let coordinator = coordinator_shard(&ask.transactional_id, self.nr_shards);
-        let answer = if coordinator == self.id {
+        let node = coordinator_node(&ask.transactional_id, &self.config.nodes, self.nr_shards);
+        let answer = if node != self.config.node_id {
+            let request = VerifyRequest {
+                request_id: 0,
+                transactional_id: ask.transactional_id.clone(),
+                producer_id: ask.producer_id,
+                producer_epoch: ask.producer_epoch,
+                topic: ask.topic.clone(),
+                partition: ask.partition,
+            };
+            self.remote_verify(node, request).await
+        } else if coordinator == self.id {
             let partition = (ask.topic.clone(), ask.partition);
             self.verify_txn_partition(
                 &ask.transactional_id,
