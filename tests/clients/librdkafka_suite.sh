@@ -10,7 +10,9 @@
 #
 # Environment:
 #   LIBRDKAFKA_TESTS         ci: the fast subset CI runs; all: every test marked run or ci
-#                            (default); or a list of test numbers, e.g. "0001 0012 0081"
+#                            (default); cluster: the tests marked cluster, against a
+#                            3-node cluster (they create topics with replication factor
+#                            3); or a list of test numbers, e.g. "0001 0012 0081"
 #   LIBRDKAFKA_TEST_TIMEOUT  seconds each test number may take before it counts as failed
 #                            (default 300)
 #   LIBRDKAFKA_QUICK         1: pass -Q, the runner's quick mode (fewer messages, shorter
@@ -33,7 +35,8 @@ table=$repo/tests/clients/librdkafka_tests.tsv
 if [ "${1:-}" = --table ]; then
   echo "| test | variants | runs | why excluded, or notes |"
   echo "|---|---|---|---|"
-  awk -F'\t' '{ runs = $2 == "ci" ? "yes, in CI" : $2 == "run" ? "yes" : "no"
+  awk -F'\t' '{ runs = $2 == "ci" ? "yes, in CI" : $2 == "run" ? "yes" \
+      : $2 == "cluster" ? "yes, on a 3-node cluster" : "no"
     gsub(/ /, ", ", $3); printf "| %s | %s | %s | %s |\n", $1, $3, runs, $4 }' "$table"
   exit 0
 fi
@@ -94,6 +97,7 @@ selected_tests() {
   case "$selection" in
     all) awk -F'\t' '$2 == "run" || $2 == "ci" { print $1 }' "$table" ;;
     ci) awk -F'\t' '$2 == "ci" { print $1 }' "$table" ;;
+    cluster) awk -F'\t' '$2 == "cluster" { print $1 }' "$table" ;;
     *) printf '%s\n' $selection ;;
   esac
 }
@@ -118,6 +122,7 @@ brokers_alive() {
 start_broker() {  # auto_create: true|false
   stop_brokers
   local nodes=${LIBRDKAFKA_CLUSTER:-1} cores=2
+  [ "$selection" = cluster ] && nodes=3
   [ "$nodes" -gt 1 ] && cores=1
   # A port can still be taken between the check and the broker's bind: try another block.
   local attempt n peers bootstrap
