@@ -124,23 +124,25 @@ const COMPACT_AFTER_BYTES: u64 = 1 << 20;
 /// never spans segments).
 const STREAM_SNAPSHOT_BYTES: u64 = 8 << 20;
 
-/// A transaction marker proposed in a partition group (`Shard::propose_txn_marker`).
-pub(crate) struct ProposedMarker {
+/// An entry proposed in a partition group whose apply answers its proposer (a produce, a
+/// transaction marker): `PartitionGroups::propose_answered`.
+pub(crate) struct Proposed {
     groups: Rc<PartitionGroups>,
     group: u64,
     index: u64,
     receiver: LocalReceiver<Applied>,
 }
 
-impl ProposedMarker {
-    /// Waits until the marker's entry is committed and applied on this replica, as a
-    /// produce is answered (invariant 5); no answer within `COMMIT_WAIT` (no quorum, the
-    /// leader moved) is NOT_LEADER_OR_FOLLOWER, and the coordinator tries again (a second
-    /// marker for a transaction no longer open changes nothing).
-    pub(crate) async fn wait(self) -> Result<(), PartitionError> {
+impl Proposed {
+    /// Waits until the entry is committed and applied on this replica (invariant 5); no
+    /// answer within `COMMIT_WAIT` (no quorum, or the leader moved) is
+    /// NOT_LEADER_OR_FOLLOWER, retriable: an idempotent producer's retry is deduplicated
+    /// if the entry committed after all, and a second marker for a transaction no longer
+    /// open changes nothing.
+    pub(crate) async fn wait(self) -> Applied {
         let applied = within_commit_wait(self.receiver).await;
         self.groups.waiters.borrow_mut().remove(&(self.group, self.index));
-        applied.unwrap_or(Err(PartitionError::NotLeaderOrFollower)).map(|_| ())
+        applied.unwrap_or(Err(PartitionError::NotLeaderOrFollower))
     }
 }
 
@@ -341,6 +343,18 @@ impl PartitionGroups {
                 Err(PartitionError::MessageTooLarge { size, max })
             }
         }
+    }
+
+    /// Proposes `entry` and registers where its apply answers (`Proposed::wait`).
+    fn propose_answered(
+        self: &Rc<Self>,
+        group: u64,
+        entry: Vec<u8>,
+    ) -> Result<Proposed, PartitionError> {
+        let proposal = self.propose_partition_entry(group, entry)?;
+        let (sender, receiver) = local_channel::new_bounded(1);
+        self.waiters.borrow_mut().insert((group, proposal.index), (proposal.term, sender));
+        Ok(Proposed { groups: self.clone(), group, index: proposal.index, receiver })
     }
 
     /// Where the apply of `proposal`, a log start entry of `group`, answers.
@@ -666,24 +680,18 @@ impl Shard {
         let proposed = self.propose_produce(group, topic, partition, records);
         let shard = self.clone();
         Box::pin(async move {
-            let (groups, index, receiver) = proposed?;
-            let applied = within_commit_wait(receiver).await;
-            groups.waiters.borrow_mut().remove(&(group, index));
-            // No answer within the wait: no quorum, or the leader moved. Retriable; an
-            // idempotent producer's retry is deduplicated if the entry committed after all.
-            let queued = applied.unwrap_or(Err(PartitionError::NotLeaderOrFollower))?;
+            let queued = proposed?.wait().await?;
             Ok(shard.answer_of(&queued)) // invariant 5
         })
     }
 
-    #[allow(clippy::type_complexity)]
     fn propose_produce(
         &self,
         group: u64,
         topic: &str,
         partition: i32,
         records: Bytes,
-    ) -> Result<(Rc<PartitionGroups>, u64, LocalReceiver<Applied>), PartitionError> {
+    ) -> Result<Proposed, PartitionError> {
         let groups = self.partition_groups().ok_or(PartitionError::NotLeaderOrFollower)?;
         if !groups.leads(group) {
             return Err(PartitionError::NotLeaderOrFollower);
@@ -704,15 +712,12 @@ impl Shard {
                 records,
             }
         };
-        let proposal = groups.propose_partition_entry(group, entry.encode())?;
-        let (sender, receiver) = local_channel::new_bounded(1);
-        groups.waiters.borrow_mut().insert((group, proposal.index), (proposal.term, sender));
-        Ok((groups, proposal.index, receiver))
+        groups.propose_answered(group, entry.encode())
     }
 
     /// Proposes a transaction's COMMIT/ABORT marker for a replicated partition (`group` its
     /// group) on the shard that hosts the group, if this replica leads: the entry's index
-    /// and where its apply answers (`wait_txn_marker`). A replica that does not lead is
+    /// and where its apply answers (`Proposed::wait`). A replica that does not lead is
     /// NOT_LEADER_OR_FOLLOWER, and the coordinator tries again (docs/transactions.md,
     /// "Replicated partitions").
     pub(crate) fn propose_txn_marker(
@@ -723,7 +728,7 @@ impl Shard {
         producer_id: i64,
         producer_epoch: i16,
         commit: bool,
-    ) -> Result<ProposedMarker, PartitionError> {
+    ) -> Result<Proposed, PartitionError> {
         let groups = self.partition_groups().ok_or(PartitionError::NotLeaderOrFollower)?;
         if !groups.leads(group) {
             return Err(PartitionError::NotLeaderOrFollower);
@@ -742,10 +747,7 @@ impl Shard {
                 timestamp_ms: crate::producer_log::wall_ms(),
             }
         };
-        let proposal = groups.propose_partition_entry(group, entry.encode())?;
-        let (sender, receiver) = local_channel::new_bounded(1);
-        groups.waiters.borrow_mut().insert((group, proposal.index), (proposal.term, sender));
-        Ok(ProposedMarker { groups, group, index: proposal.index, receiver })
+        groups.propose_answered(group, entry.encode())
     }
 
     /// `propose_txn_marker`, then its wait.
@@ -761,6 +763,7 @@ impl Shard {
         self.propose_txn_marker(group, topic, partition, producer_id, producer_epoch, commit)?
             .wait()
             .await
+            .map(|_| ())
     }
 
     /// Applies a committed transaction marker entry (invariants 1 and 2), on every replica

@@ -32,7 +32,7 @@ use super::{coordinator_shard, Busy};
 use crate::error::{PartitionError, TxnError};
 use crate::message::{ShardReply, ShardRequest};
 use crate::ops::append_error;
-use crate::partition_group::ProposedMarker;
+use crate::partition_group::Proposed;
 use crate::producer_log::wall_ms;
 use crate::replication::txn_rpc::MarkerRequest;
 use crate::shard::Shard;
@@ -42,7 +42,7 @@ use crate::txn::remote::{marker_result, PendingCall};
 enum Marking {
     Local(Result<Durable, PartitionError>),
     /// A replicated partition whose group this shard hosts: proposed in the group.
-    Replicated(Result<ProposedMarker, PartitionError>),
+    Replicated(Result<Proposed, PartitionError>),
     Remote(crate::mesh::PendingReply),
     /// A partition led on another node: a call over the replication transport.
     Node(u32, PendingCall),
@@ -262,7 +262,7 @@ impl Shard {
                     Err(e) => Err(e),
                 },
                 Marking::Replicated(proposed) => match proposed {
-                    Ok(proposed) => proposed.wait().await,
+                    Ok(proposed) => proposed.wait().await.map(|_| ()),
                     Err(e) => Err(e),
                 },
                 Marking::Remote(pending) => match pending.wait().await {
