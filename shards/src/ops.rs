@@ -92,8 +92,9 @@ impl Shard {
         transactional_id: Option<&str>,
     ) -> ProduceWait {
         if let Some(group) = self.partition_group_of(topic, partition) {
-            // Before any verification: a follower answers at once (`txn::verify`).
-            if let Err(e) = self.check_replicated_txn_produce(group) {
+            // Before any verification: a follower answers at once, not after asking the
+            // transaction's coordinator (which may be on another node: `txn::remote`).
+            if let Err(e) = self.leading(group) {
                 return Box::pin(async { Err(e) });
             }
         }

@@ -667,6 +667,16 @@ impl Shard {
         Ok(epoch)
     }
 
+    /// The partition groups of this shard, if this replica leads `group`; else
+    /// NOT_LEADER_OR_FOLLOWER (a follower's answer to a produce or a marker).
+    pub(crate) fn leading(&self, group: u64) -> Result<Rc<PartitionGroups>, PartitionError> {
+        let groups = self.partition_groups().ok_or(PartitionError::NotLeaderOrFollower)?;
+        match groups.leads(group) {
+            true => Ok(groups),
+            false => Err(PartitionError::NotLeaderOrFollower),
+        }
+    }
+
     /// A produce to a replicated partition (`group` its group) on the shard that hosts the
     /// group: validated and proposed here if this replica leads, answered once the entry
     /// applied here and the append is durable (module docs).
@@ -692,10 +702,7 @@ impl Shard {
         partition: i32,
         records: Bytes,
     ) -> Result<Proposed, PartitionError> {
-        let groups = self.partition_groups().ok_or(PartitionError::NotLeaderOrFollower)?;
-        if !groups.leads(group) {
-            return Err(PartitionError::NotLeaderOrFollower);
-        }
+        let groups = self.leading(group)?;
         let entry = {
             let table = self.table_ref();
             let meta = table.topic(topic).ok_or(PartitionError::UnknownTopicOrPartition)?;
@@ -729,10 +736,7 @@ impl Shard {
         producer_epoch: i16,
         commit: bool,
     ) -> Result<Proposed, PartitionError> {
-        let groups = self.partition_groups().ok_or(PartitionError::NotLeaderOrFollower)?;
-        if !groups.leads(group) {
-            return Err(PartitionError::NotLeaderOrFollower);
-        }
+        let groups = self.leading(group)?;
         let entry = {
             let table = self.table_ref();
             let meta = table.topic(topic).ok_or(PartitionError::UnknownTopicOrPartition)?;

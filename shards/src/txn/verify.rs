@@ -134,17 +134,6 @@ impl Shard {
         }))
     }
 
-    /// A produce to a replicated partition (`group` its group), before its verification: a
-    /// replica that does not lead answers NOT_LEADER_OR_FOLLOWER at once (not after asking
-    /// the coordinator, which may be on another node: `crate::txn::remote`).
-    pub(crate) fn check_replicated_txn_produce(&self, group: u64) -> Result<(), PartitionError> {
-        let groups = self.partition_groups().ok_or(PartitionError::NotLeaderOrFollower)?;
-        if !groups.leadership(group).0 {
-            return Err(PartitionError::NotLeaderOrFollower);
-        }
-        Ok(())
-    }
-
     /// Asks the coordinator, then appends (or refuses) every produce queued meanwhile, in
     /// arrival order, with no `.await` between them.
     async fn verify_and_append(self: Rc<Self>, ask: Ask) {
