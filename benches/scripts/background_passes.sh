@@ -7,7 +7,8 @@
 # (p99.9, max) shows a pass holding the executor; compare variants within one run.
 #
 # Usage: benches/scripts/background_passes.sh [ROUNDS] [VARIANTS]   (defaults: 2, "ret1s ckpt1s off")
-#   Env: TOPICS (default 50000), REQUESTS (of each kind, default 2000), SHARDLOG_BIN, LOAD_BIN, BENCH_TMP; KEEP_LOGS=DIR keeps each
+#   Env: TOPICS (default 50000), REQUESTS (of each kind, default 2000), AMONG (the requests'
+#   topics among the first AMONG only; default 0, all), SHARDLOG_BIN, LOAD_BIN, BENCH_TMP; KEEP_LOGS=DIR keeps each
 #   broker's output as DIR/ROUND-VARIANT.log (with SHARDLOG_LOG=info,shardlog_storage::log=debug,
 #   shardlog_shards::producer_log=debug it holds the checkpoint timings).
 set -u
@@ -39,7 +40,7 @@ run() { # round variant
   local pid=$!
   for _ in $(seq 100); do curl -sf "http://$admin/health" >/dev/null && break; sleep 0.1; done
   "$L" topics --bootstrap 127.0.0.1:$port --admin-addr $admin --broker-pid $pid \
-    --topics "$TOPICS" --partitions 4 --touch-each --shapes none --size 16 --requests "$REQUESTS" 2>&1 \
+    --topics "$TOPICS" --partitions 4 --touch-each --shapes none --size 16 --requests "$REQUESTS" --requests-among "${AMONG:-0}" 2>&1 \
     | grep '^RESULT mode=topics_requests' \
     | sed "s/^/round=$1 v=$2 load=$(cut -d' ' -f1 /proc/loadavg) /"
   kill $pid; wait $pid

@@ -8,7 +8,10 @@
 # Usage: benches/scripts/topics_requests.sh ROUNDS BIN [BIN...]
 #   A BIN may be BROKER@LOAD: that broker binary timed by that load generator (named
 #   `broker@load` in the headers), to compare load generators against one broker.
-#   Env: REQUESTS (of each kind, default 2000), LOAD_BIN, BENCH_TMP (as background_passes.sh).
+#   Env: REQUESTS (of each kind, default 2000), LOAD_BIN, BENCH_TMP (as background_passes.sh);
+#   SIZES (default "8 50000"): the topic counts, each a fresh broker; `T@N` is T topics with
+#   the requests about the first N only (`--requests-among`): e.g. "8 50000 50000@8"
+#   separates what the count costs by itself from the cache misses of a random topic.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 ROUNDS=$1
@@ -19,9 +22,11 @@ for r in $(seq "$ROUNDS"); do
     load=${LOAD_BIN:-$ROOT/target/release/shardlog-load}
     name=$(basename "$bin")
     if [ "$arg" != "$bin" ]; then load=${arg#*@}; name+=@$(basename "$load"); fi
-    for t in 8 50000; do
+    for t in ${SIZES:-8 50000}; do
       echo "# round=$r bin=$name topics=$t $(date -u +%H:%M:%S) uptime:$(uptime | sed 's/.*load average//')"
-      REQUESTS=${REQUESTS:-2000} TOPICS=$t SHARDLOG_BIN=$bin LOAD_BIN=$load \
+      among=0
+      if [ "${t#*@}" != "$t" ]; then among=${t#*@}; fi
+      REQUESTS=${REQUESTS:-2000} TOPICS=${t%@*} AMONG=$among SHARDLOG_BIN=$bin LOAD_BIN=$load \
         "$ROOT/benches/scripts/background_passes.sh" 1 off
     done
   done

@@ -204,6 +204,12 @@ pub struct TopicsArgs {
     /// a random topic: Metadata (one topic), ListOffsets, Fetch, OffsetCommit.
     #[arg(long, default_value_t = 0)]
     pub requests: usize,
+    /// Pick the timed requests' topics among the first N created only (0: among all).
+    /// A few among many keeps what the broker touches per request in its caches, so
+    /// what is left is what the number of topics costs by itself, apart from the cache
+    /// misses of touching a random topic's memory.
+    #[arg(long, default_value_t = 0)]
+    pub requests_among: usize,
     /// Wait before each RSS reading (ms), so freed memory settles.
     #[arg(long, default_value_t = 1000)]
     pub settle_ms: u64,

@@ -1,8 +1,9 @@
 //! `topics --requests N`: the latency of the requests that must not depend on how many
 //! topics the broker holds. One request at a time, each about one partition of a topic
-//! picked at random from the created ones: Metadata for that topic (bootstrap broker),
-//! ListOffsets (latest) and Fetch (offset 0, max_wait_ms 0) on the partition's leader,
-//! OffsetCommit of one offset by a group with no members on the group's coordinator.
+//! picked at random from the created ones (or the first `--requests-among` of them):
+//! Metadata for that topic (bootstrap broker), ListOffsets (latest) and Fetch (offset 0,
+//! max_wait_ms 0) on the partition's leader, OffsetCommit of one offset by a group with no
+//! members on the group's coordinator.
 //!
 //! Each kind's requests are built before its clock starts and the timed loop walks them in
 //! order, so what the client itself touches per request (a request it built moments ago,
@@ -30,16 +31,22 @@ use shardlog_benches::load::conn::Connection;
 
 use crate::report::{new_histogram, record, Report};
 
-/// Times `count` requests of each kind; one report line per kind.
+/// Times `count` requests of each kind, about topics picked among the first `among` of
+/// `layouts` (0: all); one report line per kind.
 pub fn run(
     bootstrap: &str,
     layouts: &[TopicLayout],
     count: usize,
+    among: usize,
     label: &str,
 ) -> Result<(), String> {
     if layouts.is_empty() {
         return Err("no topics to ask about".into());
     }
+    let among = match among {
+        0 => layouts.len(),
+        n => n.min(layouts.len()),
+    };
     let mut probe = Probe { connections: BTreeMap::new() };
     let group = format!("{}-probe", layouts[0].topic);
     let coordinator = probe.coordinator(bootstrap, &group)?;
@@ -50,11 +57,11 @@ pub fn run(
             rng ^= rng << 13;
             rng ^= rng >> 7;
             rng ^= rng << 17;
-            (rng % layouts.len() as u64) as usize
+            (rng % among as u64) as usize
         })
         .collect();
     let report = |kind: &str, histogram: Histogram<u64>| {
-        print_latency(kind, layouts.len(), label, &histogram)
+        print_latency(kind, layouts.len(), among, label, &histogram)
     };
     let partition_0 = |t: usize| (layouts[t].topic.as_str(), layouts[t].leaders[0].as_str());
 
@@ -80,9 +87,10 @@ pub fn run(
     Ok(())
 }
 
-fn print_latency(kind: &str, topics: usize, label: &str, histogram: &Histogram<u64>) {
+fn print_latency(kind: &str, topics: usize, among: usize, label: &str, histogram: &Histogram<u64>) {
     let mut report = Report::new("topics_requests", label);
-    report.add("request", kind).add("topics", topics).add_latency("latency", histogram);
+    report.add("request", kind).add("topics", topics).add("among", among);
+    report.add_latency("latency", histogram);
     report.print();
 }
 

@@ -99,7 +99,7 @@ pub fn run_mode(args: &TopicsArgs) -> Result<(), String> {
     }
     report.print();
     if args.requests > 0 {
-        requests::run(&args.bootstrap, &layouts, args.requests, &args.label)?;
+        requests::run(&args.bootstrap, &layouts, args.requests, args.requests_among, &args.label)?;
     }
 
     let batches = args.messages.div_ceil(args.batch as u64).max(total_partitions as u64);
