@@ -11,6 +11,13 @@
 //!   and sometimes bits flip in what lands; the restart is the broker's start-up path:
 //!   `ShardLog::open` recovers the log, `persist::replay` rebuilds each group's
 //!   `LogImage`, `RaftGroup::recover` starts the replica from it;
+//! - a failed fdatasync (EIO, `SimDisk::fail_next_sync`, mostly on a node with writes in
+//!   flight) stops the log for good (storage's durability contract 3): the flush's writes
+//!   and every later one are never reported durable, the sink refuses further raft writes
+//!   (`Written::Failed`, the group's messages still go out as `GroupHost` sends them: the
+//!   ones that wait for a write are held by the driver), and the node goes down 0 to 3
+//!   steps later as the broker exits (70, `spawn_failure_watch`), its disk as a power loss
+//!   leaves it (what the failed flush wrote may or may not have landed);
 //! - compaction as `partition_group.rs` does it: a leader proposes a compaction entry up
 //!   to `RaftGroup::compactable`, and every replica compacts its own log
 //!   (`RaftGroup::compact`) when that entry commits; now and then a node appends a stream
@@ -90,6 +97,8 @@ struct Faults {
     compact_percent: u64,
     stream_snapshot_per_mille: u64,
     checkpoint_per_mille: u64,
+    /// Chance per step that a node's next fdatasync fails (EIO).
+    sync_failure_per_mille: u64,
 }
 
 impl Faults {
@@ -107,6 +116,7 @@ impl Faults {
             compact_percent: rng.up_to(10),
             stream_snapshot_per_mille: rng.up_to(30),
             checkpoint_per_mille: rng.up_to(10),
+            sync_failure_per_mille: rng.up_to(6),
         }
     }
 
@@ -124,6 +134,7 @@ impl Faults {
             compact_percent: 0,
             stream_snapshot_per_mille: 0,
             checkpoint_per_mille: 0,
+            sync_failure_per_mille: 0,
         }
     }
 }
@@ -153,6 +164,11 @@ impl Life {
         self.flushes.back().is_none_or(|(_, _, d)| d.is_durable())
             && self.stream_snapshot.as_ref().is_none_or(Durable::is_durable)
     }
+
+    /// The log stopped for good (a failed fdatasync): the broker exits.
+    fn stopped(&self) -> bool {
+        self.log.stopped_reason().is_some()
+    }
 }
 
 struct SimNode {
@@ -161,6 +177,8 @@ struct SimNode {
     /// None while the power is off.
     life: Option<Life>,
     restart_at: u64,
+    /// The step at which a node whose log stopped goes down (`stop_failed_logs`).
+    down_at: Option<u64>,
 }
 
 #[derive(Default, Debug)]
@@ -169,6 +187,9 @@ struct Stats {
     acknowledged: u64,
     abandoned: u64,
     power_losses: u64,
+    /// fdatasyncs made to fail, and the nodes that went down for one.
+    failed_syncs: u64,
+    failed_sync_stops: u64,
     lost_writes: u64,
     torn_writes: u64,
     compactions: u64,
@@ -218,7 +239,7 @@ impl World {
             .map(|&id| {
                 let disk = SimDisk::new(rng.next_u64());
                 disk.set_max_yields(faults.max_disk_yields);
-                SimNode { id, disk, life: None, restart_at: 0 }
+                SimNode { id, disk, life: None, restart_at: 0, down_at: None }
             })
             .collect();
         let mut world = World {
@@ -256,6 +277,7 @@ impl World {
 
     fn power_loss(&mut self, node: usize) {
         let n = &mut self.nodes[node];
+        n.down_at = None;
         let Some(life) = n.life.take() else { return };
         self.stats.cut_writes += life.replicas.iter().map(|r| r.sink.cut_writes()).sum::<u64>();
         if self.rng.chance(self.faults.flip_bits_percent, 100) {
@@ -350,24 +372,61 @@ impl World {
     /// its fdatasync is not done.
     async fn let_flushers_run(&mut self) {
         let yields = 1 + self.rng.up_to(self.faults.max_yields);
-        let mut power_loss = self.rng.chance(self.faults.power_loss_per_mille, 1000).then(|| {
-            let busy = |n: &SimNode| n.life.as_ref().is_some_and(|life| !life.idle());
-            let busy: Vec<usize> =
-                (0..self.nodes.len()).filter(|&k| busy(&self.nodes[k])).collect();
-            let node = if busy.is_empty() || self.rng.chance(1, 4) {
-                self.rng.below(self.nodes.len() as u64) as usize
-            } else {
-                busy[self.rng.below(busy.len() as u64) as usize]
-            };
+        let mut power_loss = None;
+        if self.rng.chance(self.faults.power_loss_per_mille, 1000) {
+            let node = self.mostly_busy((0..self.nodes.len()).collect()).expect("nodes");
             // After one yield at least: the flusher had a chance to start.
-            (node, 1 + self.rng.up_to(yields.saturating_sub(1)))
-        });
+            power_loss = Some((node, 1 + self.rng.up_to(yields.saturating_sub(1))));
+        }
+        if self.rng.chance(self.faults.sync_failure_per_mille, 1000) {
+            self.fail_a_sync();
+        }
         for k in 0..=yields {
             if let Some((node, _)) = power_loss.take_if(|(_, at)| *at == k) {
                 self.power_loss(node);
             }
             if k < yields {
                 futures_lite::future::yield_now().await;
+            }
+        }
+        self.stop_failed_logs();
+    }
+
+    /// One of `nodes`: in three draws of four one with writes not yet durable if there is
+    /// one, so that a fault lands on a flush raft is waiting for; None if `nodes` is empty.
+    fn mostly_busy(&mut self, nodes: Vec<usize>) -> Option<usize> {
+        let busy = |k: &&usize| self.nodes[**k].life.as_ref().is_some_and(|life| !life.idle());
+        let busy: Vec<usize> = nodes.iter().filter(busy).copied().collect();
+        let among = if busy.is_empty() || self.rng.chance(1, 4) { nodes } else { busy };
+        (!among.is_empty()).then(|| among[self.rng.below(among.len() as u64) as usize])
+    }
+
+    /// The next fdatasync of a running node fails (`mostly_busy`). A node that is down is
+    /// left alone: its recovery's fdatasync failing would stop its start-up, which is not
+    /// what this checks.
+    fn fail_a_sync(&mut self) {
+        let running = (0..self.nodes.len()).filter(|&k| self.nodes[k].life.is_some()).collect();
+        if let Some(node) = self.mostly_busy(running) {
+            self.nodes[node].disk.fail_next_sync();
+            self.stats.failed_syncs += 1;
+        }
+    }
+
+    /// A node whose log stopped goes down, as the broker exits on it, 0 to 3 steps later
+    /// (the broker's failure watch is one task among others: the groups go on stepping,
+    /// and must not take a write of the failed flush, or a later one, for durable
+    /// meanwhile); its disk as a power loss leaves it (what the failed flush wrote may or
+    /// may not be there).
+    fn stop_failed_logs(&mut self) {
+        for node in 0..self.nodes.len() {
+            if !self.nodes[node].life.as_ref().is_some_and(Life::stopped) {
+                continue;
+            }
+            let delay = self.rng.up_to(3);
+            let down_at = *self.nodes[node].down_at.get_or_insert(self.step + delay);
+            if down_at <= self.step {
+                self.stats.failed_sync_stops += 1;
+                self.power_loss(node);
             }
         }
     }
@@ -472,7 +531,9 @@ impl World {
         let outcomes = replica.group.take_outcomes();
         let mut next_committed = replica.next_committed;
         self.stats.max_term = self.stats.max_term.max(replica.group.term());
-        if refused {
+        // A stopped log refuses every write until the node goes down (`stop_failed_logs`);
+        // meanwhile the group's outputs go where `GroupHost::drain` sends them.
+        if refused && !life.stopped() {
             return Err(self.fail(format!("node {id}: the log refused a raft write")));
         }
         let shape = (self.faults.duplicate_percent, self.faults.max_delay_steps);
@@ -522,6 +583,7 @@ impl World {
         }
         match persist::append_stream_snapshot(&life.log, &payload) {
             Ok(durable) => life.stream_snapshot = Some(durable),
+            Err(_) if life.stopped() => return Ok(()),
             Err(e) => return Err(self.fail(format!("a stream snapshot was refused: {e:?}"))),
         }
         self.stats.stream_snapshots += 1;
@@ -532,13 +594,16 @@ impl World {
     async fn checkpoint(&mut self) -> Result<(), String> {
         let node = self.rng.below(self.nodes.len() as u64) as usize;
         let lives = || self.nodes.iter().filter_map(|n| n.life.as_ref());
-        while !lives().all(Life::idle) {
+        // A stopped log never becomes idle; its node goes down at the end of the step.
+        while !lives().all(|life| life.idle() || life.stopped()) {
             futures_lite::future::yield_now().await;
         }
         let Some(life) = &self.nodes[node].life else { return Ok(()) };
-        let checkpointed = life.log.checkpoint().await;
-        checkpointed.map_err(|e| self.fail(format!("checkpoint: {e:?}")))?;
-        self.stats.checkpoints += 1;
+        match life.log.checkpoint().await {
+            Ok(()) => self.stats.checkpoints += 1,
+            Err(_) if life.stopped() => {}
+            Err(e) => return Err(self.fail(format!("checkpoint: {e:?}"))),
+        }
         Ok(())
     }
 
@@ -673,6 +738,8 @@ fn replicas_on_shard_logs_never_lose_or_diverge_on_acknowledged_proposals_under_
             total.acknowledged += stats.acknowledged;
             total.abandoned += stats.abandoned;
             total.power_losses += stats.power_losses;
+            total.failed_syncs += stats.failed_syncs;
+            total.failed_sync_stops += stats.failed_sync_stops;
             total.lost_writes += stats.lost_writes;
             total.torn_writes += stats.torn_writes;
             total.compactions += stats.compactions;
@@ -686,7 +753,8 @@ fn replicas_on_shard_logs_never_lose_or_diverge_on_acknowledged_proposals_under_
     });
     println!(
         "{count} seeds ({} of 5 nodes) in {:.1} s: {} proposals acknowledged, {} abandoned, \
-         {} power losses ({} unsynced writes lost, {} torn), {} compactions, {} stream \
+         {} power losses ({} unsynced writes lost, {} torn), {} fdatasyncs made to fail ({} \
+         nodes down for one, counted in the power losses), {} compactions, {} stream \
          snapshots, {} checkpoints, {} proposals accepted by leaders cut off in a minority, \
          {} raft writes cut into several log entries, highest term {}",
         total.five_node_seeds,
@@ -696,6 +764,8 @@ fn replicas_on_shard_logs_never_lose_or_diverge_on_acknowledged_proposals_under_
         total.power_losses,
         total.lost_writes,
         total.torn_writes,
+        total.failed_syncs,
+        total.failed_sync_stops,
         total.compactions,
         total.stream_snapshots,
         total.checkpoints,
@@ -707,6 +777,7 @@ fn replicas_on_shard_logs_never_lose_or_diverge_on_acknowledged_proposals_under_
     assert!(total.acknowledged > 2 * count, "too few acknowledged proposals: {total:?}");
     if count >= 50 {
         assert!(total.power_losses > 0 && total.torn_writes > 0, "{total:?}");
+        assert!(total.failed_sync_stops > 0, "no node went down on a failed fdatasync: {total:?}");
         assert!(total.compactions > 0 && total.stream_snapshots > 0, "{total:?}");
         assert!(total.checkpoints > 0 && total.isolated_proposals > 0, "{total:?}");
         assert!(total.cut_writes > 0, "no write was cut into several log entries: {total:?}");
