@@ -13,7 +13,8 @@
 //!
 //! Then the transport's own rules, two transports on one executor: a batch queued in one
 //! turn leaves as one frame; an outbox toward a peer that is down stays within its bound
-//! (dropping the oldest) and what it kept arrives, in order, once the peer is up; a peer
+//! (dropping the oldest) and what it kept arrives, in order, once the peer is up; a message
+//! larger than a frame arrives whole (sent in pieces, one such message at a time); a peer
 //! with another shard count or another node id is refused at the hand-shake.
 //!
 //! Every wait has a deadline that fails the test with what it waited for; nothing asserts
@@ -391,6 +392,48 @@ fn messages_queued_in_one_turn_leave_as_one_frame_in_order() {
         let (sent, got) = (a.stats(), b.stats());
         assert_eq!((sent.frames_sent, sent.messages_sent), (1, 100), "{sent:?}");
         assert_eq!((got.frames_received, got.messages_received), (1, 100), "{got:?}");
+        assert_eq!(a.outbox_bytes(2), Some(0));
+    });
+}
+
+/// A raft snapshot message whose data is `len` bytes (a large topic table's).
+fn snapshot_message(to: u64, len: usize) -> Message {
+    let mut message = Message::default();
+    message.set_msg_type(MessageType::MsgSnapshot);
+    message.to = to;
+    let snapshot = message.mut_snapshot();
+    snapshot.data = (0..len).map(|i| (i % 251) as u8).collect::<Vec<u8>>().into();
+    snapshot.mut_metadata().index = 120;
+    message
+}
+
+#[test]
+fn a_message_larger_than_a_frame_arrives_whole_in_pieces_one_at_a_time() {
+    let addrs = free_addrs(2);
+    run_local(async move {
+        let (a, _) = Transport::start(config(1, addrs[0], vec![(2, addrs[1])])).unwrap();
+        let (b, inbound) = Transport::start(config(2, addrs[1], vec![(1, addrs[0])])).unwrap();
+        // 10 MiB of snapshot data: two and a half frames' worth, 11 pieces.
+        let large = snapshot_message(2, 10 << 20);
+        a.send(2, GROUP, heartbeat(2, 1)).unwrap();
+        a.send(2, GROUP, large.clone()).unwrap();
+        a.send(2, GROUP, heartbeat(2, 2)).unwrap();
+        // Another large one while the first is in pieces: dropped (raft sends it again).
+        a.send(2, GROUP, snapshot_message(2, 5 << 20)).unwrap();
+        let received = receive(&inbound, 3).await;
+        // The pieces go first, then the outbox in its order.
+        assert!(received[0].message == large, "the large message arrives whole, first");
+        assert_eq!(received[1].message, heartbeat(2, 1));
+        assert_eq!(received[2].message, heartbeat(2, 2));
+        assert!(received.iter().all(|m| m.from == 1 && m.group == GROUP));
+        assert_eq!(a.stats().dropped_overflow, 1);
+        // Once they are sent, the next one on the same connection.
+        a.send(2, GROUP, large.clone()).unwrap();
+        assert!(receive(&inbound, 1).await[0].message == large);
+        let (sent, got) = (a.stats(), b.stats());
+        assert_eq!((sent.messages_cut, sent.dropped_too_large), (2, 0), "{sent:?}");
+        assert_eq!((got.messages_reassembled, got.reassemblies_abandoned), (2, 0), "{got:?}");
+        assert!(sent.frames_sent >= 6, "each 10 MiB message takes 3 frames at least: {sent:?}");
         assert_eq!(a.outbox_bytes(2), Some(0));
     });
 }

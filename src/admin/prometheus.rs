@@ -290,7 +290,7 @@ fn render_replication(text: &mut Text, shards: &[ShardMetrics]) {
     if replicating.is_empty() {
         return;
     }
-    let figures: [(&str, &str, &str, ReplicationValue); 30] = [
+    let figures: [(&str, &str, &str, ReplicationValue); 32] = [
         ("shardlog_replication_peers", "gauge", "Peer nodes this shard replicates with.", |r| {
             r.peers
         }),
@@ -336,6 +336,18 @@ fn render_replication(text: &mut Text, shards: &[ShardMetrics]) {
             "counter",
             "Raft messages received.",
             |r| r.stats.messages_received,
+        ),
+        (
+            "shardlog_replication_messages_cut_total",
+            "counter",
+            "Raft messages larger than a frame (snapshots of large tables) sent in pieces.",
+            |r| r.stats.messages_cut,
+        ),
+        (
+            "shardlog_replication_messages_reassembled_total",
+            "counter",
+            "Raft messages received in pieces and put together.",
+            |r| r.stats.messages_reassembled,
         ),
         (
             "shardlog_replication_messages_stepped_total",
@@ -466,7 +478,9 @@ fn render_replication(text: &mut Text, shards: &[ShardMetrics]) {
     }
     let name = "shardlog_replication_dropped_messages_total";
     let help = "Raft messages dropped: outbox_full (the oldest, past the outbox bound), \
-                write_failed (in a frame whose write failed), too_large (larger than a frame), \
+                write_failed (in a frame whose write failed), too_large (over 256 MiB), \
+                pieces_abandoned (half received in pieces: a piece out of place or a \
+                connection that ended mid-message), \
                 unknown_group (received for a group not hosted here), refused (received, \
                 refused by its group), unknown_peer (addressed to a node not in --peers), \
                 notices_untaken (leader notices received past the bound the shard takes).";
@@ -476,6 +490,7 @@ fn render_replication(text: &mut Text, shards: &[ShardMetrics]) {
             ("outbox_full", r.stats.dropped_overflow),
             ("write_failed", r.stats.dropped_unsent),
             ("too_large", r.stats.dropped_too_large),
+            ("pieces_abandoned", r.stats.reassemblies_abandoned),
             ("unknown_group", r.host.dropped_unknown_group),
             ("refused", r.host.dropped_refused),
             ("unknown_peer", r.host.dropped_unknown_peer),

@@ -403,8 +403,8 @@ mod tests {
         let bytes = frame_of(&[(0, table.clone())]);
         let (frame, _) = decode_frame(&bytes).unwrap();
         assert_eq!(frame.messages, vec![(0, table)]);
-        // A snapshot over the body limit does not fit a frame: the transport drops it
-        // (`dropped_too_large`), and the follower stays behind (docs/replication.md).
+        // A snapshot over the body limit does not fit a frame: the transport sends it in
+        // pieces (`fragment.rs`).
         let too_large = snapshot_message(vec![7; MAX_BODY_BYTES as usize]);
         assert!(!FrameEncoder::new(7, 2).push(0, &too_large));
     }

@@ -45,6 +45,7 @@
 //! 3. No proposal reported `Committed` is ever lost.
 //! 4. A leader cut off in a minority never reports a proposal made there `Committed`.
 
+pub mod fragment;
 pub mod frame;
 mod group;
 mod host;

@@ -22,7 +22,14 @@
 //!   pass it pushes out the oldest ones, counted in `dropped_overflow`. Raft tolerates
 //!   lost messages (it resends appends and votes), and the newest messages carry the
 //!   newest state, so the oldest go. Messages of a frame whose write failed are lost too
-//!   (`dropped_unsent`), as is a message too large for any frame (`dropped_too_large`).
+//!   (`dropped_unsent`).
+//! - A message larger than any frame (a raft snapshot of a large topic table) is cut
+//!   into pieces (`fragment.rs`) when it is queued, kept beside the outbox (not subject to
+//!   its bound: one such message per peer at a time; another that comes meanwhile is
+//!   dropped, counted in `dropped_overflow`, and raft sends it again), and sent first in
+//!   the next frames, so it may overtake messages queued before it (raft tolerates
+//!   reordering); the reader of the connection puts the pieces together and delivers the
+//!   whole message. Over `fragment::MAX_MESSAGE_BYTES` it is dropped (`dropped_too_large`).
 //! - Inbound: a listener; each accepted connection gets a reader task that checks the
 //!   hand-shake, then decodes frames and delivers each (sender node, group, message) to
 //!   one bounded channel the host receives from. A full channel stops the readers (TCP
@@ -41,7 +48,9 @@
 //!
 //! Invariants:
 //! 1. Memory is bounded: every outbox by `outbox_max_bytes` (plus one message), the
-//!    inbound channel by `inbound_messages`, a frame by `MAX_BODY_BYTES`.
+//!    inbound channel by `inbound_messages`, a frame by `MAX_BODY_BYTES`, the pieces of
+//!    one message per peer and one partial message per inbound connection by
+//!    `fragment::MAX_MESSAGE_BYTES`.
 //! 2. Messages from one peer over one connection are delivered in the order that peer
 //!    queued them, except for those lost (a failed write, a full outbox). Across a
 //!    reconnect, what the old connection still holds may interleave with the new one's:
@@ -64,7 +73,10 @@ use glommio::net::{TcpListener, TcpStream};
 use glommio::Task;
 use raft::eraftpb::Message;
 
-use super::frame::{FrameEncoder, FrameError, FrameHeader, Hello, FRAME_HEADER_BYTES, HELLO_BYTES};
+use super::fragment::{self, Reassembly, FRAGMENT_GROUP};
+use super::frame::{
+    FrameEncoder, FrameError, FrameHeader, Hello, FRAME_HEADER_BYTES, HELLO_BYTES, MAX_BODY_BYTES,
+};
 
 /// Settings of one shard's transport.
 #[derive(Clone, Debug)]
@@ -200,8 +212,16 @@ pub struct TransportStats {
     pub dropped_overflow: u64,
     /// Messages of frames whose write failed.
     pub dropped_unsent: u64,
-    /// Messages larger than any frame.
+    /// Messages larger than `fragment::MAX_MESSAGE_BYTES` (larger than a frame, they go
+    /// in pieces below that).
     pub dropped_too_large: u64,
+    /// Messages larger than a frame sent in pieces (each piece counts as a message sent).
+    pub messages_cut: u64,
+    /// Messages put together from pieces received (each piece counts as received).
+    pub messages_reassembled: u64,
+    /// Messages half received in pieces and abandoned: a piece out of place, or a
+    /// connection that ended mid-message (raft sends the message again).
+    pub reassemblies_abandoned: u64,
     /// Outbound connections that passed the hand-shake.
     pub connects: u64,
     /// Of `connects`, those to a peer this transport had been connected to before (a
@@ -244,6 +264,8 @@ struct Shared {
     readers: RefCell<Vec<Reader>>,
     /// Inbound connections whose hand-shake passed and that are still open.
     inbound_connections: Cell<usize>,
+    /// Messages cut into pieces so far: the next one's id (`fragment::cut`).
+    next_cut: Cell<u64>,
 }
 
 /// The task reading one inbound connection.
@@ -259,6 +281,9 @@ struct Peer {
     /// (group, message, its encoded size), oldest first.
     outbox: RefCell<VecDeque<(u64, Message, usize)>>,
     outbox_bytes: Cell<usize>,
+    /// The pieces (`FRAGMENT_GROUP` messages) of a message larger than a frame, not sent
+    /// yet: they go before the outbox.
+    pieces: RefCell<VecDeque<Message>>,
     /// A token wakes the writer; one is enough, so a full channel means already woken.
     wake: LocalSender<()>,
     /// The outbound connection passed its hand-shake and has not failed since.
@@ -283,6 +308,7 @@ impl Transport {
                 addr,
                 outbox: RefCell::new(VecDeque::new()),
                 outbox_bytes: Cell::new(0),
+                pieces: RefCell::new(VecDeque::new()),
                 wake,
                 connected: Cell::new(false),
                 was_connected: Cell::new(false),
@@ -301,6 +327,7 @@ impl Transport {
             stats: Cell::new(TransportStats::default()),
             readers: RefCell::new(Vec::new()),
             inbound_connections: Cell::new(0),
+            next_cut: Cell::new(0),
         });
         let mut tasks =
             vec![glommio::spawn_local(accept_loop(shared.clone(), listener, Rc::new(inbound)))];
@@ -315,6 +342,11 @@ impl Transport {
     pub fn send(&self, to: u64, group: u64, message: Message) -> Result<(), UnknownPeer> {
         let peer = self.shared.peers.get(&to).ok_or(UnknownPeer(to))?;
         let size = FrameEncoder::entry_bytes(&message);
+        if size > MAX_BODY_BYTES as usize {
+            self.shared.cut_into_pieces(peer, to, group, &message, size);
+            let _ = peer.wake.try_send(());
+            return Ok(());
+        }
         let mut outbox = peer.outbox.borrow_mut();
         let mut bytes = peer.outbox_bytes.get() + size;
         let mut dropped = 0;
@@ -436,22 +468,45 @@ impl Shared {
         }
     }
 
-    /// Everything queued for `peer`, up to one frame; `None` when the outbox is empty.
+    /// A message larger than any frame, `size` bytes, for `peer` (node `to`): its pieces
+    /// wait beside the outbox, unless another message's do (module docs).
+    fn cut_into_pieces(&self, peer: &Peer, to: u64, group: u64, message: &Message, size: usize) {
+        let mut pieces = peer.pieces.borrow_mut();
+        if !pieces.is_empty() {
+            self.count(|s| s.dropped_overflow += 1);
+            return;
+        }
+        let id = self.next_cut.replace(self.next_cut.get() + 1);
+        match fragment::cut(id, group, message) {
+            Some(cut) => {
+                *pieces = cut.into();
+                self.count(|s| s.messages_cut += 1);
+            }
+            None => {
+                self.count(|s| s.dropped_too_large += 1);
+                tracing::warn!(
+                    "replication: a message of {size} bytes for node {to} is larger than {} \
+                     bytes; dropped",
+                    fragment::MAX_MESSAGE_BYTES
+                );
+            }
+        }
+    }
+
+    /// Everything queued for `peer`, up to one frame: first the pieces of a message larger
+    /// than a frame, then the outbox; `None` when both are empty.
     fn take_frame(&self, node_id: u64) -> Option<(Vec<u8>, u32)> {
         let peer = &self.peers[&node_id];
-        let mut outbox = peer.outbox.borrow_mut();
         let mut encoder = FrameEncoder::new(self.config.node_id, self.config.shard);
-        while let Some((group, message, size)) = outbox.pop_front() {
+        let mut pieces = peer.pieces.borrow_mut();
+        while pieces.front().is_some_and(|piece| encoder.push(FRAGMENT_GROUP, piece)) {
+            pieces.pop_front();
+        }
+        let mut outbox = peer.outbox.borrow_mut();
+        // Once the pieces are in, the outbox; every message in it fits an empty frame.
+        while pieces.is_empty() {
+            let Some((group, message, size)) = outbox.pop_front() else { break };
             if !encoder.push(group, &message) {
-                if encoder.count() == 0 {
-                    peer.outbox_bytes.set(peer.outbox_bytes.get() - size);
-                    self.count(|s| s.dropped_too_large += 1);
-                    tracing::warn!(
-                        "replication: a message of {size} bytes for node {node_id} is larger \
-                         than any frame; dropped"
-                    );
-                    continue;
-                }
                 outbox.push_front((group, message, size));
                 break;
             }
@@ -600,7 +655,9 @@ async fn write_frames(
             continue;
         };
         if let Err(e) = stream.write_all(&frame).await {
-            shared.count(|s| s.dropped_unsent += count as u64);
+            // The rest of a message in pieces is of no use without the pieces just lost.
+            let rest = std::mem::take(&mut *shared.peers[&node_id].pieces.borrow_mut()).len();
+            shared.count(|s| s.dropped_unsent += (count as usize + rest) as u64);
             return Lost::Failed(e);
         }
         shared.count(|s| {
@@ -669,11 +726,24 @@ async fn read_frames(
 ) -> Result<(), LinkError> {
     let from = hand_shake(shared, &mut stream, None).await?;
     let _open = InboundOpen::new(&shared.inbound_connections);
+    let mut reassembly = Reassembly::default();
+    let ended = |reassembly: &Reassembly| {
+        if reassembly.is_partial() {
+            shared.count(|s| s.reassemblies_abandoned += 1);
+        }
+    };
     loop {
         let mut header = [0u8; FRAME_HEADER_BYTES];
         match stream.read_exact(&mut header).await {
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
-            other => other?,
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                ended(&reassembly);
+                return Ok(());
+            }
+            Err(e) => {
+                ended(&reassembly);
+                return Err(e.into());
+            }
+            Ok(()) => {}
         }
         let (messages, body_bytes) = match read_frame(shared, &mut stream, &header, from).await {
             Ok(read) => read,
@@ -681,6 +751,7 @@ async fn read_frames(
                 if !matches!(e, LinkError::Io(_)) {
                     shared.count(|s| s.bad_frames += 1);
                 }
+                ended(&reassembly);
                 return Err(e);
             }
         };
@@ -691,7 +762,22 @@ async fn read_frames(
             s.messages_received += count;
             s.bytes_received += bytes;
         });
-        for (group, message) in messages {
+        for (group, mut message) in messages {
+            let (group, message) = match group {
+                FRAGMENT_GROUP => match reassembly.take(&message.take_context()) {
+                    Ok(Some(whole)) => {
+                        shared.count(|s| s.messages_reassembled += 1);
+                        whole
+                    }
+                    Ok(None) => continue,
+                    Err(e) => {
+                        shared.count(|s| s.reassemblies_abandoned += 1);
+                        tracing::debug!(from, "replication: {e}; the message is abandoned");
+                        continue;
+                    }
+                },
+                _ => (group, message),
+            };
             if inbound.send(Inbound { from, group, message }).await.is_err() {
                 return Ok(()); // the host is gone
             }
