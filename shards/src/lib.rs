@@ -29,6 +29,7 @@ pub mod metadata;
 pub mod metadata_group;
 pub mod metadata_log;
 pub mod metrics;
+mod node_calls;
 pub mod ops;
 pub mod partition_group;
 pub mod partition_snapshots;

@@ -1,13 +1,14 @@
-//! Transaction calls between nodes: a coordinator's COMMIT/ABORT marker for a partition
-//! led on another node, a partition leader's KIP-890 verification question to a
-//! coordinator on another node, and a coordinator's resolution of a transaction's pending
-//! consumer-group offsets on the group's coordinator on another node (docs/transactions.md, "Replicated partitions").
+//! Calls between nodes: a coordinator's COMMIT/ABORT marker for a partition led on
+//! another node, a partition leader's KIP-890 verification question to a coordinator on
+//! another node, and a coordinator's resolution of a transaction's pending consumer-group
+//! offsets on the group's coordinator on another node (docs/transactions.md, "Replicated
+//! partitions").
 //!
 //! They ride the raft transport as the `context` bytes of a raft `Message` addressed to
-//! the reserved group id `TXN_GROUP` (2^63 - 3, beside the pulls' 2^63 - 2 and the
+//! the reserved group id `NODE_RPC_GROUP` (2^63 - 3, beside the pulls' 2^63 - 2 and the
 //! notices' 2^63 - 1; partition and offsets group ids have the top bit set and the
 //! metadata group is 0), as the pulls do: shard s of one node to shard s of another, and
-//! the receiving shard forwards over its node's mesh (`crate::txn::remote`).
+//! the receiving shard forwards over its node's mesh (`crate::node_calls`).
 //!
 //! Runs on any shard of a cluster; not a hot path (one request per marker of a partition
 //! led elsewhere, one per transaction's first batch in such a partition).
@@ -28,15 +29,15 @@
 //! id (i64), commit (u8); its answer: Kafka error code (i16).
 //!
 //! Invariants:
-//! 1. Decoding is total: any bytes give a message or a `TxnRpcError` naming the field,
+//! 1. Decoding is total: any bytes give a message or a `NodeRpcError` naming the field,
 //!    never a panic.
 //! 2. `decode(encode(m)) == m`.
 
 use std::fmt;
 
-/// The group id transaction calls travel under; never a raft group's, the notices' or
+/// The group id calls between nodes travel under; never a raft group's, the notices' or
 /// the pulls'.
-pub const TXN_GROUP: u64 = (u64::MAX >> 1) - 2;
+pub const NODE_RPC_GROUP: u64 = (u64::MAX >> 1) - 2;
 
 const VERSION: u8 = 1;
 const KIND_MARKER: u8 = 1;
@@ -68,9 +69,9 @@ pub struct VerifyRequest {
     pub partition: i32,
 }
 
-/// A decoded transaction call.
+/// A decoded call between nodes, or its answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TxnRpc {
+pub enum NodeRpc {
     Marker(MarkerRequest),
     /// The marker's outcome: a Kafka error code, 0 once the marker is durable.
     MarkerAnswer {
@@ -98,9 +99,9 @@ pub enum TxnRpc {
     },
 }
 
-/// Why bytes are not a transaction call.
+/// Why bytes are not a call between nodes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TxnRpcError {
+pub enum NodeRpcError {
     /// The bytes end inside this field.
     Truncated {
         field: &'static str,
@@ -117,13 +118,13 @@ pub enum TxnRpcError {
     Trailing(usize),
 }
 
-impl fmt::Display for TxnRpcError {
+impl fmt::Display for NodeRpcError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "transaction call: {self:?}")
+        write!(f, "call between nodes: {self:?}")
     }
 }
 
-impl std::error::Error for TxnRpcError {}
+impl std::error::Error for NodeRpcError {}
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
     // Longer strings are cut at a character boundary below 64 KiB: no transactional id,
@@ -136,59 +137,69 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&s.as_bytes()[..end]);
 }
 
-impl TxnRpc {
+impl NodeRpc {
     /// The request id the message carries.
     pub fn request_id(&self) -> u64 {
         match self {
-            TxnRpc::Marker(m) => m.request_id,
-            TxnRpc::Verify(v) => v.request_id,
-            TxnRpc::MarkerAnswer { request_id, .. }
-            | TxnRpc::VerifyAnswer { request_id, .. }
-            | TxnRpc::Offsets { request_id, .. }
-            | TxnRpc::OffsetsAnswer { request_id, .. } => *request_id,
+            NodeRpc::Marker(m) => m.request_id,
+            NodeRpc::Verify(v) => v.request_id,
+            NodeRpc::MarkerAnswer { request_id, .. }
+            | NodeRpc::VerifyAnswer { request_id, .. }
+            | NodeRpc::Offsets { request_id, .. }
+            | NodeRpc::OffsetsAnswer { request_id, .. } => *request_id,
+        }
+    }
+
+    /// Whether the message answers a call (else it is a call to serve).
+    pub fn is_answer(&self) -> bool {
+        match self {
+            NodeRpc::MarkerAnswer { .. }
+            | NodeRpc::VerifyAnswer { .. }
+            | NodeRpc::OffsetsAnswer { .. } => true,
+            NodeRpc::Marker(_) | NodeRpc::Verify(_) | NodeRpc::Offsets { .. } => false,
         }
     }
 
     pub fn encode(&self) -> Vec<u8> {
         let kind = match self {
-            TxnRpc::Marker(_) => KIND_MARKER,
-            TxnRpc::MarkerAnswer { .. } => KIND_MARKER_ANSWER,
-            TxnRpc::Verify(_) => KIND_VERIFY,
-            TxnRpc::VerifyAnswer { .. } => KIND_VERIFY_ANSWER,
-            TxnRpc::Offsets { .. } => KIND_OFFSETS,
-            TxnRpc::OffsetsAnswer { .. } => KIND_OFFSETS_ANSWER,
+            NodeRpc::Marker(_) => KIND_MARKER,
+            NodeRpc::MarkerAnswer { .. } => KIND_MARKER_ANSWER,
+            NodeRpc::Verify(_) => KIND_VERIFY,
+            NodeRpc::VerifyAnswer { .. } => KIND_VERIFY_ANSWER,
+            NodeRpc::Offsets { .. } => KIND_OFFSETS,
+            NodeRpc::OffsetsAnswer { .. } => KIND_OFFSETS_ANSWER,
         };
         let mut out = Vec::with_capacity(64);
         out.extend_from_slice(&[VERSION, kind]);
         out.extend_from_slice(&self.request_id().to_le_bytes());
         match self {
-            TxnRpc::Marker(m) => {
+            NodeRpc::Marker(m) => {
                 out.extend_from_slice(&m.topic_id);
                 out.extend_from_slice(&m.partition.to_le_bytes());
                 out.extend_from_slice(&m.producer_id.to_le_bytes());
                 out.extend_from_slice(&m.producer_epoch.to_le_bytes());
                 out.push(m.commit as u8);
             }
-            TxnRpc::MarkerAnswer { error_code, .. } => {
+            NodeRpc::MarkerAnswer { error_code, .. } => {
                 out.extend_from_slice(&error_code.to_le_bytes())
             }
-            TxnRpc::Verify(v) => {
+            NodeRpc::Verify(v) => {
                 put_str(&mut out, &v.transactional_id);
                 out.extend_from_slice(&v.producer_id.to_le_bytes());
                 out.extend_from_slice(&v.producer_epoch.to_le_bytes());
                 put_str(&mut out, &v.topic);
                 out.extend_from_slice(&v.partition.to_le_bytes());
             }
-            TxnRpc::VerifyAnswer { error_code, message, .. } => {
+            NodeRpc::VerifyAnswer { error_code, message, .. } => {
                 out.extend_from_slice(&error_code.to_le_bytes());
                 put_str(&mut out, message);
             }
-            TxnRpc::Offsets { group, producer_id, commit, .. } => {
+            NodeRpc::Offsets { group, producer_id, commit, .. } => {
                 put_str(&mut out, group);
                 out.extend_from_slice(&producer_id.to_le_bytes());
                 out.push(*commit as u8);
             }
-            TxnRpc::OffsetsAnswer { error_code, .. } => {
+            NodeRpc::OffsetsAnswer { error_code, .. } => {
                 out.extend_from_slice(&error_code.to_le_bytes())
             }
         }
@@ -196,15 +207,15 @@ impl TxnRpc {
     }
 
     /// The message of `bytes` (invariant 1).
-    pub fn decode(bytes: &[u8]) -> Result<TxnRpc, TxnRpcError> {
+    pub fn decode(bytes: &[u8]) -> Result<NodeRpc, NodeRpcError> {
         let mut reader = Reader { bytes, at: 0 };
         let version = reader.take::<1>("version")?[0];
         if version != VERSION {
-            return Err(TxnRpcError::UnknownVersion(version));
+            return Err(NodeRpcError::UnknownVersion(version));
         }
         let kind = reader.take::<1>("kind")?[0];
         if !(KIND_MARKER..=KIND_OFFSETS_ANSWER).contains(&kind) {
-            return Err(TxnRpcError::UnknownKind(kind));
+            return Err(NodeRpcError::UnknownKind(kind));
         }
         let request_id = u64::from_le_bytes(reader.take("request id")?);
         let rpc = match kind {
@@ -214,7 +225,7 @@ impl TxnRpc {
                 let producer_id = i64::from_le_bytes(reader.take("producer id")?);
                 let producer_epoch = i16::from_le_bytes(reader.take("producer epoch")?);
                 let commit = reader.commit()?;
-                TxnRpc::Marker(MarkerRequest {
+                NodeRpc::Marker(MarkerRequest {
                     request_id,
                     topic_id,
                     partition,
@@ -225,7 +236,7 @@ impl TxnRpc {
             }
             KIND_MARKER_ANSWER => {
                 let error_code = i16::from_le_bytes(reader.take("error code")?);
-                TxnRpc::MarkerAnswer { request_id, error_code }
+                NodeRpc::MarkerAnswer { request_id, error_code }
             }
             KIND_VERIFY => {
                 let transactional_id = reader.string("transactional id")?;
@@ -233,7 +244,7 @@ impl TxnRpc {
                 let producer_epoch = i16::from_le_bytes(reader.take("producer epoch")?);
                 let topic = reader.string("topic")?;
                 let partition = i32::from_le_bytes(reader.take("partition")?);
-                TxnRpc::Verify(VerifyRequest {
+                NodeRpc::Verify(VerifyRequest {
                     request_id,
                     transactional_id,
                     producer_id,
@@ -245,22 +256,22 @@ impl TxnRpc {
             KIND_VERIFY_ANSWER => {
                 let error_code = i16::from_le_bytes(reader.take("error code")?);
                 let message = reader.string("message")?;
-                TxnRpc::VerifyAnswer { request_id, error_code, message }
+                NodeRpc::VerifyAnswer { request_id, error_code, message }
             }
             KIND_OFFSETS => {
                 let group = reader.string("group")?;
                 let producer_id = i64::from_le_bytes(reader.take("producer id")?);
                 let commit = reader.commit()?;
-                TxnRpc::Offsets { request_id, group, producer_id, commit }
+                NodeRpc::Offsets { request_id, group, producer_id, commit }
             }
             _ => {
                 let error_code = i16::from_le_bytes(reader.take("error code")?);
-                TxnRpc::OffsetsAnswer { request_id, error_code }
+                NodeRpc::OffsetsAnswer { request_id, error_code }
             }
         };
         match bytes.len() - reader.at {
             0 => Ok(rpc),
-            trailing => Err(TxnRpcError::Trailing(trailing)),
+            trailing => Err(NodeRpcError::Trailing(trailing)),
         }
     }
 }
@@ -271,30 +282,30 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    fn take<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], TxnRpcError> {
+    fn take<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], NodeRpcError> {
         let slice = self.slice(field, N)?;
         Ok(slice.try_into().expect("N bytes"))
     }
 
-    fn slice(&mut self, field: &'static str, len: usize) -> Result<&[u8], TxnRpcError> {
+    fn slice(&mut self, field: &'static str, len: usize) -> Result<&[u8], NodeRpcError> {
         let end = self.at + len;
-        let slice = self.bytes.get(self.at..end).ok_or(TxnRpcError::Truncated { field })?;
+        let slice = self.bytes.get(self.at..end).ok_or(NodeRpcError::Truncated { field })?;
         self.at = end;
         Ok(slice)
     }
 
-    fn commit(&mut self) -> Result<bool, TxnRpcError> {
+    fn commit(&mut self) -> Result<bool, NodeRpcError> {
         match self.take::<1>("commit")?[0] {
             0 => Ok(false),
             1 => Ok(true),
-            other => Err(TxnRpcError::BadCommit(other)),
+            other => Err(NodeRpcError::BadCommit(other)),
         }
     }
 
-    fn string(&mut self, field: &'static str) -> Result<String, TxnRpcError> {
+    fn string(&mut self, field: &'static str) -> Result<String, NodeRpcError> {
         let len = u16::from_le_bytes(self.take(field)?) as usize;
         let bytes = self.slice(field, len)?;
-        let s = std::str::from_utf8(bytes).map_err(|_| TxnRpcError::NotUtf8 { field })?;
+        let s = std::str::from_utf8(bytes).map_err(|_| NodeRpcError::NotUtf8 { field })?;
         Ok(s.to_string())
     }
 }
@@ -304,8 +315,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn marker() -> TxnRpc {
-        TxnRpc::Marker(MarkerRequest {
+    fn marker() -> NodeRpc {
+        NodeRpc::Marker(MarkerRequest {
             request_id: 9,
             topic_id: [7; 16],
             partition: 2,
@@ -315,8 +326,8 @@ mod tests {
         })
     }
 
-    fn verify() -> TxnRpc {
-        TxnRpc::Verify(VerifyRequest {
+    fn verify() -> NodeRpc {
+        NodeRpc::Verify(VerifyRequest {
             request_id: 10,
             transactional_id: "tx-é".to_string(),
             producer_id: 4000,
@@ -326,18 +337,23 @@ mod tests {
         })
     }
 
-    fn offsets() -> TxnRpc {
-        TxnRpc::Offsets { request_id: 11, group: "g".to_string(), producer_id: 4000, commit: false }
+    fn offsets() -> NodeRpc {
+        NodeRpc::Offsets {
+            request_id: 11,
+            group: "g".to_string(),
+            producer_id: 4000,
+            commit: false,
+        }
     }
 
-    fn all() -> Vec<TxnRpc> {
+    fn all() -> Vec<NodeRpc> {
         vec![
             marker(),
-            TxnRpc::MarkerAnswer { request_id: 9, error_code: 6 },
+            NodeRpc::MarkerAnswer { request_id: 9, error_code: 6 },
             verify(),
-            TxnRpc::VerifyAnswer { request_id: 10, error_code: 48, message: "no".to_string() },
+            NodeRpc::VerifyAnswer { request_id: 10, error_code: 48, message: "no".to_string() },
             offsets(),
-            TxnRpc::OffsetsAnswer { request_id: 11, error_code: 16 },
+            NodeRpc::OffsetsAnswer { request_id: 11, error_code: 16 },
         ]
     }
 
@@ -347,7 +363,7 @@ mod tests {
         golden.extend_from_slice(&[7; 16]);
         golden.extend_from_slice(&[2, 0, 0, 0, 0xa0, 0x0f, 0, 0, 0, 0, 0, 0, 3, 0, 1]);
         assert_eq!(marker().encode(), golden);
-        let answer = TxnRpc::MarkerAnswer { request_id: 9, error_code: 6 };
+        let answer = NodeRpc::MarkerAnswer { request_id: 9, error_code: 6 };
         assert_eq!(answer.encode(), [1, 2, 9, 0, 0, 0, 0, 0, 0, 0, 6, 0]);
         let mut golden = vec![1, 3, 10, 0, 0, 0, 0, 0, 0, 0, 5, 0];
         golden.extend_from_slice("tx-é".as_bytes());
@@ -355,14 +371,14 @@ mod tests {
         golden.extend_from_slice(b"orders");
         golden.extend_from_slice(&[1, 0, 0, 0]);
         assert_eq!(verify().encode(), golden);
-        let answer = TxnRpc::VerifyAnswer { request_id: 10, error_code: 48, message: "no".into() };
+        let answer = NodeRpc::VerifyAnswer { request_id: 10, error_code: 48, message: "no".into() };
         assert_eq!(answer.encode(), [1, 4, 10, 0, 0, 0, 0, 0, 0, 0, 48, 0, 2, 0, b'n', b'o']);
         let golden = [1, 5, 11, 0, 0, 0, 0, 0, 0, 0, 1, 0, b'g', 0xa0, 0x0f, 0, 0, 0, 0, 0, 0, 0];
         assert_eq!(offsets().encode(), golden);
-        let answer = TxnRpc::OffsetsAnswer { request_id: 11, error_code: 16 };
+        let answer = NodeRpc::OffsetsAnswer { request_id: 11, error_code: 16 };
         assert_eq!(answer.encode(), [1, 6, 11, 0, 0, 0, 0, 0, 0, 0, 16, 0]);
         for rpc in all() {
-            assert_eq!(TxnRpc::decode(&rpc.encode()), Ok(rpc));
+            assert_eq!(NodeRpc::decode(&rpc.encode()), Ok(rpc));
         }
     }
 
@@ -371,39 +387,39 @@ mod tests {
         for rpc in all() {
             let bytes = rpc.encode();
             for cut in 0..bytes.len() {
-                let decoded = TxnRpc::decode(&bytes[..cut]);
+                let decoded = NodeRpc::decode(&bytes[..cut]);
                 assert!(
-                    matches!(decoded, Err(TxnRpcError::Truncated { .. })),
+                    matches!(decoded, Err(NodeRpcError::Truncated { .. })),
                     "{cut}: {decoded:?}"
                 );
             }
             let mut longer = bytes.clone();
             longer.push(0);
-            assert_eq!(TxnRpc::decode(&longer), Err(TxnRpcError::Trailing(1)));
+            assert_eq!(NodeRpc::decode(&longer), Err(NodeRpcError::Trailing(1)));
         }
         let edited = |mut bytes: Vec<u8>, at: usize, value: u8| {
             bytes[at] = value;
-            TxnRpc::decode(&bytes)
+            NodeRpc::decode(&bytes)
         };
-        assert_eq!(edited(marker().encode(), 0, 2), Err(TxnRpcError::UnknownVersion(2)));
-        assert_eq!(edited(marker().encode(), 1, 7), Err(TxnRpcError::UnknownKind(7)));
-        assert_eq!(edited(offsets().encode(), 21, 3), Err(TxnRpcError::BadCommit(3)));
-        assert_eq!(edited(marker().encode(), 1, 0), Err(TxnRpcError::UnknownKind(0)));
-        assert_eq!(edited(marker().encode(), 40, 2), Err(TxnRpcError::BadCommit(2)));
+        assert_eq!(edited(marker().encode(), 0, 2), Err(NodeRpcError::UnknownVersion(2)));
+        assert_eq!(edited(marker().encode(), 1, 7), Err(NodeRpcError::UnknownKind(7)));
+        assert_eq!(edited(offsets().encode(), 21, 3), Err(NodeRpcError::BadCommit(3)));
+        assert_eq!(edited(marker().encode(), 1, 0), Err(NodeRpcError::UnknownKind(0)));
+        assert_eq!(edited(marker().encode(), 40, 2), Err(NodeRpcError::BadCommit(2)));
         let not_utf8 = edited(verify().encode(), 15, 0xff);
-        assert_eq!(not_utf8, Err(TxnRpcError::NotUtf8 { field: "transactional id" }));
+        assert_eq!(not_utf8, Err(NodeRpcError::NotUtf8 { field: "transactional id" }));
         let long = edited(verify().encode(), 10, 200);
-        assert!(matches!(long, Err(TxnRpcError::Truncated { .. })), "{long:?}");
+        assert!(matches!(long, Err(NodeRpcError::Truncated { .. })), "{long:?}");
     }
 
     #[test]
     fn the_group_is_none_of_the_other_reserved_ones_nor_a_raft_groups() {
         use crate::replication::notice::NOTICE_GROUP;
         use crate::replication::pull::PULL_GROUP;
-        assert_ne!(TXN_GROUP, NOTICE_GROUP);
-        assert_ne!(TXN_GROUP, PULL_GROUP);
-        assert_ne!(TXN_GROUP, 0, "the metadata group");
-        assert_eq!(TXN_GROUP >> 63, 0, "partition and offsets groups have the top bit set");
+        assert_ne!(NODE_RPC_GROUP, NOTICE_GROUP);
+        assert_ne!(NODE_RPC_GROUP, PULL_GROUP);
+        assert_ne!(NODE_RPC_GROUP, 0, "the metadata group");
+        assert_eq!(NODE_RPC_GROUP >> 63, 0, "partition and offsets groups have the top bit set");
     }
 
     proptest! {
@@ -417,11 +433,11 @@ mod tests {
             (transactional_id, topic) in ("\\PC{0,40}", "\\PC{0,40}"),
         ) {
             let rpcs = [
-                TxnRpc::Marker(MarkerRequest {
+                NodeRpc::Marker(MarkerRequest {
                     request_id, topic_id, partition, producer_id, producer_epoch, commit,
                 }),
-                TxnRpc::MarkerAnswer { request_id, error_code },
-                TxnRpc::Verify(VerifyRequest {
+                NodeRpc::MarkerAnswer { request_id, error_code },
+                NodeRpc::Verify(VerifyRequest {
                     request_id,
                     transactional_id: transactional_id.clone(),
                     producer_id,
@@ -429,12 +445,12 @@ mod tests {
                     topic,
                     partition,
                 }),
-                TxnRpc::VerifyAnswer { request_id, error_code, message: transactional_id.clone() },
-                TxnRpc::Offsets { request_id, group: transactional_id, producer_id, commit },
-                TxnRpc::OffsetsAnswer { request_id, error_code },
+                NodeRpc::VerifyAnswer { request_id, error_code, message: transactional_id.clone() },
+                NodeRpc::Offsets { request_id, group: transactional_id, producer_id, commit },
+                NodeRpc::OffsetsAnswer { request_id, error_code },
             ];
             for rpc in rpcs {
-                prop_assert_eq!(TxnRpc::decode(&rpc.encode()), Ok(rpc));
+                prop_assert_eq!(NodeRpc::decode(&rpc.encode()), Ok(rpc));
             }
         }
 
@@ -442,7 +458,7 @@ mod tests {
         fn arbitrary_bytes_decode_or_fail_without_panicking(
             bytes in proptest::collection::vec(any::<u8>(), 0..256)
         ) {
-            let _ = TxnRpc::decode(&bytes);
+            let _ = NodeRpc::decode(&bytes);
         }
     }
 }
