@@ -1,6 +1,7 @@
 //! Calls between the nodes of a cluster: a transaction's markers, verifications and
-//! offsets resolutions (`txn::remote`, docs/transactions.md "Replicated partitions").
-//! The wire format is `replication::node_rpc`; the calls ride the
+//! offsets resolutions (`txn::remote`, docs/transactions.md "Replicated partitions"), and
+//! a topic auto-creation forwarded to the controller (`auto_create`, docs/replication.md,
+//! metadata group). The wire format is `replication::node_rpc`; the calls ride the
 //! replication transport, shard s of one node to shard s of another.
 //!
 //! - **Asking.** `start_call` gives the call a request id (this shard's, seeded from the
@@ -8,7 +9,8 @@
 //!   registers where its answer goes and sends it; `PendingCall::wait` waits
 //!   `CALL_TIMEOUT` for the answer and sends the same call again, `MAX_ASKS` times in
 //!   all, then gives up (the caller answers a retriable error). Every call is safe to ask
-//!   twice: a second marker for a transaction no longer open changes nothing there.
+//!   twice: a second marker for a transaction no longer open changes nothing there, a
+//!   second creation of a topic is refused as existing.
 //! - **Answering.** The shard that receives a call serves it (`answer`): forwarded over
 //!   its node's mesh to the shard that must answer, or served in place, and sends the
 //!   answer back to the asking node's same shard.
@@ -151,6 +153,9 @@ async fn answer(shard: &Rc<Shard>, call: NodeRpc) -> NodeRpc {
         NodeRpc::Verify(request) => crate::txn::remote::answer_verify(shard, request).await,
         NodeRpc::Offsets { request_id, group, producer_id, commit } => {
             crate::txn::remote::answer_offsets(shard, request_id, group, producer_id, commit).await
+        }
+        NodeRpc::CreateTopic { request_id, topic } => {
+            crate::auto_create::answer_create(shard, request_id, topic).await
         }
         answer => unreachable!("an answer is not served: {answer:?}"),
     }

@@ -76,7 +76,7 @@
 //!    partition log.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -209,6 +209,9 @@ pub struct PartitionGroups {
     pub(crate) snapshots: PartitionSnapshots,
     /// Calls to other nodes in flight (`crate::node_calls`).
     pub(crate) node_calls: crate::node_calls::NodeCalls,
+    /// Topic auto-creations forwarded to the controller and not answered yet, by name
+    /// (`crate::auto_create` invariant 1).
+    pub(crate) auto_creates: RefCell<HashSet<String>>,
 }
 
 /// A leader's view of its voters' catching up, for the ISR (module docs), in one term.
@@ -531,6 +534,7 @@ impl Shard {
             applying: Cell::new(None),
             snapshots: PartitionSnapshots::new(),
             node_calls: crate::node_calls::NodeCalls::new(),
+            auto_creates: RefCell::default(),
         });
         *self.partition_groups.borrow_mut() = Some(groups.clone());
         // Groups restored from the log are served only once this replica leads the

@@ -21,7 +21,7 @@
 //! what arrives goes to the receiver the shard took once (`take_pull_receiver`; at most
 //! `MAX_PENDING_PULLS` waiting, more are dropped and counted: the puller asks again).
 //! Calls between nodes (`node_rpc.rs`: transaction markers, KIP-890 verifications,
-//! offsets resolutions) travel alike under `NODE_RPC_GROUP`: `send_node_rpc`, and `take_node_rpc_receiver` (at most
+//! forwarded topic auto-creations) travel alike under `NODE_RPC_GROUP`: `send_node_rpc`, and `take_node_rpc_receiver` (at most
 //! `MAX_PENDING_NODE_RPCS` waiting, more are dropped and counted: the asker asks again).
 //! A `MsgSnapshot` for a group whose sink holds it (`GroupSink::hold_snapshot`: a
 //! partition group, whose records are pulled first) is not stepped here; the sink steps
@@ -74,7 +74,7 @@ const MAX_PENDING_NOTICES: usize = 1024;
 const MAX_PENDING_PULLS: usize = 1024;
 
 /// Calls between nodes waiting for the shard's call task (one per marker, verification or
-/// offsets resolution in flight with another node).
+/// forwarded auto-creation in flight with another node).
 const MAX_PENDING_NODE_RPCS: usize = 1024;
 
 /// The raft id of node `node_id` in every group (raft-rs reserves 0).

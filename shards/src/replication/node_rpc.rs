@@ -1,8 +1,9 @@
 //! Calls between nodes: a coordinator's COMMIT/ABORT marker for a partition led on
 //! another node, a partition leader's KIP-890 verification question to a coordinator on
-//! another node, and a coordinator's resolution of a transaction's pending consumer-group
+//! another node, a coordinator's resolution of a transaction's pending consumer-group
 //! offsets on the group's coordinator on another node (docs/transactions.md, "Replicated
-//! partitions").
+//! partitions"), and a topic auto-creation forwarded to the controller's node
+//! (`crate::auto_create`; docs/replication.md, metadata group).
 //!
 //! They ride the raft transport as the `context` bytes of a raft `Message` addressed to
 //! the reserved group id `NODE_RPC_GROUP` (2^63 - 3, beside the pulls' 2^63 - 2 and the
@@ -11,14 +12,15 @@
 //! the receiving shard forwards over its node's mesh (`crate::node_calls`).
 //!
 //! Runs on any shard of a cluster; not a hot path (one request per marker of a partition
-//! led elsewhere, one per transaction's first batch in such a partition).
+//! led elsewhere, one per transaction's first batch in such a partition, one per topic a
+//! client asks a node that is not the controller to auto-create).
 //!
 //! Encoding (version 1, little-endian):
 //!
 //! | size | field |
 //! |---|---|
 //! | 1 | version (= 1) |
-//! | 1 | kind (1 marker request, 2 marker answer, 3 verification request, 4 its answer, 5 offsets request, 6 its answer) |
+//! | 1 | kind (1 marker request, 2 marker answer, 3 verification request, 4 its answer, 5 offsets request, 6 its answer, 7 topic creation request, 8 its answer) |
 //! | 8 | request id (u64, the asker's, echoed in the answer) |
 //!
 //! then a marker request: topic id (16), partition (i32), producer id (i64), epoch (i16),
@@ -26,7 +28,10 @@
 //! request: transactional id (u16 length, UTF-8), producer id (i64), epoch (i16), topic
 //! (u16 length, UTF-8), partition (i32); its answer: Kafka error code (i16, 0 verified),
 //! message (u16 length, UTF-8); an offsets request: group id (u16 length, UTF-8), producer
-//! id (i64), commit (u8); its answer: Kafka error code (i16).
+//! id (i64), commit (u8); its answer: Kafka error code (i16); a topic creation request:
+//! name (u16 length, UTF-8), partitions (i32), replication factor (i16), configs (u16
+//! count, then each: name, value, u16 length and UTF-8 each); its answer: Kafka error code
+//! (i16, 0 created), message (u16 length, UTF-8).
 //!
 //! Invariants:
 //! 1. Decoding is total: any bytes give a message or a `NodeRpcError` naming the field,
@@ -34,6 +39,8 @@
 //! 2. `decode(encode(m)) == m`.
 
 use std::fmt;
+
+use crate::metadata::NewTopic;
 
 /// The group id calls between nodes travel under; never a raft group's, the notices' or
 /// the pulls'.
@@ -46,6 +53,8 @@ const KIND_VERIFY: u8 = 3;
 const KIND_VERIFY_ANSWER: u8 = 4;
 const KIND_OFFSETS: u8 = 5;
 const KIND_OFFSETS_ANSWER: u8 = 6;
+const KIND_CREATE_TOPIC: u8 = 7;
+const KIND_CREATE_TOPIC_ANSWER: u8 = 8;
 
 /// A coordinator's marker for a partition whose leader is this node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,6 +106,17 @@ pub enum NodeRpc {
         request_id: u64,
         error_code: i16,
     },
+    /// Create a topic, as auto-creation asks for it, at the controller's node.
+    CreateTopic {
+        request_id: u64,
+        topic: NewTopic,
+    },
+    /// 0: created; else the controller's Kafka error code and its message.
+    CreateTopicAnswer {
+        request_id: u64,
+        error_code: i16,
+        message: String,
+    },
 }
 
 /// Why bytes are not a call between nodes.
@@ -128,7 +148,7 @@ impl std::error::Error for NodeRpcError {}
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
     // Longer strings are cut at a character boundary below 64 KiB: no transactional id,
-    // topic or message the broker accepts comes near.
+    // topic, config or message the broker accepts comes near.
     let mut end = s.len().min(u16::MAX as usize);
     while !s.is_char_boundary(end) {
         end -= 1;
@@ -146,7 +166,9 @@ impl NodeRpc {
             NodeRpc::MarkerAnswer { request_id, .. }
             | NodeRpc::VerifyAnswer { request_id, .. }
             | NodeRpc::Offsets { request_id, .. }
-            | NodeRpc::OffsetsAnswer { request_id, .. } => *request_id,
+            | NodeRpc::OffsetsAnswer { request_id, .. }
+            | NodeRpc::CreateTopic { request_id, .. }
+            | NodeRpc::CreateTopicAnswer { request_id, .. } => *request_id,
         }
     }
 
@@ -155,8 +177,12 @@ impl NodeRpc {
         match self {
             NodeRpc::MarkerAnswer { .. }
             | NodeRpc::VerifyAnswer { .. }
-            | NodeRpc::OffsetsAnswer { .. } => true,
-            NodeRpc::Marker(_) | NodeRpc::Verify(_) | NodeRpc::Offsets { .. } => false,
+            | NodeRpc::OffsetsAnswer { .. }
+            | NodeRpc::CreateTopicAnswer { .. } => true,
+            NodeRpc::Marker(_)
+            | NodeRpc::Verify(_)
+            | NodeRpc::Offsets { .. }
+            | NodeRpc::CreateTopic { .. } => false,
         }
     }
 
@@ -168,6 +194,8 @@ impl NodeRpc {
             NodeRpc::VerifyAnswer { .. } => KIND_VERIFY_ANSWER,
             NodeRpc::Offsets { .. } => KIND_OFFSETS,
             NodeRpc::OffsetsAnswer { .. } => KIND_OFFSETS_ANSWER,
+            NodeRpc::CreateTopic { .. } => KIND_CREATE_TOPIC,
+            NodeRpc::CreateTopicAnswer { .. } => KIND_CREATE_TOPIC_ANSWER,
         };
         let mut out = Vec::with_capacity(64);
         out.extend_from_slice(&[VERSION, kind]);
@@ -190,7 +218,8 @@ impl NodeRpc {
                 put_str(&mut out, &v.topic);
                 out.extend_from_slice(&v.partition.to_le_bytes());
             }
-            NodeRpc::VerifyAnswer { error_code, message, .. } => {
+            NodeRpc::VerifyAnswer { error_code, message, .. }
+            | NodeRpc::CreateTopicAnswer { error_code, message, .. } => {
                 out.extend_from_slice(&error_code.to_le_bytes());
                 put_str(&mut out, message);
             }
@@ -202,6 +231,7 @@ impl NodeRpc {
             NodeRpc::OffsetsAnswer { error_code, .. } => {
                 out.extend_from_slice(&error_code.to_le_bytes())
             }
+            NodeRpc::CreateTopic { topic, .. } => put_new_topic(&mut out, topic),
         }
         out
     }
@@ -214,7 +244,7 @@ impl NodeRpc {
             return Err(NodeRpcError::UnknownVersion(version));
         }
         let kind = reader.take::<1>("kind")?[0];
-        if !(KIND_MARKER..=KIND_OFFSETS_ANSWER).contains(&kind) {
+        if !(KIND_MARKER..=KIND_CREATE_TOPIC_ANSWER).contains(&kind) {
             return Err(NodeRpcError::UnknownKind(kind));
         }
         let request_id = u64::from_le_bytes(reader.take("request id")?);
@@ -264,15 +294,35 @@ impl NodeRpc {
                 let commit = reader.commit()?;
                 NodeRpc::Offsets { request_id, group, producer_id, commit }
             }
-            _ => {
+            KIND_OFFSETS_ANSWER => {
                 let error_code = i16::from_le_bytes(reader.take("error code")?);
                 NodeRpc::OffsetsAnswer { request_id, error_code }
+            }
+            KIND_CREATE_TOPIC => NodeRpc::CreateTopic { request_id, topic: reader.new_topic()? },
+            _ => {
+                let error_code = i16::from_le_bytes(reader.take("error code")?);
+                let message = reader.string("message")?;
+                NodeRpc::CreateTopicAnswer { request_id, error_code, message }
             }
         };
         match bytes.len() - reader.at {
             0 => Ok(rpc),
             trailing => Err(NodeRpcError::Trailing(trailing)),
         }
+    }
+}
+
+fn put_new_topic(out: &mut Vec<u8>, topic: &NewTopic) {
+    put_str(out, &topic.name);
+    out.extend_from_slice(&topic.num_partitions.to_le_bytes());
+    out.extend_from_slice(&topic.replication_factor.to_le_bytes());
+    // No topic has more configs than the broker knows (`topic_config::TOPIC_CONFIGS`),
+    // far below the count's limit; auto-creation sends none.
+    let configs = &topic.configs[..topic.configs.len().min(u16::MAX as usize)];
+    out.extend_from_slice(&(configs.len() as u16).to_le_bytes());
+    for (name, value) in configs {
+        put_str(out, name);
+        put_str(out, value);
     }
 }
 
@@ -307,6 +357,19 @@ impl Reader<'_> {
         let bytes = self.slice(field, len)?;
         let s = std::str::from_utf8(bytes).map_err(|_| NodeRpcError::NotUtf8 { field })?;
         Ok(s.to_string())
+    }
+
+    fn new_topic(&mut self) -> Result<NewTopic, NodeRpcError> {
+        let name = self.string("topic")?;
+        let num_partitions = i32::from_le_bytes(self.take("partitions")?);
+        let replication_factor = i16::from_le_bytes(self.take("replication factor")?);
+        let count = u16::from_le_bytes(self.take("config count")?);
+        // Grown as configs arrive: a count the bytes do not hold allocates nothing.
+        let mut configs = Vec::new();
+        for _ in 0..count {
+            configs.push((self.string("config name")?, self.string("config value")?));
+        }
+        Ok(NewTopic { name, num_partitions, replication_factor, configs })
     }
 }
 
@@ -346,6 +409,13 @@ mod tests {
         }
     }
 
+    fn create_topic() -> NodeRpc {
+        let configs = vec![("cleanup.policy".to_string(), "compact".to_string())];
+        let topic =
+            NewTopic { name: "t".to_string(), num_partitions: 3, replication_factor: 1, configs };
+        NodeRpc::CreateTopic { request_id: 12, topic }
+    }
+
     fn all() -> Vec<NodeRpc> {
         vec![
             marker(),
@@ -354,11 +424,13 @@ mod tests {
             NodeRpc::VerifyAnswer { request_id: 10, error_code: 48, message: "no".to_string() },
             offsets(),
             NodeRpc::OffsetsAnswer { request_id: 11, error_code: 16 },
+            create_topic(),
+            NodeRpc::CreateTopicAnswer { request_id: 12, error_code: 41, message: "n".into() },
         ]
     }
 
     #[test]
-    fn the_four_messages_round_trip_with_their_golden_bytes() {
+    fn every_kind_round_trips_with_its_golden_bytes() {
         let mut golden = vec![1, 1, 9, 0, 0, 0, 0, 0, 0, 0];
         golden.extend_from_slice(&[7; 16]);
         golden.extend_from_slice(&[2, 0, 0, 0, 0xa0, 0x0f, 0, 0, 0, 0, 0, 0, 3, 0, 1]);
@@ -377,6 +449,15 @@ mod tests {
         assert_eq!(offsets().encode(), golden);
         let answer = NodeRpc::OffsetsAnswer { request_id: 11, error_code: 16 };
         assert_eq!(answer.encode(), [1, 6, 11, 0, 0, 0, 0, 0, 0, 0, 16, 0]);
+        let mut golden = vec![1, 7, 12, 0, 0, 0, 0, 0, 0, 0, 1, 0, b't', 3, 0, 0, 0, 1, 0, 1, 0];
+        golden.extend_from_slice(&[14, 0]);
+        golden.extend_from_slice(b"cleanup.policy");
+        golden.extend_from_slice(&[7, 0]);
+        golden.extend_from_slice(b"compact");
+        assert_eq!(create_topic().encode(), golden);
+        let answer =
+            NodeRpc::CreateTopicAnswer { request_id: 12, error_code: 41, message: "n".into() };
+        assert_eq!(answer.encode(), [1, 8, 12, 0, 0, 0, 0, 0, 0, 0, 41, 0, 1, 0, b'n']);
         for rpc in all() {
             assert_eq!(NodeRpc::decode(&rpc.encode()), Ok(rpc));
         }
@@ -402,7 +483,7 @@ mod tests {
             NodeRpc::decode(&bytes)
         };
         assert_eq!(edited(marker().encode(), 0, 2), Err(NodeRpcError::UnknownVersion(2)));
-        assert_eq!(edited(marker().encode(), 1, 7), Err(NodeRpcError::UnknownKind(7)));
+        assert_eq!(edited(marker().encode(), 1, 9), Err(NodeRpcError::UnknownKind(9)));
         assert_eq!(edited(offsets().encode(), 21, 3), Err(NodeRpcError::BadCommit(3)));
         assert_eq!(edited(marker().encode(), 1, 0), Err(NodeRpcError::UnknownKind(0)));
         assert_eq!(edited(marker().encode(), 40, 2), Err(NodeRpcError::BadCommit(2)));
@@ -410,6 +491,11 @@ mod tests {
         assert_eq!(not_utf8, Err(NodeRpcError::NotUtf8 { field: "transactional id" }));
         let long = edited(verify().encode(), 10, 200);
         assert!(matches!(long, Err(NodeRpcError::Truncated { .. })), "{long:?}");
+        // A config count the bytes do not hold: the first missing config is truncated.
+        let many = edited(create_topic().encode(), 19, 0xff);
+        assert_eq!(many, Err(NodeRpcError::Truncated { field: "config name" }));
+        let not_utf8 = edited(create_topic().encode(), 23, 0xff);
+        assert_eq!(not_utf8, Err(NodeRpcError::NotUtf8 { field: "config name" }));
     }
 
     #[test]
@@ -431,6 +517,7 @@ mod tests {
             commit in any::<bool>(),
             error_code in any::<i16>(),
             (transactional_id, topic) in ("\\PC{0,40}", "\\PC{0,40}"),
+            configs in proptest::collection::vec(("\\PC{0,20}", "\\PC{0,20}"), 0..4),
         ) {
             let rpcs = [
                 NodeRpc::Marker(MarkerRequest {
@@ -442,12 +529,22 @@ mod tests {
                     transactional_id: transactional_id.clone(),
                     producer_id,
                     producer_epoch,
-                    topic,
+                    topic: topic.clone(),
                     partition,
                 }),
                 NodeRpc::VerifyAnswer { request_id, error_code, message: transactional_id.clone() },
                 NodeRpc::Offsets { request_id, group: transactional_id, producer_id, commit },
                 NodeRpc::OffsetsAnswer { request_id, error_code },
+                NodeRpc::CreateTopic {
+                    request_id,
+                    topic: NewTopic {
+                        name: topic.clone(),
+                        num_partitions: partition,
+                        replication_factor: producer_epoch,
+                        configs,
+                    },
+                },
+                NodeRpc::CreateTopicAnswer { request_id, error_code, message: topic },
             ];
             for rpc in rpcs {
                 prop_assert_eq!(NodeRpc::decode(&rpc.encode()), Ok(rpc));
