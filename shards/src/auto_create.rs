@@ -94,10 +94,11 @@ impl Shard {
                     debug!(topic = %name, node, "the controller has the auto-created topic")
                 }
                 Some(NodeRpc::CreateTopicAnswer { error_code, message, .. }) => {
-                    warn!(topic = %name, node, error_code, %message, "a forwarded auto-creation")
+                    let why = "the controller refused a forwarded auto-creation";
+                    warn!(topic = %name, node, error_code, %message, "{why}")
                 }
                 // Unanswered (`node_calls` logged it), or not an answer to a creation.
-                other => debug!(topic = %name, node, ?other, "a forwarded auto-creation"),
+                other => debug!(topic = %name, node, ?other, "a forwarded auto-creation failed"),
             }
         })
         .detach();
