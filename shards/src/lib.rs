@@ -15,6 +15,7 @@
 
 pub mod acl;
 pub mod admin;
+pub mod auto_create;
 pub mod codec;
 pub mod compaction;
 pub mod controller;
@@ -29,6 +30,7 @@ pub mod metadata;
 pub mod metadata_group;
 pub mod metadata_log;
 pub mod metrics;
+mod node_calls;
 pub mod ops;
 pub mod partition_group;
 pub mod partition_snapshots;
@@ -44,6 +46,7 @@ pub mod topic_config;
 pub mod txn;
 pub mod write_caching;
 
+pub use auto_create::AutoCreate;
 pub use error::{GroupError, PartitionError, TopicError, TxnError};
 pub use mesh::{mesh_builder, Mesh, ShardMeshBuilder};
 pub use message::{FetchedRecords, ListedOffset, PartitionData, PartitionRead, ProduceAck};

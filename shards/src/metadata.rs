@@ -162,7 +162,7 @@ pub struct TopicMeta {
 }
 
 /// A topic to create, as asked by a client.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NewTopic {
     pub name: String,
     pub num_partitions: i32,

@@ -76,7 +76,7 @@
 //!    partition log.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -207,8 +207,11 @@ pub struct PartitionGroups {
     applying: Cell<Option<u64>>,
     /// Partition snapshots sent and installed (`crate::partition_snapshots`).
     pub(crate) snapshots: PartitionSnapshots,
-    /// Transaction calls to other nodes in flight (`crate::txn::remote`).
-    pub(crate) txn_calls: crate::txn::remote::TxnCalls,
+    /// Calls to other nodes in flight (`crate::node_calls`).
+    pub(crate) node_calls: crate::node_calls::NodeCalls,
+    /// Topic auto-creations forwarded to the controller and not answered yet, by name
+    /// (`crate::auto_create` invariant 1).
+    pub(crate) auto_creates: RefCell<HashSet<String>>,
 }
 
 /// A leader's view of its voters' catching up, for the ISR (module docs), in one term.
@@ -530,7 +533,8 @@ impl Shard {
             applied_indexes: RefCell::new(HashMap::new()),
             applying: Cell::new(None),
             snapshots: PartitionSnapshots::new(),
-            txn_calls: crate::txn::remote::TxnCalls::new(),
+            node_calls: crate::node_calls::NodeCalls::new(),
+            auto_creates: RefCell::default(),
         });
         *self.partition_groups.borrow_mut() = Some(groups.clone());
         // Groups restored from the log are served only once this replica leads the
@@ -541,7 +545,7 @@ impl Shard {
         }
         glommio::spawn_local(apply_committed(self.clone(), groups.clone(), committed)).detach();
         crate::partition_snapshots::start(self, &groups);
-        crate::txn::remote::start(self, &groups);
+        crate::node_calls::start(self, &groups);
         glommio::spawn_local(every_tick(self.clone(), groups)).detach();
         Ok(())
     }

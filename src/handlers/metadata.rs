@@ -7,7 +7,10 @@
 //! shard 0 of the metadata group's leader (`metadata_group.rs`; -1 while none is known).
 //!
 //! Unknown topics are created on the spot when the request allows it (v4+, always before)
-//! and the broker's auto-create setting is on, as Kafka's auto.create.topics.enable.
+//! and the broker's auto-create setting is on, as Kafka's auto.create.topics.enable. On a
+//! cluster node that is not the controller the creation is forwarded to the controller
+//! (`shardlog_shards::auto_create`), and the topic is LEADER_NOT_AVAILABLE, as Kafka
+//! answers while it auto-creates, until it is in this node's table.
 
 use std::rc::Rc;
 
@@ -18,7 +21,7 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::{BrokerId, ResponseKind, TopicName};
 use shardlog_net::Reply;
 use shardlog_shards::metadata::validate_topic_name;
-use shardlog_shards::{NewTopic, Shard, TopicMeta};
+use shardlog_shards::{AutoCreate, NewTopic, Shard, TopicMeta};
 use uuid::Uuid;
 
 use shardlog_shards::acl::AclOperation;
@@ -122,12 +125,13 @@ async fn named_topic(
         replication_factor: 1,
         configs: Vec::new(),
     };
-    let result = shard.create_topics(vec![new_topic], false).await.pop();
-    match (result, shard.topic(name)) {
+    let created = shard.auto_create_topic(new_topic).await;
+    match (created, shard.topic(name)) {
         // Created here, or by a concurrent request: either way it exists now.
         (_, Some(meta)) => topic_response(shard, &meta),
-        (Some(Err(e)), None) => error(topic_error_code(&e)),
-        (_, None) => error(errors::UNKNOWN_TOPIC_OR_PARTITION),
+        (AutoCreate::Done(Err(e)), None) => error(topic_error_code(&e)),
+        (AutoCreate::Pending, None) => error(errors::LEADER_NOT_AVAILABLE),
+        (AutoCreate::Done(Ok(())), None) => error(errors::UNKNOWN_TOPIC_OR_PARTITION),
     }
 }
 

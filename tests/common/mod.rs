@@ -687,12 +687,14 @@ pub fn read_topic(broker: &Broker, topic: &str, partitions: i32) -> Stored {
 
 /// A librdkafka producer with acks=all and linger.ms=1 (what most tests want).
 pub fn acks_all_producer(broker: &Broker) -> rdkafka::producer::FutureProducer {
-    rdkafka::config::ClientConfig::new()
-        .set("bootstrap.servers", broker.bootstrap())
-        .set("acks", "all")
-        .set("linger.ms", "1")
-        .create()
-        .expect("a librdkafka producer")
+    acks_all_config(broker).create().expect("a librdkafka producer")
+}
+
+/// The config of [`acks_all_producer`], for a test that sets more.
+pub fn acks_all_config(broker: &Broker) -> rdkafka::config::ClientConfig {
+    let mut config = rdkafka::config::ClientConfig::new();
+    config.set("bootstrap.servers", broker.bootstrap()).set("acks", "all").set("linger.ms", "1");
+    config
 }
 
 /// A topic name for raw requests.

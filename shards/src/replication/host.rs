@@ -20,9 +20,9 @@
 //! Partition snapshot pulls (`pull.rs`) travel alike under `PULL_GROUP`: `send_pull`, and
 //! what arrives goes to the receiver the shard took once (`take_pull_receiver`; at most
 //! `MAX_PENDING_PULLS` waiting, more are dropped and counted: the puller asks again).
-//! Transaction calls between nodes (`txn_rpc.rs`: markers, KIP-890 verifications) travel
-//! alike under `TXN_GROUP`: `send_txn_rpc`, and `take_txn_receiver` (at most
-//! `MAX_PENDING_TXN_RPCS` waiting, more are dropped and counted: the asker asks again).
+//! Calls between nodes (`node_rpc.rs`: transaction markers, KIP-890 verifications,
+//! forwarded topic auto-creations) travel alike under `NODE_RPC_GROUP`: `send_node_rpc`, and `take_node_rpc_receiver` (at most
+//! `MAX_PENDING_NODE_RPCS` waiting, more are dropped and counted: the asker asks again).
 //! A `MsgSnapshot` for a group whose sink holds it (`GroupSink::hold_snapshot`: a
 //! partition group, whose records are pulled first) is not stepped here; the sink steps
 //! it later through `with_group`.
@@ -54,10 +54,10 @@ use shardlog_storage::Durable;
 
 use super::group::{Outcome, RaftGroup};
 use super::log::{LogImage, WriteRequest};
+use super::node_rpc::NODE_RPC_GROUP;
 use super::notice::NOTICE_GROUP;
 use super::pull::PULL_GROUP;
 use super::transport::{Inbound, Transport, TransportConfig, UnknownPeer};
-use super::txn_rpc::TXN_GROUP;
 use super::Message;
 
 /// The tick interval of the broker's groups: raft-rs's elections after 10-20 ticks are
@@ -73,9 +73,9 @@ const MAX_PENDING_NOTICES: usize = 1024;
 /// per group it catches up, a leader answers each).
 const MAX_PENDING_PULLS: usize = 1024;
 
-/// Transaction calls waiting for the shard's transaction call task (one per marker or
-/// verification in flight with another node).
-const MAX_PENDING_TXN_RPCS: usize = 1024;
+/// Calls between nodes waiting for the shard's call task (one per marker, verification or
+/// forwarded auto-creation in flight with another node).
+const MAX_PENDING_NODE_RPCS: usize = 1024;
 
 /// The raft id of node `node_id` in every group (raft-rs reserves 0).
 pub fn raft_id(node_id: u64) -> u64 {
@@ -147,8 +147,8 @@ pub struct HostStats {
     pub dropped_notices: u64,
     /// Pull messages dropped because `MAX_PENDING_PULLS` were waiting.
     pub dropped_pulls: u64,
-    /// Transaction calls dropped because `MAX_PENDING_TXN_RPCS` were waiting.
-    pub dropped_txn_rpcs: u64,
+    /// Calls between nodes dropped because `MAX_PENDING_NODE_RPCS` were waiting.
+    pub dropped_node_rpcs: u64,
 }
 
 /// A group id hosted twice.
@@ -182,9 +182,9 @@ struct Inner {
     /// Pull messages to the shard's pull task: (sender node, pull bytes).
     pulls: LocalSender<(u64, bytes::Bytes)>,
     pull_receiver: RefCell<Option<LocalReceiver<(u64, bytes::Bytes)>>>,
-    /// Transaction calls to the shard's call task: (sender node, call bytes).
-    txn_rpcs: LocalSender<(u64, bytes::Bytes)>,
-    txn_receiver: RefCell<Option<LocalReceiver<(u64, bytes::Bytes)>>>,
+    /// Calls between nodes to the shard's call task: (sender node, call bytes).
+    node_rpcs: LocalSender<(u64, bytes::Bytes)>,
+    node_rpc_receiver: RefCell<Option<LocalReceiver<(u64, bytes::Bytes)>>>,
     /// (group, number, flush) of writes on the shard log not yet reported, in log order
     /// (so in the order their flushes complete), to the durability task. Bounded by what
     /// the groups write while one flush is in flight.
@@ -203,7 +203,7 @@ impl GroupHost {
         let (transport, inbound) = Transport::start(config)?;
         let (flushes, flushed) = local_channel::new_unbounded();
         let (pulls, pull_receiver) = local_channel::new_bounded(MAX_PENDING_PULLS);
-        let (txn_rpcs, txn_receiver) = local_channel::new_bounded(MAX_PENDING_TXN_RPCS);
+        let (node_rpcs, node_rpc_receiver) = local_channel::new_bounded(MAX_PENDING_NODE_RPCS);
         let inner = Rc::new(Inner {
             transport,
             groups: RefCell::new(BTreeMap::new()),
@@ -212,8 +212,8 @@ impl GroupHost {
             notices: RefCell::new(Vec::new()),
             pulls,
             pull_receiver: RefCell::new(Some(pull_receiver)),
-            txn_rpcs,
-            txn_receiver: RefCell::new(Some(txn_receiver)),
+            node_rpcs,
+            node_rpc_receiver: RefCell::new(Some(node_rpc_receiver)),
             flushes,
         });
         let tasks = vec![
@@ -337,17 +337,17 @@ impl GroupHost {
         self.inner.pull_receiver.borrow_mut().take()
     }
 
-    /// Queues a transaction call (`txn_rpc.rs`) for node `to`'s same shard.
-    pub fn send_txn_rpc(&self, to: u64, rpc: Vec<u8>) -> Result<(), UnknownPeer> {
+    /// Queues a call between nodes (`node_rpc.rs`) for node `to`'s same shard.
+    pub fn send_node_rpc(&self, to: u64, rpc: Vec<u8>) -> Result<(), UnknownPeer> {
         let mut message = Message::default();
         message.set_context(rpc.into());
-        self.inner.transport.send(to, TXN_GROUP, message)
+        self.inner.transport.send(to, NODE_RPC_GROUP, message)
     }
 
-    /// Where the transaction calls that arrive go: (sender node, bytes); the first call
+    /// Where the calls between nodes that arrive go: (sender node, bytes); the first call
     /// takes it, later ones get None.
-    pub fn take_txn_receiver(&self) -> Option<LocalReceiver<(u64, bytes::Bytes)>> {
-        self.inner.txn_receiver.borrow_mut().take()
+    pub fn take_node_rpc_receiver(&self) -> Option<LocalReceiver<(u64, bytes::Bytes)>> {
+        self.inner.node_rpc_receiver.borrow_mut().take()
     }
 
     /// The shard's transport (its counters, its address).
@@ -381,9 +381,9 @@ impl Inner {
             }
             return;
         }
-        if id == TXN_GROUP {
-            if self.txn_rpcs.try_send((from, message.take_context())).is_err() {
-                self.count(|s| s.dropped_txn_rpcs += 1);
+        if id == NODE_RPC_GROUP {
+            if self.node_rpcs.try_send((from, message.take_context())).is_err() {
+                self.count(|s| s.dropped_node_rpcs += 1);
             }
             return;
         }

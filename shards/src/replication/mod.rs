@@ -50,6 +50,7 @@ pub mod frame;
 mod group;
 mod host;
 mod log;
+pub mod node_rpc;
 pub mod notice;
 pub mod partition;
 pub mod partition_snapshot;
@@ -57,7 +58,6 @@ pub mod persist;
 pub mod pull;
 pub mod snapshot_transfer;
 pub mod transport;
-pub mod txn_rpc;
 
 pub use group::{GroupConfig, Outcome, Proposal, ProposeError, RaftGroup};
 pub use host::{node_of, raft_id, GroupExists, GroupHost, GroupSink, HostStats, Written, TICK};

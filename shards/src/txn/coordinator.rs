@@ -31,12 +31,13 @@ use super::state::{TxnMetadata, TxnState};
 use super::{coordinator_shard, Busy};
 use crate::error::{PartitionError, TxnError};
 use crate::message::{ShardReply, ShardRequest};
+use crate::node_calls::PendingCall;
 use crate::ops::append_error;
 use crate::partition_group::Proposed;
 use crate::producer_log::wall_ms;
-use crate::replication::txn_rpc::MarkerRequest;
+use crate::replication::node_rpc::MarkerRequest;
 use crate::shard::Shard;
-use crate::txn::remote::{marker_result, PendingCall};
+use crate::txn::remote::marker_result;
 
 /// A marker or offsets resolution on its way.
 enum Marking {

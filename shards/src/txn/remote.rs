@@ -1,48 +1,32 @@
 //! Transaction calls across nodes (docs/transactions.md, "Replicated partitions"): a
-//! coordinator's marker for a partition led on another node, and a partition leader's
-//! KIP-890 verification by a coordinator on another node. The wire format is
-//! `replication::txn_rpc`; the calls ride the replication transport, shard s of one node
-//! to shard s of another.
+//! coordinator's marker for a partition led on another node, a partition leader's
+//! KIP-890 verification by a coordinator on another node, and a coordinator's resolution
+//! of a transaction's pending offsets on another node's group coordinator. The wire
+//! format is `replication::node_rpc`; asking and answering are `crate::node_calls`
+//! (request ids, bounded asks, the shard 0 or owner shard reached over the mesh).
 //!
-//! - **Asking.** `start_call` gives the call a request id (this shard's, seeded from the
-//!   clock so that an answer to a call made before a restart matches no call after it),
-//!   registers where its answer goes and sends it; `PendingCall::wait` waits
-//!   `CALL_TIMEOUT` for the answer and sends the same call again, `MAX_ASKS` times in
-//!   all, then gives up (the caller answers a retriable error). A marker sent twice is
-//!   harmless: a second marker for a transaction no longer open changes nothing there.
+//! - **Asking.** A marker sent twice is harmless: a second marker for a transaction no
+//!   longer open changes nothing there.
 //! - **Answering.** The shard that receives a call forwards it over its node's mesh to
 //!   the shard that must answer (the partition's owner for a marker, the transactional
-//!   id's coordinator shard for a verification), or serves it in place, and sends the
-//!   answer back to the asking node's same shard.
+//!   id's coordinator shard for a verification, the group's coordinator shard for
+//!   offsets), or serves it in place.
 //!
 //! Runs on every shard of a cluster (`PartitionGroups` exist); not a hot path.
 //!
 //! Invariants:
-//! 1. An answer is used only by the call whose request id it carries, from the node that
-//!    call went to; every other answer is dropped.
-//! 2. A call that was not answered is never taken as done: a marker is then
+//! 1. A call that was not answered is never taken as done: a marker is then
 //!    NOT_LEADER_OR_FOLLOWER (the transaction stays prepared, the ticker sends it again),
 //!    a verification a retriable refusal (nothing appended).
 
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::rc::Rc;
-use std::time::Duration;
-
-use bytes::Bytes;
-use futures_lite::FutureExt;
-use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 
 use super::coordinator_shard;
 use crate::error::{GroupError, PartitionError, TxnError};
 use crate::message::{ShardReply, ShardRequest};
-use crate::partition_group::PartitionGroups;
-use crate::replication::txn_rpc::{MarkerRequest, TxnRpc, VerifyRequest};
+use crate::node_calls::{start_call, PendingCall};
+use crate::replication::node_rpc::{MarkerRequest, NodeRpc, VerifyRequest};
 use crate::shard::Shard;
-
-/// How long one ask waits for its answer, and how many asks a call makes.
-const CALL_TIMEOUT: Duration = Duration::from_secs(2);
-const MAX_ASKS: u32 = 3;
 
 // The Kafka error codes the calls carry.
 const NONE: i16 = 0;
@@ -57,136 +41,30 @@ const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
 const CONCURRENT_TRANSACTIONS: i16 = 51;
 const PRODUCER_FENCED: i16 = 90;
 
-/// A shard's calls in flight (invariant 1).
-pub(crate) struct TxnCalls {
-    next_id: Cell<u64>,
-    /// request id -> (the node asked, where its answer goes).
-    awaiting: RefCell<HashMap<u64, (u64, LocalSender<TxnRpc>)>>,
+/// The answer to a marker from another node's coordinator.
+pub(crate) async fn answer_marker(shard: &Rc<Shard>, request: MarkerRequest) -> NodeRpc {
+    let request_id = request.request_id;
+    let error_code = marker_code(shard.serve_remote_marker(request).await);
+    NodeRpc::MarkerAnswer { request_id, error_code }
 }
 
-impl TxnCalls {
-    pub(crate) fn new() -> TxnCalls {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-        let seed = now.map(|d| d.as_nanos() as u64).unwrap_or(1);
-        TxnCalls { next_id: Cell::new(seed), awaiting: RefCell::new(HashMap::new()) }
-    }
+/// The answer to a verification from another node's partition leader.
+pub(crate) async fn answer_verify(shard: &Rc<Shard>, request: VerifyRequest) -> NodeRpc {
+    let request_id = request.request_id;
+    let (error_code, message) = verify_code(shard.serve_remote_verify(request).await);
+    NodeRpc::VerifyAnswer { request_id, error_code, message }
 }
 
-/// A call sent and not answered yet; dropping it forgets the call.
-pub(crate) struct PendingCall {
-    groups: Rc<PartitionGroups>,
-    node: u64,
+/// The answer to an offsets resolution from another node's coordinator.
+pub(crate) async fn answer_offsets(
+    shard: &Rc<Shard>,
     request_id: u64,
-    bytes: Vec<u8>,
-    answers: LocalReceiver<TxnRpc>,
-}
-
-/// Sends the call `make(request id)` to `node`'s same shard.
-pub(crate) fn start_call(
-    groups: &Rc<PartitionGroups>,
-    node: u64,
-    make: impl FnOnce(u64) -> TxnRpc,
-) -> PendingCall {
-    let calls = &groups.txn_calls;
-    let request_id = calls.next_id.get();
-    calls.next_id.set(request_id.wrapping_add(1));
-    let bytes = make(request_id).encode();
-    let (sender, answers) = local_channel::new_bounded(4);
-    calls.awaiting.borrow_mut().insert(request_id, (node, sender));
-    // An unknown peer answers nothing: the call times out (invariant 2).
-    let _ = groups.host.send_txn_rpc(node, bytes.clone());
-    PendingCall { groups: groups.clone(), node, request_id, bytes, answers }
-}
-
-impl PendingCall {
-    /// The answer, asking again after each `CALL_TIMEOUT`; None after `MAX_ASKS`.
-    pub(crate) async fn wait(self) -> Option<TxnRpc> {
-        for ask in 0..MAX_ASKS {
-            if ask > 0 {
-                let _ = self.groups.host.send_txn_rpc(self.node, self.bytes.clone());
-            }
-            let deadline = async {
-                glommio::timer::sleep(CALL_TIMEOUT).await;
-                None
-            };
-            if let Some(answer) = async { self.answers.recv().await }.or(deadline).await {
-                return Some(answer);
-            }
-        }
-        tracing::warn!(node = self.node, asks = MAX_ASKS, "a transaction call went unanswered");
-        None
-    }
-}
-
-impl Drop for PendingCall {
-    fn drop(&mut self) {
-        self.groups.txn_calls.awaiting.borrow_mut().remove(&self.request_id);
-    }
-}
-
-/// Starts the shard's task that serves calls and hands answers to their callers.
-pub(crate) fn start(shard: &Rc<Shard>, groups: &Rc<PartitionGroups>) {
-    if let Some(calls) = groups.host.take_txn_receiver() {
-        glommio::spawn_local(receive(shard.clone(), groups.clone(), calls)).detach();
-    }
-}
-
-async fn receive(
-    shard: Rc<Shard>,
-    groups: Rc<PartitionGroups>,
-    calls: LocalReceiver<(u64, Bytes)>,
-) {
-    while let Some((from, bytes)) = calls.recv().await {
-        let rpc = match TxnRpc::decode(&bytes) {
-            Ok(rpc) => rpc,
-            Err(error) => {
-                tracing::warn!(from, %error, "a transaction call dropped");
-                continue;
-            }
-        };
-        match rpc {
-            TxnRpc::Marker(request) => {
-                let (shard, groups) = (shard.clone(), groups.clone());
-                glommio::spawn_local(async move {
-                    let request_id = request.request_id;
-                    let error_code = marker_code(shard.serve_remote_marker(request).await);
-                    let answer = TxnRpc::MarkerAnswer { request_id, error_code };
-                    let _ = groups.host.send_txn_rpc(from, answer.encode());
-                })
-                .detach();
-            }
-            TxnRpc::Verify(request) => {
-                let (shard, groups) = (shard.clone(), groups.clone());
-                glommio::spawn_local(async move {
-                    let request_id = request.request_id;
-                    let (error_code, message) =
-                        verify_code(shard.serve_remote_verify(request).await);
-                    let answer = TxnRpc::VerifyAnswer { request_id, error_code, message };
-                    let _ = groups.host.send_txn_rpc(from, answer.encode());
-                })
-                .detach();
-            }
-            TxnRpc::Offsets { request_id, group, producer_id, commit } => {
-                let (shard, groups) = (shard.clone(), groups.clone());
-                glommio::spawn_local(async move {
-                    let resolved = shard.serve_remote_offsets(group, producer_id, commit).await;
-                    let answer =
-                        TxnRpc::OffsetsAnswer { request_id, error_code: offsets_code(resolved) };
-                    let _ = groups.host.send_txn_rpc(from, answer.encode());
-                })
-                .detach();
-            }
-            answer => {
-                let awaiting = groups.txn_calls.awaiting.borrow();
-                match awaiting.get(&answer.request_id()) {
-                    Some((node, waiter)) if *node == from => {
-                        let _ = waiter.try_send(answer);
-                    }
-                    _ => tracing::debug!(from, "a transaction call's answer nobody waits for"),
-                }
-            }
-        }
-    }
+    group: String,
+    producer_id: i64,
+    commit: bool,
+) -> NodeRpc {
+    let resolved = shard.serve_remote_offsets(group, producer_id, commit).await;
+    NodeRpc::OffsetsAnswer { request_id, error_code: offsets_code(resolved) }
 }
 
 impl Shard {
@@ -271,21 +149,21 @@ impl Shard {
         commit: bool,
     ) -> Result<(), GroupError> {
         let groups = self.partition_groups().ok_or(GroupError::CoordinatorNotAvailable)?;
-        let call = start_call(&groups, node as u64, |request_id| TxnRpc::Offsets {
+        let call = start_call(&groups, node as u64, |request_id| NodeRpc::Offsets {
             request_id,
             group: group.to_string(),
             producer_id,
             commit,
         });
         match call.wait().await {
-            Some(TxnRpc::OffsetsAnswer { error_code: NONE, .. }) => Ok(()),
-            Some(TxnRpc::OffsetsAnswer { error_code: NOT_COORDINATOR, .. }) => {
+            Some(NodeRpc::OffsetsAnswer { error_code: NONE, .. }) => Ok(()),
+            Some(NodeRpc::OffsetsAnswer { error_code: NOT_COORDINATOR, .. }) => {
                 Err(GroupError::NotCoordinator)
             }
-            Some(TxnRpc::OffsetsAnswer { error_code: COORDINATOR_LOAD_IN_PROGRESS, .. }) => {
+            Some(NodeRpc::OffsetsAnswer { error_code: COORDINATOR_LOAD_IN_PROGRESS, .. }) => {
                 Err(GroupError::CoordinatorLoadInProgress)
             }
-            // Unanswered, or another failure: the transaction stays prepared (invariant 2).
+            // Unanswered, or another failure: the transaction stays prepared (invariant 1).
             _ => Err(GroupError::CoordinatorNotAvailable),
         }
     }
@@ -298,7 +176,7 @@ impl Shard {
     ) -> Result<PendingCall, PartitionError> {
         let groups = self.partition_groups().ok_or(PartitionError::NotLeaderOrFollower)?;
         Ok(start_call(&groups, node as u64, |request_id| {
-            TxnRpc::Marker(MarkerRequest { request_id, ..request })
+            NodeRpc::Marker(MarkerRequest { request_id, ..request })
         }))
     }
 
@@ -312,29 +190,29 @@ impl Shard {
             return Err(TxnError::NotCoordinator);
         };
         let call = start_call(&groups, node as u64, |request_id| {
-            TxnRpc::Verify(VerifyRequest { request_id, ..request })
+            NodeRpc::Verify(VerifyRequest { request_id, ..request })
         });
         match call.wait().await {
-            Some(TxnRpc::VerifyAnswer { error_code, message, .. }) => {
+            Some(NodeRpc::VerifyAnswer { error_code, message, .. }) => {
                 verify_result(error_code, message)
             }
-            // Unanswered (invariant 2): retriable, as a coordinator still loading.
+            // Unanswered (invariant 1): retriable, as a coordinator still loading.
             _ => Err(TxnError::CoordinatorLoadInProgress),
         }
     }
 }
 
-/// A marker call's answer as the coordinator takes it (invariant 2).
-pub(crate) fn marker_result(node: u32, answer: Option<TxnRpc>) -> Result<(), PartitionError> {
+/// A marker call's answer as the coordinator takes it (invariant 1).
+pub(crate) fn marker_result(node: u32, answer: Option<NodeRpc>) -> Result<(), PartitionError> {
     match answer {
-        Some(TxnRpc::MarkerAnswer { error_code: NONE, .. }) => Ok(()),
-        Some(TxnRpc::MarkerAnswer { error_code: UNKNOWN_TOPIC_OR_PARTITION, .. }) => {
+        Some(NodeRpc::MarkerAnswer { error_code: NONE, .. }) => Ok(()),
+        Some(NodeRpc::MarkerAnswer { error_code: UNKNOWN_TOPIC_OR_PARTITION, .. }) => {
             Err(PartitionError::UnknownTopicOrPartition)
         }
-        Some(TxnRpc::MarkerAnswer { error_code: NOT_LEADER_OR_FOLLOWER, .. }) | None => {
+        Some(NodeRpc::MarkerAnswer { error_code: NOT_LEADER_OR_FOLLOWER, .. }) | None => {
             Err(PartitionError::NotLeaderOrFollower)
         }
-        Some(TxnRpc::MarkerAnswer { error_code, .. }) => Err(PartitionError::Storage(format!(
+        Some(NodeRpc::MarkerAnswer { error_code, .. }) => Err(PartitionError::Storage(format!(
             "node {node} answered a marker with error code {error_code}"
         ))),
         Some(other) => Err(PartitionError::Storage(format!("node {node} answered {other:?}"))),
@@ -422,7 +300,7 @@ mod tests {
     #[test]
     fn an_unanswered_or_refused_marker_leaves_the_transaction_prepared() {
         assert!(marker_result(1, None) == Err(PartitionError::NotLeaderOrFollower));
-        let answer = |error_code| Some(TxnRpc::MarkerAnswer { request_id: 1, error_code });
+        let answer = |error_code| Some(NodeRpc::MarkerAnswer { request_id: 1, error_code });
         assert!(marker_result(1, answer(NONE)).is_ok());
         assert!(
             marker_result(1, answer(NOT_LEADER_OR_FOLLOWER))

@@ -54,7 +54,7 @@ use crate::error::{PartitionError, TxnError};
 use crate::group::coordinator_node;
 use crate::message::{ShardReply, ShardRequest};
 use crate::ops::ProduceWait;
-use crate::replication::txn_rpc::VerifyRequest;
+use crate::replication::node_rpc::VerifyRequest;
 use crate::shard::Shard;
 
 /// Produces of one (partition, producer id, epoch) waiting for the coordinator's answer.
