@@ -7,7 +7,7 @@
 //! metadata group's topic table passes 4 MiB at about 19,000 topics. So the writer cuts a
 //! message that fits no frame into pieces of `PIECE_BYTES` of its protobuf encoding, each
 //! the context of a message of the reserved group `FRAGMENT_GROUP` (2^63 - 4, beside the
-//! notices', pulls' and transaction calls'), sent one after the other on the connection;
+//! notices', pulls' and calls between nodes'), sent one after the other on the connection;
 //! the reader of that connection appends them in order and delivers the whole message,
 //! as if it had come in one frame. The frame format is unchanged.
 //!
