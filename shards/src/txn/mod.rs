@@ -28,6 +28,7 @@ pub mod offsets;
 pub mod partition;
 pub mod recovery;
 pub(crate) mod remote;
+mod replicated;
 pub mod state;
 pub mod verify;
 
