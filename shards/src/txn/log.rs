@@ -63,15 +63,6 @@ impl TxnLogEntry {
     /// Applies this entry (in log order) to what recovery rebuilds.
     pub fn apply(self, to: &mut Recovered) {
         match self {
-            TxnLogEntry::Txn(metadata) => {
-                to.txns.insert(metadata.transactional_id.clone(), metadata);
-            }
-            TxnLogEntry::PendingOffsets { group, producer_id, offsets } => {
-                merge_pending(&mut to.pending, group, producer_id, offsets);
-            }
-            TxnLogEntry::OffsetsResolved { group, producer_id } => {
-                to.pending.remove(&(group, producer_id));
-            }
             TxnLogEntry::Snapshot { txns, pending, partitions, covered } => {
                 *to = Recovered {
                     txns: txns.into_iter().map(|t| (t.transactional_id.clone(), t)).collect(),
@@ -80,6 +71,30 @@ impl TxnLogEntry {
                     covered: covered.into_iter().collect(),
                 };
             }
+            change => change.apply_change(&mut to.txns, &mut to.pending),
+        }
+    }
+
+    /// Applies a change (any entry but a snapshot, which is written, never proposed) to
+    /// the coordinator's metadata and pending offsets: at recovery, and on every replica
+    /// of a cluster's offsets group (`txn::replicated`). Each sets, merges per partition
+    /// or removes, so a run applied twice leaves what applying it once did.
+    pub fn apply_change(
+        self,
+        txns: &mut BTreeMap<String, TxnMetadata>,
+        pending: &mut PendingOffsets,
+    ) {
+        match self {
+            TxnLogEntry::Txn(metadata) => {
+                txns.insert(metadata.transactional_id.clone(), metadata);
+            }
+            TxnLogEntry::PendingOffsets { group, producer_id, offsets } => {
+                merge_pending(pending, group, producer_id, offsets);
+            }
+            TxnLogEntry::OffsetsResolved { group, producer_id } => {
+                pending.remove(&(group, producer_id));
+            }
+            TxnLogEntry::Snapshot { .. } => panic!("a snapshot is not a change"),
         }
     }
 }
@@ -141,6 +156,45 @@ mod tests {
         TxnLogEntry::OffsetsResolved { group: "g".into(), producer_id: 5 }.apply(&mut recovered);
         assert!(recovered.pending.is_empty());
         assert_eq!(recovered.txns["tx"].state, TxnState::Ongoing);
+    }
+
+    /// `group::replicated` invariant 3 for transaction state: after a restart the raft
+    /// entries past the compaction point are applied again on top of what the stream
+    /// recovered, which already holds them (any suffix of the run).
+    #[test]
+    fn applying_a_run_of_changes_again_from_any_entry_leaves_what_applying_it_once_did() {
+        let open = TxnMetadata::new("tx", 5, 60_000, 0);
+        let mut prepared = open.clone();
+        prepared.state = TxnState::PrepareCommit;
+        let pending = |partition: i32, offset: i64| TxnLogEntry::PendingOffsets {
+            group: "g".into(),
+            producer_id: 5,
+            offsets: vec![(("in".into(), partition), committed(offset))],
+        };
+        let resolved = TxnLogEntry::OffsetsResolved { group: "g".into(), producer_id: 5 };
+        let run = vec![
+            TxnLogEntry::Txn(open),
+            pending(0, 3),
+            pending(1, 4),
+            pending(0, 7),
+            TxnLogEntry::Txn(prepared),
+            resolved,
+            pending(1, 9),
+        ];
+        let applied = |entries: &[TxnLogEntry], state: &mut (BTreeMap<_, _>, PendingOffsets)| {
+            for entry in entries {
+                entry.clone().apply_change(&mut state.0, &mut state.1);
+            }
+        };
+        let mut once = Default::default();
+        applied(&run, &mut once);
+        for from in 0..run.len() {
+            let mut twice = once.clone();
+            applied(&run[from..], &mut twice);
+            assert_eq!(twice, once, "applied again from entry {from}");
+        }
+        assert_eq!(once.0["tx"].state, TxnState::PrepareCommit);
+        assert_eq!(once.1[&("g".to_string(), 5)], vec![(("in".into(), 1), committed(9))]);
     }
 
     #[test]

@@ -43,7 +43,7 @@
 //!    partition, a later one winning; a resolution removes), so entries applied again after
 //!    a restart, on top of what the stream recovered, leave what applying them once did.
 
-use super::log::{merge_pending, TxnLogEntry};
+use super::log::TxnLogEntry;
 use crate::error::{GroupError, TxnError};
 use crate::partition_group::OffsetsApplied;
 use crate::replication::partition::PartitionEntry;
@@ -96,18 +96,8 @@ impl Shard {
 
     /// One change to the in-memory coordinator state (every entry but a snapshot).
     fn apply_txn_entry(&self, entry: TxnLogEntry) {
-        match entry {
-            TxnLogEntry::Txn(metadata) => {
-                self.txn.txns.borrow_mut().insert(metadata.transactional_id.clone(), metadata);
-            }
-            TxnLogEntry::PendingOffsets { group, producer_id, offsets } => {
-                merge_pending(&mut self.txn.pending.borrow_mut(), group, producer_id, offsets);
-            }
-            TxnLogEntry::OffsetsResolved { group, producer_id } => {
-                self.txn.pending.borrow_mut().remove(&(group, producer_id));
-            }
-            TxnLogEntry::Snapshot { .. } => unreachable!("snapshots are written, not applied"),
-        }
+        let mut txns = self.txn.txns.borrow_mut();
+        entry.apply_change(&mut txns, &mut self.txn.pending.borrow_mut());
     }
 
     /// Appends an encoded entry to the `Transactions` stream (not waiting for it).
