@@ -23,6 +23,19 @@
 //!   node is killed: the third leader (the restarted node, whose state its restart rebuilt
 //!   from its log, or the remaining one) answers the same.
 //!
+//! The transaction coordinator fails over with its node (phase 2b: its state goes through
+//! the shard's offsets group, and the coordinator follows that group's leader):
+//!
+//! - a producer commits and leaves a transaction open, and its coordinator's node is killed
+//!   with SIGKILL; a new instance with the same transactional id initializes at the new
+//!   coordinator, which aborts the open transaction and fences the old instance (its next
+//!   commit is refused); the new instance commits; read_committed sees exactly the commits;
+//! - a transaction open at the kill with no client coming back is aborted by the new
+//!   coordinator at its timeout, which releases the LSO.
+//!
+//! The tests that need a transactional id coordinated off a node run on nodes of two
+//! shards: with one, every id is coordinated by the RF-3 partition's leader's node.
+//!
 //! A follower that lost its data dir while the leader compacted its raft log past it
 //! (`--replica-snapshot-after-ms 1000`) rejoins from a partition snapshot: once it leads
 //! (the other nodes' leaders killed in turn), its read_committed still leaves out the
@@ -270,6 +283,22 @@ fn kill_the_coordinator(cluster: &mut [Broker], id: &str) -> (usize, usize) {
     (killed, coordinator)
 }
 
+/// One transaction of `values` to the RF-3 partition, committed.
+fn commit(producer: &BaseProducer, values: &[String]) {
+    producer.begin_transaction().unwrap();
+    send(producer, values);
+    producer.flush(DEADLINE).expect("flushed");
+    producer.commit_transaction(DEADLINE).expect("commit");
+}
+
+/// `commit` of `committed`, then a transaction of `open` left open (its records flushed).
+fn commit_then_leave_open(producer: &BaseProducer, committed: &[String], open: &[String]) {
+    commit(producer, committed);
+    producer.begin_transaction().unwrap();
+    send(producer, open);
+    producer.flush(DEADLINE).expect("flushed");
+}
+
 /// A transactional producer that committed and left a transaction open when its
 /// coordinator's node died: the client's next instance initializes at the new coordinator,
 /// which aborts the open transaction and fences the old instance; the new instance commits.
@@ -278,22 +307,13 @@ fn a_coordinator_killed_with_a_transaction_open_fails_over_and_fences_the_old_in
     let (mut cluster, view) = TOPIC.start_cluster();
     let id = transactional_id(&cluster[0], node_of(view[0].1), true);
     let old = transactional_producer(&cluster, &id);
-    old.begin_transaction().unwrap();
-    send(&old, &tagged("c1", 3));
-    old.flush(DEADLINE).expect("flushed");
-    old.commit_transaction(DEADLINE).expect("commit c1");
-    old.begin_transaction().unwrap();
-    send(&old, &tagged("open", 2));
-    old.flush(DEADLINE).expect("flushed");
+    commit_then_leave_open(&old, &tagged("c1", 3), &tagged("open", 2));
 
     let (killed, coordinator) = kill_the_coordinator(&mut cluster, &id);
     // The new instance's InitProducerId at the new coordinator: the open transaction is
     // aborted (its ABORT marker written at the new leader) and the old epoch fenced.
     let new = transactional_producer(&cluster, &id);
-    new.begin_transaction().unwrap();
-    send(&new, &tagged("c2", 3));
-    new.flush(DEADLINE).expect("flushed");
-    new.commit_transaction(DEADLINE).expect("commit c2");
+    commit(&new, &tagged("c2", 3));
     // The old instance, fenced: its next transaction call is refused.
     send(&old, &tagged("zombie", 1));
     let refused = old.commit_transaction(DEADLINE);
@@ -323,13 +343,7 @@ fn a_transaction_open_at_the_coordinators_kill_is_aborted_by_the_new_coordinator
     let id = transactional_id(&cluster[0], leader, true);
     let timeout_ms = 15_000;
     let producer = producer_with_timeout(&cluster, &id, timeout_ms);
-    producer.begin_transaction().unwrap();
-    send(&producer, &tagged("c1", 2));
-    producer.flush(DEADLINE).expect("flushed");
-    producer.commit_transaction(DEADLINE).expect("commit c1");
-    producer.begin_transaction().unwrap();
-    send(&producer, &tagged("open", 3));
-    producer.flush(DEADLINE).expect("flushed");
+    commit_then_leave_open(&producer, &tagged("c1", 2), &tagged("open", 3));
     let leader_broker = &cluster[leader - 1];
     let held = wait_for_lso(leader_broker, |high, lso| high == 6 && lso == 3, "the LSO held at 3");
     assert_eq!(held, (6, 3), "high watermark, LSO with a transaction open");
@@ -341,10 +355,7 @@ fn a_transaction_open_at_the_coordinators_kill_is_aborted_by_the_new_coordinator
     assert_eq!(ends, (7, 7), "the high watermark and LSO once the open transaction is aborted");
     assert_eq!(read_all(new_leader, "read_committed"), tagged("c1", 2));
     let next = transactional_producer(&cluster, &id);
-    next.begin_transaction().unwrap();
-    send(&next, &tagged("c2", 2));
-    next.flush(DEADLINE).expect("flushed");
-    next.commit_transaction(DEADLINE).expect("commit c2");
+    commit(&next, &tagged("c2", 2));
     wait_for_lso(new_leader, |high, lso| high == 10 && lso == 10, "the LSO past c2's COMMIT");
     assert_eq!(read_all(new_leader, "read_committed"), [tagged("c1", 2), tagged("c2", 2)].concat());
     drop(producer);

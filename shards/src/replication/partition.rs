@@ -614,13 +614,7 @@ mod tests {
         assert_eq!(bytes, [1, 2, 4, 3, 2, 1, 0, 0, 0, 0]);
         let decoded = PartitionEntry::decode(&Bytes::from(bytes.clone()));
         assert_eq!(decoded, Ok(PartitionEntry::Compact { to: 0x0102_0304 }));
-        for cut in 0..bytes.len() {
-            let cut = Bytes::copy_from_slice(&bytes[..cut]);
-            assert_eq!(PartitionEntry::decode(&cut), Err(EntryError::Truncated), "{}", cut.len());
-        }
-        let mut longer = bytes.clone();
-        longer.push(0);
-        assert_eq!(PartitionEntry::decode(&Bytes::from(longer)), Err(EntryError::Trailing(1)));
+        assert_cuts_truncated_and_a_byte_more_trailing(&bytes);
         let produce = Bytes::from(entry().encode());
         assert_eq!(PartitionEntry::decode(&produce), Ok(PartitionEntry::Produce(entry())));
         let mut unknown = bytes;
@@ -681,13 +675,7 @@ mod tests {
         let abort = TxnMarkerEntry { commit: false, ..txn_marker() };
         let decoded = PartitionEntry::decode(&Bytes::from(abort.encode()));
         assert_eq!(decoded, Ok(PartitionEntry::TxnMarker(abort)));
-        for cut in 0..bytes.len() {
-            let cut = Bytes::copy_from_slice(&bytes[..cut]);
-            assert_eq!(PartitionEntry::decode(&cut), Err(EntryError::Truncated), "{}", cut.len());
-        }
-        let mut longer = bytes.clone();
-        longer.push(0);
-        assert_eq!(PartitionEntry::decode(&Bytes::from(longer)), Err(EntryError::Trailing(1)));
+        assert_cuts_truncated_and_a_byte_more_trailing(&bytes);
         let mut bad = bytes;
         bad[40] = 2;
         assert_eq!(
@@ -720,19 +708,24 @@ mod tests {
         assert_eq!(PartitionEntry::decode(&empty), Err(EntryError::Truncated));
     }
 
+    /// Every cut of `bytes` decodes to `Truncated`, and one byte more to `Trailing(1)`.
+    fn assert_cuts_truncated_and_a_byte_more_trailing(bytes: &[u8]) {
+        for cut in 0..bytes.len() {
+            let cut = Bytes::copy_from_slice(&bytes[..cut]);
+            assert_eq!(PartitionEntry::decode(&cut), Err(EntryError::Truncated), "{}", cut.len());
+        }
+        let mut longer = bytes.to_vec();
+        longer.push(0);
+        assert_eq!(PartitionEntry::decode(&Bytes::from(longer)), Err(EntryError::Trailing(1)));
+    }
+
     #[test]
     fn a_txn_state_entry_round_trips_and_every_cut_is_truncated() {
         let bytes = PartitionEntry::encode_txn_state(b"state");
         assert_eq!(bytes, [1, 7, 5, 0, 0, 0, b's', b't', b'a', b't', b'e']);
         let decoded = PartitionEntry::decode(&Bytes::from(bytes.clone()));
         assert_eq!(decoded, Ok(PartitionEntry::TxnState(Bytes::from_static(b"state"))));
-        for cut in 2..bytes.len() {
-            let cut = Bytes::copy_from_slice(&bytes[..cut]);
-            assert_eq!(PartitionEntry::decode(&cut), Err(EntryError::Truncated), "{}", cut.len());
-        }
-        let mut longer = bytes.clone();
-        longer.push(0);
-        assert_eq!(PartitionEntry::decode(&Bytes::from(longer)), Err(EntryError::Trailing(1)));
+        assert_cuts_truncated_and_a_byte_more_trailing(&bytes);
         let empty = Bytes::from(PartitionEntry::encode_txn_state(b""));
         assert_eq!(PartitionEntry::decode(&empty), Err(EntryError::Truncated));
     }

@@ -6,7 +6,8 @@
 //! pending state). No `RefCell` borrow is held across an `.await`.
 //!
 //! Durability contract: a transition is in the log and fdatasync'd before the call that
-//! caused it is answered. EndTxn: Prepare* is durable before the first marker is queued;
+//! caused it is answered (in a cluster: committed in the shard's offsets group and applied
+//! here, `txn::replicated`). EndTxn: Prepare* is durable before the first marker is queued;
 //! every marker and offsets resolution is durable before Complete* is written; Complete*
 //! is durable before EndTxn is answered. A crash in between leaves Prepare* in the log,
 //! and the ticker finishes it after the restart (markers again: a second marker for a
