@@ -41,7 +41,9 @@
 //! (the other nodes' leaders killed in turn), its read_committed still leaves out the
 //! aborted transaction's records and its LSO is its high watermark, from the transaction
 //! state the manifest carried (its pulled batches alone would not tell it which
-//! transactions were aborted had it not replayed them).
+//! transactions were aborted had it not replayed them); and, being the coordinator then, it
+//! knows the transactional id's last transaction was aborted (DescribeTransactions), from
+//! the coordinator image the manifest carried (version 3).
 //!
 //! Every wait has a deadline that fails with what it waited for; nothing asserts on speed.
 
@@ -437,8 +439,9 @@ fn loop_until_new_leader(
 }
 
 /// One commit of `c` and one abort of `a` (3 records each) by a producer whose
-/// coordinator is on the partition leader's node: (committed values, aborted values).
-fn commit_one_abort_one(cluster: &[Broker], leader: usize) -> (Vec<String>, Vec<String>) {
+/// coordinator is on the partition leader's node: (its transactional id, committed values,
+/// aborted values).
+fn commit_one_abort_one(cluster: &[Broker], leader: usize) -> (String, Vec<String>, Vec<String>) {
     let id = transactional_id(&cluster[0], leader, true);
     let producer = transactional_producer(cluster, &id);
     for (tag, commit) in [("c", true), ("a", false)] {
@@ -450,7 +453,34 @@ fn commit_one_abort_one(cluster: &[Broker], leader: usize) -> (Vec<String>, Vec<
             false => producer.abort_transaction(DEADLINE).expect("abort"),
         }
     }
-    (tagged("c", 3), tagged("a", 3))
+    (id, tagged("c", 3), tagged("a", 3))
+}
+
+/// DescribeTransactions of `id` at `broker`'s shard 0 once it coordinates it: the state.
+fn described_state(broker: &Broker, id: &str) -> String {
+    use kafka_protocol::messages::describe_transactions_request::DescribeTransactionsRequest;
+    use kafka_protocol::messages::TransactionalId;
+    let mut client = RawClient::connect(broker.shard_addr(0));
+    let request = DescribeTransactionsRequest::default()
+        .with_transactional_ids(vec![TransactionalId(id.to_string().into())]);
+    let mut state = None;
+    common::eventually(DEADLINE, "the coordinator to take the ids over", || {
+        let kind = RequestKind::DescribeTransactions(request.clone());
+        let ResponseKind::DescribeTransactions(answer) =
+            client.call(ApiKey::DescribeTransactions, 0, kind)
+        else {
+            panic!("not a DescribeTransactions response")
+        };
+        let described = &answer.transaction_states[0];
+        // COORDINATOR_LOAD_IN_PROGRESS (14) and NOT_COORDINATOR (16) until it took over.
+        if ![14, 16].contains(&described.error_code) {
+            state = Some((described.error_code, described.transaction_state.to_string()));
+        }
+        state.is_some()
+    });
+    let (error_code, state) = state.expect("an answer");
+    assert_eq!(error_code, 0, "DescribeTransactions of {id}: the rejoined coordinator knows it");
+    state
 }
 
 #[test]
@@ -458,7 +488,7 @@ fn a_follower_rejoining_from_a_partition_snapshot_holds_the_transaction_state() 
     let (mut cluster, view) = TOPIC.start_cluster_with(&["--replica-snapshot-after-ms", "1000"]);
     let all = [0, 1, 2];
     let leader = node_of(view[0].1) - 1;
-    let (committed, aborted) = commit_one_abort_one(&cluster, leader + 1);
+    let (id, committed, aborted) = commit_one_abort_one(&cluster, leader + 1);
 
     // A follower loses its data dir; the leader compacts past it.
     let wiped = (leader + 1) % NODES;
@@ -507,6 +537,9 @@ fn a_follower_rejoining_from_a_partition_snapshot_holds_the_transaction_state() 
     assert!(!read_committed.iter().any(|v| aborted.contains(v)), "{read_committed:?}");
     assert_eq!(read_uncommitted[..6], [committed.clone(), aborted.clone()].concat()[..]);
     assert_eq!(read_uncommitted.len(), 6 + plain);
+    // The coordinator's state came with the offsets group's snapshot (manifest version 3):
+    // the rejoined leader coordinates the id and knows its last transaction was aborted.
+    assert_eq!(described_state(rejoined, &id), "CompleteAbort");
     eprintln!(
         "node {} rejoined from a snapshot and leads after {kills} kills; {plain} plain records",
         wiped + 1

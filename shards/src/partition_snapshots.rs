@@ -194,11 +194,11 @@ impl Shard {
                 });
             }
         }
-        let offsets_image = match self.offsets_group() == Some(group) {
-            true => Bytes::from(self.groups.offsets_image()),
-            false => Bytes::new(),
+        let (offsets_image, coordinator_image) = match self.offsets_group() == Some(group) {
+            true => (Bytes::from(self.groups.offsets_image()), self.txn_coordinator_image()),
+            false => (Bytes::new(), Bytes::new()),
         };
-        SnapshotManifest { applied_index, partitions, offsets_image }
+        SnapshotManifest { applied_index, partitions, offsets_image, coordinator_image }
     }
 
     /// The answer to a follower's pull: whole batches from its `from` (or this log's
@@ -592,6 +592,10 @@ impl Shard {
         if !manifest.offsets_image.is_empty() {
             self.apply_offsets_change(group, manifest.applied_index, &manifest.offsets_image)
                 .map_err(|e| format!("offsets image: {e:?}"))?;
+        }
+        if !manifest.coordinator_image.is_empty() {
+            self.install_txn_coordinator_image(&manifest.coordinator_image)
+                .map_err(|e| format!("transaction coordinator image: {e}"))?;
         }
         // Every entry up to A applied (`applied_before_restart`: below the marker, or at it
         // with any next offset past -1).

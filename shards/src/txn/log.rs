@@ -3,7 +3,8 @@
 //! On the coordinator shard of a transactional id: one `Txn` entry per transition, holding
 //! the whole metadata, fdatasync'd before the call that caused it is answered. On the
 //! coordinator shard of a group: `PendingOffsets` for each TxnOffsetCommit and
-//! `OffsetsResolved` when the transaction ended. On every shard, with each checkpoint: a
+//! `OffsetsResolved` when the transaction ended; in a cluster, a `Coordinator` image when a
+//! replica installs an offsets group's partition snapshot. On every shard, with each checkpoint: a
 //! `Snapshot` of all of it plus the transaction state of the shard's partitions, valid
 //! for each partition up to `covered` (batches after it are replayed at start-up).
 //!
@@ -39,6 +40,11 @@ pub enum TxnLogEntry {
         partitions: Vec<(u64, PartitionTxns)>,
         covered: Vec<(u64, i64)>,
     },
+    /// The coordinator's whole state (every transactional id's metadata and the pending
+    /// offsets), replacing what was before: installed from an offsets group's partition
+    /// snapshot (`txn::replicated`). Partition state is untouched. Last, so that the
+    /// archived tags of the variants above stay those already on disk.
+    Coordinator { txns: Vec<TxnMetadata>, pending: Vec<((String, i64), OffsetList)> },
 }
 
 /// What the stream rebuilds at start-up.
@@ -77,8 +83,8 @@ impl TxnLogEntry {
 
     /// Applies a change (any entry but a snapshot, which is written, never proposed) to
     /// the coordinator's metadata and pending offsets: at recovery, and on every replica
-    /// of a cluster's offsets group (`txn::replicated`). Each sets, merges per partition
-    /// or removes, so a run applied twice leaves what applying it once did.
+    /// of a cluster's offsets group (`txn::replicated`). Each sets, merges per partition,
+    /// removes or replaces, so a run applied twice leaves what applying it once did.
     pub fn apply_change(
         self,
         txns: &mut BTreeMap<String, TxnMetadata>,
@@ -93,6 +99,10 @@ impl TxnLogEntry {
             }
             TxnLogEntry::OffsetsResolved { group, producer_id } => {
                 pending.remove(&(group, producer_id));
+            }
+            TxnLogEntry::Coordinator { txns: all, pending: all_pending } => {
+                *txns = all.into_iter().map(|t| (t.transactional_id.clone(), t)).collect();
+                *pending = all_pending.into_iter().collect();
             }
             TxnLogEntry::Snapshot { .. } => panic!("a snapshot is not a change"),
         }
@@ -177,8 +187,9 @@ mod tests {
             pending(0, 3),
             pending(1, 4),
             pending(0, 7),
-            TxnLogEntry::Txn(prepared),
+            TxnLogEntry::Txn(prepared.clone()),
             resolved,
+            TxnLogEntry::Coordinator { txns: vec![prepared], pending: vec![] },
             pending(1, 9),
         ];
         let applied = |entries: &[TxnLogEntry], state: &mut (BTreeMap<_, _>, PendingOffsets)| {

@@ -48,6 +48,7 @@ use crate::error::{GroupError, TxnError};
 use crate::partition_group::OffsetsApplied;
 use crate::replication::partition::PartitionEntry;
 use crate::shard::Shard;
+use bytes::Bytes;
 use shardlog_storage::InternalStream;
 
 impl Shard {
@@ -109,6 +110,30 @@ impl Shard {
         })?;
         self.txn.in_log.set(true);
         Ok(durable)
+    }
+
+    /// The coordinator's image for a partition snapshot of this shard's offsets group: its
+    /// state after every entry applied here (`TxnLogEntry::Coordinator`); empty: none.
+    pub(crate) fn txn_coordinator_image(&self) -> Bytes {
+        let txns = self.txn.list();
+        let pending: Vec<_> = self.txn.pending.borrow().clone().into_iter().collect();
+        if txns.is_empty() && pending.is_empty() {
+            return Bytes::new();
+        }
+        Bytes::from(TxnLogEntry::Coordinator { txns, pending }.encode())
+    }
+
+    /// Installs a partition snapshot's coordinator image: it replaces this replica's
+    /// coordinator state (older than the snapshot's index), in the `Transactions` stream
+    /// and in memory. An image that does not decode is refused (the install fails).
+    pub(crate) fn install_txn_coordinator_image(&self, image: &[u8]) -> Result<(), String> {
+        let entry = match TxnLogEntry::decode(image)? {
+            entry @ TxnLogEntry::Coordinator { .. } => entry,
+            _ => return Err("not a coordinator image".to_string()),
+        };
+        self.append_txn_bytes(image).map_err(|e| format!("{e:?}"))?;
+        self.apply_txn_entry(entry);
+        Ok(())
     }
 
     /// Whether this shard of this node coordinates transactional id `key` now: on a single
