@@ -16,7 +16,7 @@
 //!   `replication::snapshot_transfer` decides, writes them at the leader's offsets
 //!   (`ShardLog::append_at_offsets`, log starts moved first) and waits for each write's
 //!   fdatasync; then installs the producers' state, the partitions' transaction state, the
-//!   offsets image and the manifest's log starts, appends an applying marker that says every entry up to the manifest's
+//!   offsets image, the transaction coordinator's image and the manifest's log starts, appends an applying marker that says every entry up to the manifest's
 //!   index A is applied (`replication::partition` invariant 3, with next offset -1), and
 //!   only then steps the message into raft-rs. MsgSnapshots that arrive meanwhile are
 //!   dropped (a duplicate) or extend the targets (a newer manifest). The pulls go through
@@ -27,8 +27,8 @@
 //! with a voter behind; a pull per MiB of records while one catches up).
 //!
 //! Invariants:
-//! 1. A manifest's index A and its partitions' next offsets, producers and offsets image
-//!    are read in one step (no `.await` between), at a moment when the applier is between
+//! 1. A manifest's index A and its partitions' next offsets, producers, offsets image and
+//!    coordinator image are read in one step (no `.await` between), at a moment when the applier is between
 //!    two entries of the group: they are the state after applying exactly the entries up
 //!    to A.
 //! 2. A follower steps the `MsgSnapshot` only after every pulled write is durable and the
