@@ -23,12 +23,27 @@
 //!   node is killed: the third leader (the restarted node, whose state its restart rebuilt
 //!   from its log, or the remaining one) answers the same.
 //!
+//! The transaction coordinator fails over with its node (phase 2b: its state goes through
+//! the shard's offsets group, and the coordinator follows that group's leader):
+//!
+//! - a producer commits and leaves a transaction open, and its coordinator's node is killed
+//!   with SIGKILL; a new instance with the same transactional id initializes at the new
+//!   coordinator, which aborts the open transaction and fences the old instance (its next
+//!   commit is refused); the new instance commits; read_committed sees exactly the commits;
+//! - a transaction open at the kill with no client coming back is aborted by the new
+//!   coordinator at its timeout, which releases the LSO.
+//!
+//! The tests that need a transactional id coordinated off a node run on nodes of two
+//! shards: with one, every id is coordinated by the RF-3 partition's leader's node.
+//!
 //! A follower that lost its data dir while the leader compacted its raft log past it
 //! (`--replica-snapshot-after-ms 1000`) rejoins from a partition snapshot: once it leads
 //! (the other nodes' leaders killed in turn), its read_committed still leaves out the
 //! aborted transaction's records and its LSO is its high watermark, from the transaction
 //! state the manifest carried (its pulled batches alone would not tell it which
-//! transactions were aborted had it not replayed them).
+//! transactions were aborted had it not replayed them); and, being the coordinator then, it
+//! knows the transactional id's last transaction was aborted (DescribeTransactions), from
+//! the coordinator image the manifest carried (version 3).
 //!
 //! Every wait has a deadline that fails with what it waited for; nothing asserts on speed.
 
@@ -49,30 +64,50 @@ use rdkafka::{Offset, TopicPartitionList};
 use replicated::{node_of, Load, Topic, DEADLINE, NODES};
 
 const TOPIC: Topic = Topic { name: "rtxn", partitions: 1, replicas: NODES };
-/// Replication factor 1: each partition on one node (one of them on each of the three).
-const SINGLE: Topic = Topic { name: "rtxn-single", partitions: 3, replicas: 1 };
+/// Replication factor 1: each partition on one node (on `CORES` shards, at least one on
+/// each of the three).
+const SINGLE: Topic = Topic { name: "rtxn-single", partitions: 6, replicas: 1 };
+/// Shards a node in the tests that need a transactional id coordinated off a node.
+const CORES: usize = 2;
 
-/// The node (1-based) FindCoordinator names for transactional id `id`, asked of `broker`.
-fn txn_coordinator_node(broker: &Broker, id: &str) -> usize {
+/// The node (1-based) FindCoordinator of `key_type` (0 group, 1 transaction) names for
+/// `key`, asked of `broker`, once it names one (COORDINATOR_NOT_AVAILABLE while the
+/// offsets group's leader is being elected).
+fn coordinator_node(broker: &Broker, key: &str, key_type: i8) -> usize {
     use kafka_protocol::messages::find_coordinator_request::FindCoordinatorRequest;
     let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
     let request =
-        FindCoordinatorRequest::default().with_key(id.to_string().into()).with_key_type(1);
-    match client.call(ApiKey::FindCoordinator, 3, RequestKind::FindCoordinator(request)) {
-        ResponseKind::FindCoordinator(r) => {
-            assert_eq!(r.error_code, 0, "FindCoordinator of {id}");
-            node_of(r.node_id.0)
+        FindCoordinatorRequest::default().with_key(key.to_string().into()).with_key_type(key_type);
+    let mut node = 0;
+    common::eventually(DEADLINE, "a coordinator", || {
+        match client.call(ApiKey::FindCoordinator, 3, RequestKind::FindCoordinator(request.clone()))
+        {
+            ResponseKind::FindCoordinator(r) if r.error_code == 0 => {
+                node = node_of(r.node_id.0);
+                true
+            }
+            _ => false,
         }
-        other => panic!("{other:?}"),
-    }
+    });
+    node
+}
+
+/// The node (1-based) FindCoordinator names for transactional id `id`, asked of `broker`.
+fn txn_coordinator_node(broker: &Broker, id: &str) -> usize {
+    coordinator_node(broker, id, 1)
 }
 
 /// The first transactional id `rtxn-<n>` whose coordinator is (`on`) or is not (`!on`) on
-/// node `node`.
+/// node `node`, once there is one (the offsets groups' leaders may still be moving to their
+/// preferred replicas).
 fn transactional_id(broker: &Broker, node: usize, on: bool) -> String {
-    let id = (0..100).map(|n| format!("rtxn-{n}"));
-    let mut id = id.filter(|id| (txn_coordinator_node(broker, id) == node) == on);
-    id.next().expect("an id among 100 placed as asked")
+    let mut found = None;
+    common::eventually(DEADLINE, "an id among 100 placed as asked", || {
+        let mut ids = (0..100).map(|n| format!("rtxn-{n}"));
+        found = ids.find(|id| (txn_coordinator_node(broker, id) == node) == on);
+        found.is_some()
+    });
+    found.expect("found")
 }
 
 fn bootstrap(cluster: &[Broker]) -> String {
@@ -80,10 +115,19 @@ fn bootstrap(cluster: &[Broker]) -> String {
 }
 
 fn transactional_producer(cluster: &[Broker], transactional_id: &str) -> BaseProducer {
+    producer_with_timeout(cluster, transactional_id, 60_000)
+}
+
+/// `transactional_producer` with its `transaction.timeout.ms`.
+fn producer_with_timeout(
+    cluster: &[Broker],
+    transactional_id: &str,
+    timeout_ms: u32,
+) -> BaseProducer {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap(cluster))
         .set("transactional.id", transactional_id)
-        .set("transaction.timeout.ms", "60000")
+        .set("transaction.timeout.ms", timeout_ms.to_string())
         .set("linger.ms", "1")
         .create()
         .expect("a transactional producer");
@@ -137,9 +181,10 @@ fn read_partition(broker: &Broker, topic: &str, partition: i32, isolation: &str)
 }
 
 /// ListOffsets latest at `isolation` (0 read_uncommitted, 1 read_committed) asked of
-/// `broker`'s shard.
+/// `broker`'s shard that holds the partition (as `broker`'s Metadata names it).
 fn latest(broker: &Broker, isolation: i8) -> i64 {
-    let mut client = RawClient::connect(broker.shard_addr(0));
+    let shard = TOPIC.view(broker).map_or(0, |view| view[0].1.max(0) as usize % 1024);
+    let mut client = RawClient::connect(broker.shard_addr(shard));
     common::latest_offset(&mut client, TOPIC.name, 0, isolation)
 }
 
@@ -223,9 +268,107 @@ fn committed_records_are_read_committed_on_every_replica_that_leads_after_a_kill
     );
 }
 
+/// Kills the node of the coordinator of transactional id `id` (with one shard a node, the
+/// RF-3 partition's leader too) and waits until the survivors name a new partition leader
+/// and a new coordinator: (the killed node, the new coordinator's node), 1-based.
+fn kill_the_coordinator(cluster: &mut [Broker], id: &str) -> (usize, usize) {
+    let killed = txn_coordinator_node(&cluster[0], id);
+    cluster[killed - 1].kill();
+    let survivors: Vec<usize> = (0..NODES).filter(|n| *n + 1 != killed).collect();
+    let view = TOPIC.wait_for_one_leader(cluster, &survivors, "a leader among the survivors");
+    loop_until_new_leader(cluster, &survivors, view, killed);
+    let mut coordinator = killed;
+    common::eventually(DEADLINE, "a coordinator among the survivors", || {
+        coordinator = txn_coordinator_node(&cluster[survivors[0]], id);
+        coordinator != killed
+    });
+    (killed, coordinator)
+}
+
+/// One transaction of `values` to the RF-3 partition, committed.
+fn commit(producer: &BaseProducer, values: &[String]) {
+    producer.begin_transaction().unwrap();
+    send(producer, values);
+    producer.flush(DEADLINE).expect("flushed");
+    producer.commit_transaction(DEADLINE).expect("commit");
+}
+
+/// `commit` of `committed`, then a transaction of `open` left open (its records flushed).
+fn commit_then_leave_open(producer: &BaseProducer, committed: &[String], open: &[String]) {
+    commit(producer, committed);
+    producer.begin_transaction().unwrap();
+    send(producer, open);
+    producer.flush(DEADLINE).expect("flushed");
+}
+
+/// A transactional producer that committed and left a transaction open when its
+/// coordinator's node died: the client's next instance initializes at the new coordinator,
+/// which aborts the open transaction and fences the old instance; the new instance commits.
+#[test]
+fn a_coordinator_killed_with_a_transaction_open_fails_over_and_fences_the_old_instance() {
+    let (mut cluster, view) = TOPIC.start_cluster();
+    let id = transactional_id(&cluster[0], node_of(view[0].1), true);
+    let old = transactional_producer(&cluster, &id);
+    commit_then_leave_open(&old, &tagged("c1", 3), &tagged("open", 2));
+
+    let (killed, coordinator) = kill_the_coordinator(&mut cluster, &id);
+    // The new instance's InitProducerId at the new coordinator: the open transaction is
+    // aborted (its ABORT marker written at the new leader) and the old epoch fenced.
+    let new = transactional_producer(&cluster, &id);
+    commit(&new, &tagged("c2", 3));
+    // The old instance, fenced: its next transaction call is refused.
+    send(&old, &tagged("zombie", 1));
+    let refused = old.commit_transaction(DEADLINE);
+    assert!(refused.is_err(), "the old instance committed after the new one initialized");
+
+    let leader = &cluster[node_of(TOPIC.view(&cluster[coordinator - 1]).unwrap()[0].1) - 1];
+    // c1 and its COMMIT, the open transaction and its ABORT, c2 and its COMMIT.
+    let ends = wait_for_lso(leader, |high, lso| high == 11 && lso == 11, "the LSO at 11");
+    assert_eq!(ends, (11, 11), "the high watermark and LSO after the failover");
+    let committed = [tagged("c1", 3), tagged("c2", 3)].concat();
+    let everything = [tagged("c1", 3), tagged("open", 2), tagged("c2", 3)].concat();
+    assert_eq!(read_all(leader, "read_committed"), committed);
+    assert_eq!(read_all(leader, "read_uncommitted"), everything);
+    eprintln!(
+        "transactional id {id:?}: coordinator on node {killed}, killed; node {coordinator} \
+         took over; the old instance got {refused:?}"
+    );
+}
+
+/// A transaction open when its coordinator's node dies, and no client coming back: the new
+/// coordinator (the offsets group's next leader) aborts it once it is past its timeout, so
+/// the LSO is released; a new instance then commits.
+#[test]
+fn a_transaction_open_at_the_coordinators_kill_is_aborted_by_the_new_coordinator() {
+    let (mut cluster, view) = TOPIC.start_cluster();
+    let leader = node_of(view[0].1);
+    let id = transactional_id(&cluster[0], leader, true);
+    let timeout_ms = 15_000;
+    let producer = producer_with_timeout(&cluster, &id, timeout_ms);
+    commit_then_leave_open(&producer, &tagged("c1", 2), &tagged("open", 3));
+    let leader_broker = &cluster[leader - 1];
+    let held = wait_for_lso(leader_broker, |high, lso| high == 6 && lso == 3, "the LSO held at 3");
+    assert_eq!(held, (6, 3), "high watermark, LSO with a transaction open");
+
+    // Killed well within the transaction's timeout: only the new coordinator can abort it.
+    let (killed, coordinator) = kill_the_coordinator(&mut cluster, &id);
+    let new_leader = &cluster[node_of(TOPIC.view(&cluster[coordinator - 1]).unwrap()[0].1) - 1];
+    let ends = wait_for_lso(new_leader, |high, lso| high == 7 && lso == 7, "the open one aborted");
+    assert_eq!(ends, (7, 7), "the high watermark and LSO once the open transaction is aborted");
+    assert_eq!(read_all(new_leader, "read_committed"), tagged("c1", 2));
+    let next = transactional_producer(&cluster, &id);
+    commit(&next, &tagged("c2", 2));
+    wait_for_lso(new_leader, |high, lso| high == 10 && lso == 10, "the LSO past c2's COMMIT");
+    assert_eq!(read_all(new_leader, "read_committed"), [tagged("c1", 2), tagged("c2", 2)].concat());
+    drop(producer);
+    eprintln!("coordinator on node {killed}, killed; node {coordinator} aborted the open one");
+}
+
 #[test]
 fn a_coordinator_off_the_leaders_node_commits_and_aborts_through_markers_across_nodes() {
-    let (cluster, view) = TOPIC.start_cluster();
+    // Two shards a node: the coordinator follows its shard's offsets group, which with one
+    // shard is the RF-3 partition's own group (always led on the same node).
+    let (cluster, view) = TOPIC.start_cluster_on(CORES, &[]);
     let leader = node_of(view[0].1);
     let id = transactional_id(&cluster[0], leader, false);
     let coordinator = txn_coordinator_node(&cluster[0], &id);
@@ -296,8 +439,9 @@ fn loop_until_new_leader(
 }
 
 /// One commit of `c` and one abort of `a` (3 records each) by a producer whose
-/// coordinator is on the partition leader's node: (committed values, aborted values).
-fn commit_one_abort_one(cluster: &[Broker], leader: usize) -> (Vec<String>, Vec<String>) {
+/// coordinator is on the partition leader's node: (its transactional id, committed values,
+/// aborted values).
+fn commit_one_abort_one(cluster: &[Broker], leader: usize) -> (String, Vec<String>, Vec<String>) {
     let id = transactional_id(&cluster[0], leader, true);
     let producer = transactional_producer(cluster, &id);
     for (tag, commit) in [("c", true), ("a", false)] {
@@ -309,7 +453,34 @@ fn commit_one_abort_one(cluster: &[Broker], leader: usize) -> (Vec<String>, Vec<
             false => producer.abort_transaction(DEADLINE).expect("abort"),
         }
     }
-    (tagged("c", 3), tagged("a", 3))
+    (id, tagged("c", 3), tagged("a", 3))
+}
+
+/// DescribeTransactions of `id` at `broker`'s shard 0 once it coordinates it: the state.
+fn described_state(broker: &Broker, id: &str) -> String {
+    use kafka_protocol::messages::describe_transactions_request::DescribeTransactionsRequest;
+    use kafka_protocol::messages::TransactionalId;
+    let mut client = RawClient::connect(broker.shard_addr(0));
+    let request = DescribeTransactionsRequest::default()
+        .with_transactional_ids(vec![TransactionalId(id.to_string().into())]);
+    let mut state = None;
+    common::eventually(DEADLINE, "the coordinator to take the ids over", || {
+        let kind = RequestKind::DescribeTransactions(request.clone());
+        let ResponseKind::DescribeTransactions(answer) =
+            client.call(ApiKey::DescribeTransactions, 0, kind)
+        else {
+            panic!("not a DescribeTransactions response")
+        };
+        let described = &answer.transaction_states[0];
+        // COORDINATOR_LOAD_IN_PROGRESS (14) and NOT_COORDINATOR (16) until it took over.
+        if ![14, 16].contains(&described.error_code) {
+            state = Some((described.error_code, described.transaction_state.to_string()));
+        }
+        state.is_some()
+    });
+    let (error_code, state) = state.expect("an answer");
+    assert_eq!(error_code, 0, "DescribeTransactions of {id}: the rejoined coordinator knows it");
+    state
 }
 
 #[test]
@@ -317,7 +488,7 @@ fn a_follower_rejoining_from_a_partition_snapshot_holds_the_transaction_state() 
     let (mut cluster, view) = TOPIC.start_cluster_with(&["--replica-snapshot-after-ms", "1000"]);
     let all = [0, 1, 2];
     let leader = node_of(view[0].1) - 1;
-    let (committed, aborted) = commit_one_abort_one(&cluster, leader + 1);
+    let (id, committed, aborted) = commit_one_abort_one(&cluster, leader + 1);
 
     // A follower loses its data dir; the leader compacts past it.
     let wiped = (leader + 1) % NODES;
@@ -366,6 +537,9 @@ fn a_follower_rejoining_from_a_partition_snapshot_holds_the_transaction_state() 
     assert!(!read_committed.iter().any(|v| aborted.contains(v)), "{read_committed:?}");
     assert_eq!(read_uncommitted[..6], [committed.clone(), aborted.clone()].concat()[..]);
     assert_eq!(read_uncommitted.len(), 6 + plain);
+    // The coordinator's state came with the offsets group's snapshot (manifest version 3):
+    // the rejoined leader coordinates the id and knows its last transaction was aborted.
+    assert_eq!(described_state(rejoined, &id), "CompleteAbort");
     eprintln!(
         "node {} rejoined from a snapshot and leads after {kills} kills; {plain} plain records",
         wiped + 1
@@ -374,27 +548,14 @@ fn a_follower_rejoining_from_a_partition_snapshot_holds_the_transaction_state() 
 
 /// The node (1-based) FindCoordinator names for consumer group `group`, asked of `broker`.
 fn group_coordinator_node(broker: &Broker, group: &str) -> usize {
-    use kafka_protocol::messages::find_coordinator_request::FindCoordinatorRequest;
-    let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
-    let request =
-        FindCoordinatorRequest::default().with_key(group.to_string().into()).with_key_type(0);
-    let mut node = 0;
-    common::eventually(DEADLINE, "the group's coordinator", || {
-        match client.call(ApiKey::FindCoordinator, 3, RequestKind::FindCoordinator(request.clone()))
-        {
-            ResponseKind::FindCoordinator(r) if r.error_code == 0 => {
-                node = node_of(r.node_id.0);
-                true
-            }
-            _ => false,
-        }
-    });
-    node
+    coordinator_node(broker, group, 0)
 }
 
 #[test]
 fn a_transactions_offsets_reach_a_group_coordinated_on_another_node() {
-    let (cluster, _) = TOPIC.start_cluster();
+    // Two shards a node: a group and a transactional id of different shards are coordinated
+    // by different offsets groups, led from different nodes once balanced.
+    let (cluster, _) = TOPIC.start_cluster_on(CORES, &[]);
     let group = "rtxn-offsets";
     let group_node = group_coordinator_node(&cluster[0], group);
     let id = transactional_id(&cluster[0], group_node, false);

@@ -396,14 +396,15 @@ impl PartitionGroups {
         self.applied_terms.borrow().get(&group).copied().unwrap_or(0)
     }
 
-    /// Proposes a change to committed offsets (`change`: its `GroupOffsets` encoding) in
-    /// `group`, which this replica leads: the entry's index and where its apply answers.
+    /// Proposes `entry` in `group`, which this replica leads: a change to committed
+    /// offsets (`PartitionEntry::encode_offsets`) or to the transaction coordinator's state
+    /// (`encode_txn_state`), both answered through the offsets waiters: the entry's index
+    /// and where its apply answers.
     pub(crate) fn propose_offsets(
         &self,
         group: u64,
-        change: &[u8],
+        entry: Vec<u8>,
     ) -> Result<(u64, LocalReceiver<OffsetsApplied>), GroupError> {
-        let entry = PartitionEntry::encode_offsets(change);
         let proposal = match self.host.with_group(group, |g| g.propose(entry)) {
             Some(Ok(proposal)) => proposal,
             // As on one node, where the log refuses an entry over a segment.
@@ -857,6 +858,11 @@ impl Shard {
             PartitionEntry::Produce(produce) => produce,
             PartitionEntry::Offsets(change) => {
                 let applied = self.apply_offsets_change(group, entry.index, &change);
+                groups.resolve_offsets(group, entry.index, entry.term, applied);
+                return None;
+            }
+            PartitionEntry::TxnState(change) => {
+                let applied = self.apply_txn_state_change(group, entry.index, &change);
                 groups.resolve_offsets(group, entry.index, entry.term, applied);
                 return None;
             }

@@ -16,7 +16,7 @@
 //!   `replication::snapshot_transfer` decides, writes them at the leader's offsets
 //!   (`ShardLog::append_at_offsets`, log starts moved first) and waits for each write's
 //!   fdatasync; then installs the producers' state, the partitions' transaction state, the
-//!   offsets image and the manifest's log starts, appends an applying marker that says every entry up to the manifest's
+//!   offsets image, the transaction coordinator's image and the manifest's log starts, appends an applying marker that says every entry up to the manifest's
 //!   index A is applied (`replication::partition` invariant 3, with next offset -1), and
 //!   only then steps the message into raft-rs. MsgSnapshots that arrive meanwhile are
 //!   dropped (a duplicate) or extend the targets (a newer manifest). The pulls go through
@@ -27,8 +27,8 @@
 //! with a voter behind; a pull per MiB of records while one catches up).
 //!
 //! Invariants:
-//! 1. A manifest's index A and its partitions' next offsets, producers and offsets image
-//!    are read in one step (no `.await` between), at a moment when the applier is between
+//! 1. A manifest's index A and its partitions' next offsets, producers, offsets image and
+//!    coordinator image are read in one step (no `.await` between), at a moment when the applier is between
 //!    two entries of the group: they are the state after applying exactly the entries up
 //!    to A.
 //! 2. A follower steps the `MsgSnapshot` only after every pulled write is durable and the
@@ -194,11 +194,11 @@ impl Shard {
                 });
             }
         }
-        let offsets_image = match self.offsets_group() == Some(group) {
-            true => Bytes::from(self.groups.offsets_image()),
-            false => Bytes::new(),
+        let (offsets_image, coordinator_image) = match self.offsets_group() == Some(group) {
+            true => (Bytes::from(self.groups.offsets_image()), self.txn_coordinator_image()),
+            false => (Bytes::new(), Bytes::new()),
         };
-        SnapshotManifest { applied_index, partitions, offsets_image }
+        SnapshotManifest { applied_index, partitions, offsets_image, coordinator_image }
     }
 
     /// The answer to a follower's pull: whole batches from its `from` (or this log's
@@ -592,6 +592,10 @@ impl Shard {
         if !manifest.offsets_image.is_empty() {
             self.apply_offsets_change(group, manifest.applied_index, &manifest.offsets_image)
                 .map_err(|e| format!("offsets image: {e:?}"))?;
+        }
+        if !manifest.coordinator_image.is_empty() {
+            self.install_txn_coordinator_image(&manifest.coordinator_image)
+                .map_err(|e| format!("transaction coordinator image: {e}"))?;
         }
         // Every entry up to A applied (`applied_before_restart`: below the marker, or at it
         // with any next offset past -1).

@@ -2,9 +2,8 @@
 //! of this node on a single node, and of the node that leads that shard's offsets group in
 //! a cluster (`group::replicated`; COORDINATOR_NOT_AVAILABLE while no leader is known),
 //! advertised as its own broker, so group traffic goes straight to that core. A
-//! transactional id's coordinator (key type 1) is the shard
-//! `coordinator_shard(transactional_id)` of the node `coordinator_node(transactional_id)`.
-//! Every node names the same. v4 asks for several keys at once; v5 only adds an error
+//! transactional id's coordinator (key type 1) is placed alike, so it fails over with the
+//! offsets group (`txn::replicated`). Every node names the same once it knows the leader. v4 asks for several keys at once; v5 only adds an error
 //! code; v6 adds share-group keys (KIP-932), which get INVALID_REQUEST, as from a Kafka
 //! without share groups.
 
@@ -15,7 +14,7 @@ use kafka_protocol::messages::find_coordinator_response::{Coordinator, FindCoord
 use kafka_protocol::messages::{BrokerId, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 use shardlog_net::Reply;
-use shardlog_shards::group::{coordinator_node, coordinator_shard};
+use shardlog_shards::group::coordinator_shard;
 
 use shardlog_shards::acl::AclOperation;
 
@@ -95,15 +94,13 @@ fn coordinator(
         return refused(code, "DESCRIBE on the transactional id is needed");
     }
     let shard = &handler.shard;
-    let node = match key_type {
-        KEY_TYPE_GROUP => match shard.group_coordinator_node(key.as_str()) {
-            Some(node) => node,
-            None => {
-                let code = errors::COORDINATOR_NOT_AVAILABLE;
-                return refused(code, "the group's coordinator is being elected");
-            }
-        },
-        _ => coordinator_node(key.as_str(), &shard.config.nodes, shard.nr_shards),
+    // Groups and transactional ids alike: the leader of the key's shard's offsets group.
+    let node = match shard.group_coordinator_node(key.as_str()) {
+        Some(node) => node,
+        None => {
+            let code = errors::COORDINATOR_NOT_AVAILABLE;
+            return refused(code, "the coordinator is being elected");
+        }
     };
     let id = broker_id(node, coordinator_shard(key.as_str(), shard.nr_shards) as u32);
     let broker = advertised_brokers(handler).into_iter().find(|b| b.id == id);

@@ -36,8 +36,7 @@ pub fn handle(shard: Rc<Shard>, caller: &Caller, request: ListTransactionsReques
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
     let transaction_states = shard
-        .txn
-        .list()
+        .coordinated_txns()
         .into_iter()
         .filter(|t| caller.transactional_id(AclOperation::Describe, &t.transactional_id))
         .filter(|t| {

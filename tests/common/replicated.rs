@@ -22,7 +22,8 @@ use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use crate::common::{self, Broker, RawClient, Stored};
 
 pub const NODES: usize = 3;
-/// Bootstrap, one Kafka shard port, one replication port, the admin port.
+/// Bootstrap, one Kafka shard port, one replication port, the admin port (of a node of one
+/// shard; each more shard adds a Kafka and a replication port).
 pub const PORTS_PER_NODE: usize = 4;
 /// Each wait's deadline: generous, the machine is shared; a hang fails, slowness does not.
 pub const DEADLINE: Duration = Duration::from_secs(120);
@@ -125,8 +126,14 @@ impl Topic {
 
     /// `start_cluster` with more broker arguments.
     pub fn start_cluster_with(&self, args: &[&str]) -> (Vec<Broker>, View) {
+        self.start_cluster_on(1, args)
+    }
+
+    /// `start_cluster_with` on nodes of `cores` shards each.
+    pub fn start_cluster_on(&self, cores: usize, args: &[&str]) -> (Vec<Broker>, View) {
         let args = [&["--replica-lag-time-max-ms", ISR_LAG_MS][..], args].concat();
-        let cluster = Broker::start_cluster_with(NODES, 1, PORTS_PER_NODE, &args);
+        let ports = PORTS_PER_NODE + 2 * (cores - 1);
+        let cluster = Broker::start_cluster_with(NODES, cores, ports, &args);
         wait_for_one_controller(&cluster);
         self.create(&cluster[0]);
         let all: Vec<usize> = (0..NODES).collect();

@@ -327,14 +327,6 @@ impl Shard {
         }
     }
 
-    /// Whether this shard of this node coordinates transactional id `key`: its
-    /// `coordinator_shard` of its `coordinator_node` (transactions are not replicated).
-    pub(crate) fn coordinates(&self, key: &str) -> bool {
-        super::coordinator_shard(key, self.nr_shards) == self.id
-            && super::coordinator_node(key, &self.config.nodes, self.nr_shards)
-                == self.config.node_id
-    }
-
     /// JoinGroup: answered now, or parked until the rebalance completes.
     pub async fn join_group(&self, group_id: &str, request: JoinRequest) -> JoinOutcome {
         let coordinator = &self.groups;

@@ -42,7 +42,7 @@ use crate::error::GroupError;
 use crate::group::offsets::OffsetLogEntry;
 use crate::metadata_group::COMMIT_WAIT;
 use crate::partition_group::{OffsetsApplied, PartitionGroups};
-use crate::replication::partition::partition_group_id;
+use crate::replication::partition::{partition_group_id, PartitionEntry};
 use crate::shard::Shard;
 use futures_lite::FutureExt;
 
@@ -58,9 +58,9 @@ impl Shard {
         (nodes.len() > 1).then(|| partition_group_id(nodes, shard as u32))
     }
 
-    /// The node that coordinates `group_id` now, as this shard knows it: in a cluster the
-    /// leader of the offsets group of the group's shard (None while none is known), on a
-    /// single node this node.
+    /// The node that coordinates `group_id` (a consumer group or a transactional id) now,
+    /// as this shard knows it: in a cluster the leader of the offsets group of the key's
+    /// shard (None while none is known), on a single node this node.
     pub fn group_coordinator_node(&self, group_id: &str) -> Option<u32> {
         let shard = super::coordinator_shard(group_id, self.nr_shards);
         match self.offsets_group_of(shard) {
@@ -86,8 +86,19 @@ impl Shard {
         group: u64,
         entry: &OffsetLogEntry,
     ) -> Result<(), GroupError> {
+        let entry = PartitionEntry::encode_offsets(&entry.encode());
+        self.replicate_in_offsets_group(group, entry).await
+    }
+
+    /// Proposes `entry` (an offsets or transaction state entry) to `group` and waits until
+    /// it is committed and applied here (invariant 2).
+    pub(crate) async fn replicate_in_offsets_group(
+        &self,
+        group: u64,
+        entry: Vec<u8>,
+    ) -> Result<(), GroupError> {
         let groups = self.partition_groups().ok_or(GroupError::NotCoordinator)?;
-        let (index, receiver) = groups.propose_offsets(group, &entry.encode())?;
+        let (index, receiver) = groups.propose_offsets(group, entry)?;
         let applied = async { receiver.recv().await }
             .or(async {
                 glommio::timer::sleep(COMMIT_WAIT).await;

@@ -200,7 +200,12 @@ impl Scenario {
             transactions: Default::default(),
         });
         let partitions = partitions.collect();
-        SnapshotManifest { applied_index: APPLIED_INDEX, partitions, offsets_image: Bytes::new() }
+        SnapshotManifest {
+            applied_index: APPLIED_INDEX,
+            partitions,
+            offsets_image: Bytes::new(),
+            coordinator_image: Bytes::new(),
+        }
     }
 
     /// The leader's `MsgSnapshot` to the follower, the manifest as its data.

@@ -95,6 +95,20 @@
 //! | 1 | 1: COMMIT, 0: ABORT (any other byte is refused) |
 //! | 8 | the leader's wall clock in ms: the control batch's timestamps on every replica |
 //!
+//! Transaction state entry (version 1, kind 7; docs/transactions.md, "Replicated
+//! partitions", phase 2b): one change to the state of the transaction coordinator of the
+//! shard's transactional ids (a `Txn` transition, a TxnOffsetCommit's pending offsets, their
+//! resolution), proposed by the coordinator (the leader of the shard's group of every node,
+//! as for consumer-group offsets), applied by every replica to its own copy:
+//!
+//! | size | field |
+//! |---|---|
+//! | 1 | version (= 1) |
+//! | 1 | kind (= 7, transaction state) |
+//! | 4 | length n of the change (u32, at least 1) |
+//! | n | the change, as the `Transactions` stream stores it (`txn::log`: its own version |
+//! |   | byte, then the rest of the entry) |
+//!
 //! Invariants:
 //! 1. `ProduceEntry::decode(encode(e)) == e`, and likewise for every entry kind; `decode`
 //!    never panics on any bytes.
@@ -126,6 +140,8 @@ const KIND_ISR: u8 = 4;
 const KIND_LOG_START: u8 = 5;
 /// Kind byte of an entry carrying a transaction's COMMIT/ABORT marker in one partition.
 const KIND_TXN_MARKER: u8 = 6;
+/// Kind byte of an entry carrying a change to the transaction coordinator's state.
+const KIND_TXN_STATE: u8 = 7;
 const ENTRY_HEADER_BYTES: usize = 1 + 1 + 16 + 4 + 8 + 8 + 4;
 const COMPACT_ENTRY_BYTES: usize = 1 + 1 + 8;
 const LOG_START_ENTRY_BYTES: usize = 1 + 1 + 16 + 4 + 8 + 8;
@@ -256,6 +272,9 @@ pub enum PartitionEntry {
     Isr(Vec<u32>),
     LogStart(LogStartEntry),
     TxnMarker(TxnMarkerEntry),
+    /// A change to the transaction coordinator's state, as the `Transactions` stream stores
+    /// it (module docs); decoded by the coordinator.
+    TxnState(Bytes),
 }
 
 /// A transaction's COMMIT/ABORT marker in one partition (module docs).
@@ -354,6 +373,16 @@ impl PartitionEntry {
         out
     }
 
+    /// The bytes of a transaction state entry carrying `change` (a `Transactions` entry's
+    /// payload, not empty).
+    pub fn encode_txn_state(change: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(6 + change.len());
+        out.extend_from_slice(&[ENTRY_VERSION, KIND_TXN_STATE]);
+        out.extend_from_slice(&(change.len() as u32).to_le_bytes());
+        out.extend_from_slice(change);
+        out
+    }
+
     /// The bytes of an ISR entry naming `nodes` (ascending, at least one).
     pub fn encode_isr(nodes: &[u32]) -> Vec<u8> {
         let mut out = Vec::with_capacity(2 + 4 * nodes.len());
@@ -380,6 +409,7 @@ impl PartitionEntry {
             KIND_ISR => return decode_isr(&bytes[2..]),
             KIND_LOG_START => return LogStartEntry::decode_fields(&bytes[2..]),
             KIND_TXN_MARKER => return TxnMarkerEntry::decode_fields(&bytes[2..]),
+            KIND_TXN_STATE => return decode_txn_state(bytes),
             other => return Err(EntryError::UnknownKind(other)),
         }
         exact_len(bytes.len(), COMPACT_ENTRY_BYTES)?;
@@ -395,6 +425,17 @@ fn exact_len(len: usize, expected: usize) -> Result<(), EntryError> {
         std::cmp::Ordering::Greater => Err(EntryError::Trailing(len - expected)),
         std::cmp::Ordering::Equal => Ok(()),
     }
+}
+
+/// A transaction state entry: its length, then exactly that many bytes, at least one.
+fn decode_txn_state(bytes: &Bytes) -> Result<PartitionEntry, EntryError> {
+    let Some(length) = bytes.get(2..6) else { return Err(EntryError::Truncated) };
+    let length = u32::from_le_bytes(length.try_into().expect("4 bytes")) as usize;
+    if length == 0 {
+        return Err(EntryError::Truncated);
+    }
+    exact_len(bytes.len(), 6 + length)?;
+    Ok(PartitionEntry::TxnState(bytes.slice(6..)))
 }
 
 fn decode_isr(nodes: &[u8]) -> Result<PartitionEntry, EntryError> {
@@ -573,18 +614,12 @@ mod tests {
         assert_eq!(bytes, [1, 2, 4, 3, 2, 1, 0, 0, 0, 0]);
         let decoded = PartitionEntry::decode(&Bytes::from(bytes.clone()));
         assert_eq!(decoded, Ok(PartitionEntry::Compact { to: 0x0102_0304 }));
-        for cut in 0..bytes.len() {
-            let cut = Bytes::copy_from_slice(&bytes[..cut]);
-            assert_eq!(PartitionEntry::decode(&cut), Err(EntryError::Truncated), "{}", cut.len());
-        }
-        let mut longer = bytes.clone();
-        longer.push(0);
-        assert_eq!(PartitionEntry::decode(&Bytes::from(longer)), Err(EntryError::Trailing(1)));
+        assert_cuts_truncated_and_a_byte_more_trailing(&bytes);
         let produce = Bytes::from(entry().encode());
         assert_eq!(PartitionEntry::decode(&produce), Ok(PartitionEntry::Produce(entry())));
         let mut unknown = bytes;
-        unknown[1] = 7;
-        assert_eq!(PartitionEntry::decode(&Bytes::from(unknown)), Err(EntryError::UnknownKind(7)));
+        unknown[1] = 8;
+        assert_eq!(PartitionEntry::decode(&Bytes::from(unknown)), Err(EntryError::UnknownKind(8)));
     }
 
     #[test]
@@ -640,13 +675,7 @@ mod tests {
         let abort = TxnMarkerEntry { commit: false, ..txn_marker() };
         let decoded = PartitionEntry::decode(&Bytes::from(abort.encode()));
         assert_eq!(decoded, Ok(PartitionEntry::TxnMarker(abort)));
-        for cut in 0..bytes.len() {
-            let cut = Bytes::copy_from_slice(&bytes[..cut]);
-            assert_eq!(PartitionEntry::decode(&cut), Err(EntryError::Truncated), "{}", cut.len());
-        }
-        let mut longer = bytes.clone();
-        longer.push(0);
-        assert_eq!(PartitionEntry::decode(&Bytes::from(longer)), Err(EntryError::Trailing(1)));
+        assert_cuts_truncated_and_a_byte_more_trailing(&bytes);
         let mut bad = bytes;
         bad[40] = 2;
         assert_eq!(
@@ -676,6 +705,28 @@ mod tests {
         let decoded = PartitionEntry::decode(&Bytes::from(bytes));
         assert_eq!(decoded, Ok(PartitionEntry::Offsets(Bytes::from_static(b"change"))));
         let empty = Bytes::from(PartitionEntry::encode_offsets(b""));
+        assert_eq!(PartitionEntry::decode(&empty), Err(EntryError::Truncated));
+    }
+
+    /// Every cut of `bytes` decodes to `Truncated`, and one byte more to `Trailing(1)`.
+    fn assert_cuts_truncated_and_a_byte_more_trailing(bytes: &[u8]) {
+        for cut in 0..bytes.len() {
+            let cut = Bytes::copy_from_slice(&bytes[..cut]);
+            assert_eq!(PartitionEntry::decode(&cut), Err(EntryError::Truncated), "{}", cut.len());
+        }
+        let mut longer = bytes.to_vec();
+        longer.push(0);
+        assert_eq!(PartitionEntry::decode(&Bytes::from(longer)), Err(EntryError::Trailing(1)));
+    }
+
+    #[test]
+    fn a_txn_state_entry_round_trips_and_every_cut_is_truncated() {
+        let bytes = PartitionEntry::encode_txn_state(b"state");
+        assert_eq!(bytes, [1, 7, 5, 0, 0, 0, b's', b't', b'a', b't', b'e']);
+        let decoded = PartitionEntry::decode(&Bytes::from(bytes.clone()));
+        assert_eq!(decoded, Ok(PartitionEntry::TxnState(Bytes::from_static(b"state"))));
+        assert_cuts_truncated_and_a_byte_more_trailing(&bytes);
+        let empty = Bytes::from(PartitionEntry::encode_txn_state(b""));
         assert_eq!(PartitionEntry::decode(&empty), Err(EntryError::Truncated));
     }
 

@@ -45,9 +45,21 @@
 //! |   | offset (i64), ABORT marker offset (i64); markers strictly increasing, each at or |
 //! |   | after its first offset (`PartitionTxns` invariant 2) |
 //!
-//! `encode` writes version 1 when no partition has transaction state, so a node of the
-//! version before reads the manifests of a cluster that does not use transactions on
-//! replicated partitions; `decode` reads both (a version-1 partition has none).
+//! Version 3 is version 2 followed by the transaction coordinator's image, for a shard's
+//! offsets group (docs/transactions.md, "The coordinator fails over"): the metadata of every
+//! transactional id the shard coordinates and the pending TxnOffsetCommit offsets, as a
+//! replica that applied every entry up to A holds them (a `Transactions` stream
+//! `Coordinator` entry, its own versioned encoding carried whole):
+//!
+//! | size | field |
+//! |---|---|
+//! | 4 | coordinator image length n (u32, at least 1), then n bytes |
+//!
+//! `encode` writes version 1 when no partition has transaction state and there is no
+//! coordinator image, so a node of the version before reads the manifests of a cluster
+//! that does not use transactions; version 2 when only partitions have transaction state;
+//! `decode` reads all three (a version-1 partition has none, a version 1 or 2 manifest no
+//! coordinator image).
 //!
 //! Invariants:
 //! 1. `decode(encode(m)) == m` for every manifest `encode` accepts; `decode` never panics.
@@ -69,6 +81,8 @@ use crate::txn::partition::{AbortedTxn, OpenTxn, PartitionTxns};
 pub const MANIFEST_VERSION: u8 = 1;
 /// Version byte of a manifest with transaction state.
 pub const MANIFEST_VERSION_TXNS: u8 = 2;
+/// Version byte of a manifest with transaction state and a coordinator image.
+pub const MANIFEST_VERSION_COORDINATOR: u8 = 3;
 
 /// Largest manifest `encode` makes: a frame's body limit less room for the raft message's
 /// own fields (invariant 3).
@@ -107,6 +121,9 @@ pub struct SnapshotManifest {
     /// The consumer-group offsets image (`OffsetLogEntry::Snapshot`), for the shard's
     /// offsets group; empty: none.
     pub offsets_image: Bytes,
+    /// The transaction coordinator's image (`TxnLogEntry::Coordinator`), for the shard's
+    /// offsets group (version 3); empty: none.
+    pub coordinator_image: Bytes,
 }
 
 /// Why bytes are not a manifest, or a manifest cannot be encoded.
@@ -156,7 +173,11 @@ impl SnapshotManifest {
         }
         let mut out = Vec::with_capacity(bytes);
         let with_txns = self.with_txns();
-        out.push(if with_txns { MANIFEST_VERSION_TXNS } else { MANIFEST_VERSION });
+        out.push(match (with_txns, self.coordinator_image.is_empty()) {
+            (_, false) => MANIFEST_VERSION_COORDINATOR,
+            (true, true) => MANIFEST_VERSION_TXNS,
+            (false, true) => MANIFEST_VERSION,
+        });
         out.extend_from_slice(&self.applied_index.to_le_bytes());
         out.extend_from_slice(&(self.partitions.len() as u32).to_le_bytes());
         for p in &self.partitions {
@@ -179,13 +200,18 @@ impl SnapshotManifest {
         }
         out.extend_from_slice(&(self.offsets_image.len() as u32).to_le_bytes());
         out.extend_from_slice(&self.offsets_image);
+        if !self.coordinator_image.is_empty() {
+            out.extend_from_slice(&(self.coordinator_image.len() as u32).to_le_bytes());
+            out.extend_from_slice(&self.coordinator_image);
+        }
         debug_assert_eq!(out.len(), bytes);
         Ok(out)
     }
 
-    /// Whether any partition has transaction state (version 2).
+    /// Whether the partitions' transaction state is written (version 2 or 3).
     fn with_txns(&self) -> bool {
-        self.partitions.iter().any(|p| !p.transactions.is_empty())
+        !self.coordinator_image.is_empty()
+            || self.partitions.iter().any(|p| !p.transactions.is_empty())
     }
 
     fn encoded_len(&self) -> usize {
@@ -211,13 +237,17 @@ impl SnapshotManifest {
             + self.partitions.iter().map(partition).sum::<usize>()
             + 4
             + self.offsets_image.len()
+            + match self.coordinator_image.len() {
+                0 => 0,
+                n => 4 + n,
+            }
     }
 
     /// The manifest of `bytes` (invariants 1 and 2).
     pub fn decode(bytes: &Bytes) -> Result<SnapshotManifest, ManifestError> {
         let mut r = Reader { bytes, at: 0 };
         let version = r.array::<1>("version")?[0];
-        if version != MANIFEST_VERSION && version != MANIFEST_VERSION_TXNS {
+        if !(MANIFEST_VERSION..=MANIFEST_VERSION_COORDINATOR).contains(&version) {
             return Err(ManifestError::UnknownVersion(version));
         }
         let applied_index = u64::from_le_bytes(r.array("applied index")?);
@@ -225,15 +255,28 @@ impl SnapshotManifest {
         let mut partitions = Vec::with_capacity(count);
         for _ in 0..count {
             let mut partition = decode_partition(&mut r)?;
-            if version == MANIFEST_VERSION_TXNS {
+            if version >= MANIFEST_VERSION_TXNS {
                 partition.transactions = decode_txns(&mut r)?;
             }
             partitions.push(partition);
         }
         let image_len = u32::from_le_bytes(r.array("offsets image length")?) as usize;
         let offsets_image = r.slice("offsets image", image_len)?;
+        let mut coordinator_image = Bytes::new();
+        if version == MANIFEST_VERSION_COORDINATOR {
+            let len = u32::from_le_bytes(r.array("coordinator image length")?) as usize;
+            if len == 0 {
+                return Err(ManifestError::BadField {
+                    field: "coordinator image length",
+                    value: 0,
+                });
+            }
+            coordinator_image = r.slice("coordinator image", len)?;
+        }
         match bytes.len() - r.at {
-            0 => Ok(SnapshotManifest { applied_index, partitions, offsets_image }),
+            0 => {
+                Ok(SnapshotManifest { applied_index, partitions, offsets_image, coordinator_image })
+            }
             trailing => Err(ManifestError::Trailing(trailing)),
         }
     }
@@ -448,6 +491,7 @@ mod tests {
                 },
             ],
             offsets_image: Bytes::from_static(b"an offsets snapshot entry"),
+            coordinator_image: Bytes::new(),
         }
     }
 
@@ -462,11 +506,38 @@ mod tests {
         assert_eq!(&bytes[33..41], &10i64.to_le_bytes());
         assert_eq!(&bytes[41..49], &44i64.to_le_bytes());
         assert_eq!(SnapshotManifest::decode(&Bytes::from(bytes)), Ok(manifest()));
-        let empty =
-            SnapshotManifest { applied_index: 0, partitions: vec![], offsets_image: Bytes::new() };
+        let empty = SnapshotManifest {
+            applied_index: 0,
+            partitions: vec![],
+            offsets_image: Bytes::new(),
+            coordinator_image: Bytes::new(),
+        };
         let bytes = empty.encode().unwrap();
         assert_eq!(bytes.len(), 1 + 8 + 4 + 4);
         assert_eq!(SnapshotManifest::decode(&Bytes::from(bytes)), Ok(empty));
+    }
+
+    #[test]
+    fn a_coordinator_image_makes_version_3_whose_every_cut_is_truncated() {
+        let m = SnapshotManifest {
+            coordinator_image: Bytes::from_static(b"a coordinator entry"),
+            ..manifest()
+        };
+        let bytes = m.encode().unwrap();
+        assert_eq!(bytes[0], MANIFEST_VERSION_COORDINATOR);
+        assert_eq!(&bytes[bytes.len() - 19 - 4..bytes.len() - 19], &19u32.to_le_bytes());
+        assert_eq!(SnapshotManifest::decode(&Bytes::from(bytes.clone())), Ok(m));
+        for cut in 0..bytes.len() {
+            let decoded = SnapshotManifest::decode(&Bytes::copy_from_slice(&bytes[..cut]));
+            assert!(matches!(decoded, Err(ManifestError::Truncated { .. })), "{cut}: {decoded:?}");
+        }
+        // An empty image is written as none (version 2 or 1), never as a zero length.
+        let mut zero = bytes[..bytes.len() - 19].to_vec();
+        let at = zero.len() - 4;
+        zero[at..].copy_from_slice(&0u32.to_le_bytes());
+        let refused = SnapshotManifest::decode(&Bytes::from(zero));
+        let field = "coordinator image length";
+        assert_eq!(refused, Err(ManifestError::BadField { field, value: 0 }));
     }
 
     #[test]
@@ -485,9 +556,9 @@ mod tests {
     fn bad_fields_are_named() {
         let decode = |m: SnapshotManifest| SnapshotManifest::decode(&Bytes::from(m.encode()?));
         let mut bytes = manifest().encode().unwrap();
-        bytes[0] = 3;
+        bytes[0] = 4;
         let unknown = SnapshotManifest::decode(&Bytes::from(bytes));
-        assert_eq!(unknown, Err(ManifestError::UnknownVersion(3)));
+        assert_eq!(unknown, Err(ManifestError::UnknownVersion(4)));
         let edit = |change: &dyn Fn(&mut PartitionManifest)| {
             let mut m = manifest();
             change(&mut m.partitions[0]);
@@ -649,7 +720,16 @@ mod tests {
             partitions in proptest::collection::vec(partition(), 0..5),
             image in proptest::collection::vec(any::<u8>(), 0..64),
         ) {
-            let m = SnapshotManifest { applied_index, partitions, offsets_image: image.into() };
+            let m = SnapshotManifest {
+                applied_index,
+                partitions,
+                offsets_image: image.clone().into(),
+                coordinator_image: Bytes::new(),
+            };
+            let bytes = Bytes::from(m.encode().unwrap());
+            prop_assert_eq!(SnapshotManifest::decode(&bytes), Ok(m.clone()));
+            // With a coordinator image (version 3): every partition's state is written too.
+            let m = SnapshotManifest { coordinator_image: image.into(), ..m };
             let bytes = Bytes::from(m.encode().unwrap());
             prop_assert_eq!(SnapshotManifest::decode(&bytes), Ok(m));
         }

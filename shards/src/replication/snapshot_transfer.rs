@@ -301,7 +301,12 @@ mod tests {
                 transactions: Default::default(),
             })
             .collect();
-        SnapshotManifest { applied_index, partitions, offsets_image: Bytes::new() }
+        SnapshotManifest {
+            applied_index,
+            partitions,
+            offsets_image: Bytes::new(),
+            coordinator_image: Bytes::new(),
+        }
     }
 
     fn held(

@@ -6,7 +6,8 @@
 //! pending state). No `RefCell` borrow is held across an `.await`.
 //!
 //! Durability contract: a transition is in the log and fdatasync'd before the call that
-//! caused it is answered. EndTxn: Prepare* is durable before the first marker is queued;
+//! caused it is answered (in a cluster: committed in the shard's offsets group and applied
+//! here, `txn::replicated`). EndTxn: Prepare* is durable before the first marker is queued;
 //! every marker and offsets resolution is durable before Complete* is written; Complete*
 //! is durable before EndTxn is answered. A crash in between leaves Prepare* in the log,
 //! and the ticker finishes it after the restart (markers again: a second marker for a
@@ -22,11 +23,12 @@
 
 use std::rc::Rc;
 
-use shardlog_storage::{Durable, InternalStream, RecordBatchHeader};
+use shardlog_storage::{Durable, RecordBatchHeader};
 use tracing::{info, warn};
 
 use super::log::TxnLogEntry;
 use super::partition::control_batch;
+use super::replicated::txn_write_error;
 use super::state::{TxnMetadata, TxnState};
 use super::{coordinator_shard, Busy};
 use crate::error::{PartitionError, TxnError};
@@ -60,15 +62,13 @@ enum MarkerRoute {
 }
 
 impl Shard {
-    /// NOT_COORDINATOR unless this shard coordinates `transactional_id`.
+    /// NOT_COORDINATOR unless this shard coordinates `transactional_id` now (in a cluster:
+    /// leads its shard's offsets group, `txn::replicated`).
     pub fn check_txn_coordinator(&self, transactional_id: &str) -> Result<(), TxnError> {
         if transactional_id.is_empty() {
             return Err(TxnError::EmptyTransactionalId);
         }
-        if !self.coordinates(transactional_id) {
-            return Err(TxnError::NotCoordinator);
-        }
-        Ok(())
+        self.check_coordinates(transactional_id)
     }
 
     fn txn_busy(&self, transactional_id: &str) -> Result<Busy<'_>, TxnError> {
@@ -79,20 +79,12 @@ impl Shard {
         self.txn.txns.borrow().get(transactional_id).cloned()
     }
 
-    /// Writes a transition and waits until it is durable. It is applied in memory when
-    /// queued, so a snapshot taken meanwhile (which lands after it in the log) holds it.
+    /// Writes a transition and waits until it is durable (in a cluster: committed in the
+    /// offsets group and applied here, `txn::replicated`). On a single node it is applied
+    /// in memory when queued, so a snapshot taken meanwhile (which lands after it in the
+    /// log) holds it.
     async fn write_txn(&self, metadata: TxnMetadata) -> Result<(), TxnError> {
-        let entry = TxnLogEntry::Txn(metadata.clone()).encode();
-        let durable = self
-            .log
-            .append_internal(InternalStream::Transactions, false, &entry)
-            .map_err(|e| TxnError::Storage(format!("writing transaction state: {e:?}")))?;
-        self.txn.txns.borrow_mut().insert(metadata.transactional_id.clone(), metadata);
-        self.txn.in_log.set(true);
-        if let Err(e) = durable.wait().await {
-            self.fatal_storage_error(&e);
-        }
-        Ok(())
+        self.write_txn_entry(TxnLogEntry::Txn(metadata)).await.map_err(txn_write_error)
     }
 
     /// InitProducerId with a transactional id: a producer id and a new epoch, fencing any
@@ -413,6 +405,10 @@ impl Shard {
     }
 
     async fn txn_tick(&self) {
+        if self.coordinating_here().is_err() {
+            // A follower of the offsets group holds the state only (`txn::replicated`).
+            return;
+        }
         let now = wall_ms();
         let due: Vec<TxnMetadata> = self
             .txn

@@ -3,7 +3,8 @@
 //! On the coordinator shard of a transactional id: one `Txn` entry per transition, holding
 //! the whole metadata, fdatasync'd before the call that caused it is answered. On the
 //! coordinator shard of a group: `PendingOffsets` for each TxnOffsetCommit and
-//! `OffsetsResolved` when the transaction ended. On every shard, with each checkpoint: a
+//! `OffsetsResolved` when the transaction ended; in a cluster, a `Coordinator` image when a
+//! replica installs an offsets group's partition snapshot. On every shard, with each checkpoint: a
 //! `Snapshot` of all of it plus the transaction state of the shard's partitions, valid
 //! for each partition up to `covered` (batches after it are replayed at start-up).
 //!
@@ -39,6 +40,11 @@ pub enum TxnLogEntry {
         partitions: Vec<(u64, PartitionTxns)>,
         covered: Vec<(u64, i64)>,
     },
+    /// The coordinator's whole state (every transactional id's metadata and the pending
+    /// offsets), replacing what was before: installed from an offsets group's partition
+    /// snapshot (`txn::replicated`). Partition state is untouched. Last, so that the
+    /// archived tags of the variants above stay those already on disk.
+    Coordinator { txns: Vec<TxnMetadata>, pending: Vec<((String, i64), OffsetList)> },
 }
 
 /// What the stream rebuilds at start-up.
@@ -63,15 +69,6 @@ impl TxnLogEntry {
     /// Applies this entry (in log order) to what recovery rebuilds.
     pub fn apply(self, to: &mut Recovered) {
         match self {
-            TxnLogEntry::Txn(metadata) => {
-                to.txns.insert(metadata.transactional_id.clone(), metadata);
-            }
-            TxnLogEntry::PendingOffsets { group, producer_id, offsets } => {
-                merge_pending(&mut to.pending, group, producer_id, offsets);
-            }
-            TxnLogEntry::OffsetsResolved { group, producer_id } => {
-                to.pending.remove(&(group, producer_id));
-            }
             TxnLogEntry::Snapshot { txns, pending, partitions, covered } => {
                 *to = Recovered {
                     txns: txns.into_iter().map(|t| (t.transactional_id.clone(), t)).collect(),
@@ -80,6 +77,34 @@ impl TxnLogEntry {
                     covered: covered.into_iter().collect(),
                 };
             }
+            change => change.apply_change(&mut to.txns, &mut to.pending),
+        }
+    }
+
+    /// Applies a change (any entry but a snapshot, which is written, never proposed) to
+    /// the coordinator's metadata and pending offsets: at recovery, and on every replica
+    /// of a cluster's offsets group (`txn::replicated`). Each sets, merges per partition,
+    /// removes or replaces, so a run applied twice leaves what applying it once did.
+    pub fn apply_change(
+        self,
+        txns: &mut BTreeMap<String, TxnMetadata>,
+        pending: &mut PendingOffsets,
+    ) {
+        match self {
+            TxnLogEntry::Txn(metadata) => {
+                txns.insert(metadata.transactional_id.clone(), metadata);
+            }
+            TxnLogEntry::PendingOffsets { group, producer_id, offsets } => {
+                merge_pending(pending, group, producer_id, offsets);
+            }
+            TxnLogEntry::OffsetsResolved { group, producer_id } => {
+                pending.remove(&(group, producer_id));
+            }
+            TxnLogEntry::Coordinator { txns: all, pending: all_pending } => {
+                *txns = all.into_iter().map(|t| (t.transactional_id.clone(), t)).collect();
+                *pending = all_pending.into_iter().collect();
+            }
+            TxnLogEntry::Snapshot { .. } => panic!("a snapshot is not a change"),
         }
     }
 }
@@ -141,6 +166,46 @@ mod tests {
         TxnLogEntry::OffsetsResolved { group: "g".into(), producer_id: 5 }.apply(&mut recovered);
         assert!(recovered.pending.is_empty());
         assert_eq!(recovered.txns["tx"].state, TxnState::Ongoing);
+    }
+
+    /// `group::replicated` invariant 3 for transaction state: after a restart the raft
+    /// entries past the compaction point are applied again on top of what the stream
+    /// recovered, which already holds them (any suffix of the run).
+    #[test]
+    fn applying_a_run_of_changes_again_from_any_entry_leaves_what_applying_it_once_did() {
+        let open = TxnMetadata::new("tx", 5, 60_000, 0);
+        let mut prepared = open.clone();
+        prepared.state = TxnState::PrepareCommit;
+        let pending = |partition: i32, offset: i64| TxnLogEntry::PendingOffsets {
+            group: "g".into(),
+            producer_id: 5,
+            offsets: vec![(("in".into(), partition), committed(offset))],
+        };
+        let resolved = TxnLogEntry::OffsetsResolved { group: "g".into(), producer_id: 5 };
+        let run = vec![
+            TxnLogEntry::Txn(open),
+            pending(0, 3),
+            pending(1, 4),
+            pending(0, 7),
+            TxnLogEntry::Txn(prepared.clone()),
+            resolved,
+            TxnLogEntry::Coordinator { txns: vec![prepared], pending: vec![] },
+            pending(1, 9),
+        ];
+        let applied = |entries: &[TxnLogEntry], state: &mut (BTreeMap<_, _>, PendingOffsets)| {
+            for entry in entries {
+                entry.clone().apply_change(&mut state.0, &mut state.1);
+            }
+        };
+        let mut once = Default::default();
+        applied(&run, &mut once);
+        for from in 0..run.len() {
+            let mut twice = once.clone();
+            applied(&run[from..], &mut twice);
+            assert_eq!(twice, once, "applied again from entry {from}");
+        }
+        assert_eq!(once.0["tx"].state, TxnState::PrepareCommit);
+        assert_eq!(once.1[&("g".to_string(), 5)], vec![(("in".into(), 1), committed(9))]);
     }
 
     #[test]

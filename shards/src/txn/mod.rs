@@ -2,9 +2,11 @@
 //! the transaction state of partitions (last stable offset, aborted transactions).
 //!
 //! - The coordinator of a `transactional.id` is the shard `coordinator_shard(id)` (the
-//!   same placement as groups). Its state machine is `state`; every transition is written
-//!   to that shard's log (`log`, the `Transactions` stream) and fdatasync'd before the call
-//!   is answered (`coordinator`).
+//!   same placement as groups; in a cluster, of the node leading that shard's offsets
+//!   group). Its state machine is `state`; every transition is written to that shard's log
+//!   (`log`, the `Transactions` stream) and fdatasync'd before the call is answered
+//!   (`coordinator`); in a cluster it is committed in the offsets group first and applied
+//!   by every replica, so the coordinator fails over with the group (`replicated`).
 //! - EndTxn writes a COMMIT or ABORT control batch to every partition of the transaction,
 //!   on the partition's owner shard (mesh `TxnMarker`; on another node, a transaction call
 //!   over the replication transport, `remote`), and resolves the transaction's
@@ -28,6 +30,7 @@ pub mod offsets;
 pub mod partition;
 pub mod recovery;
 pub(crate) mod remote;
+mod replicated;
 pub mod state;
 pub mod verify;
 

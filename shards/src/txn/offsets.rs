@@ -1,16 +1,15 @@
 //! Transactional offsets (TxnOffsetCommit) on a group's coordinator shard.
 //!
 //! Offsets a transaction commits are pending until the transaction ends: written to the
-//! log (`PendingOffsets`, fdatasync'd before TxnOffsetCommit is answered) but invisible
-//! to OffsetFetch. When the transaction coordinator resolves them (mesh
+//! log (`PendingOffsets`, fdatasync'd before TxnOffsetCommit is answered; in a cluster
+//! committed in the shard's offsets group and applied by every replica, `txn::replicated`)
+//! but invisible to OffsetFetch. When the transaction coordinator resolves them (mesh
 //! `TxnOffsetsMarker`), a commit writes them as an ordinary `GroupOffsets` commit first,
 //! then `OffsetsResolved`; an abort writes only `OffsetsResolved`. Both are durable
 //! before the coordinator is answered. OffsetFetch with `require_stable` gets
 //! UNSTABLE_OFFSET_COMMIT for a partition with pending offsets, as Kafka's.
 
-use shardlog_storage::InternalStream;
-
-use super::log::{merge_pending, TxnLogEntry};
+use super::log::TxnLogEntry;
 use crate::error::GroupError;
 use crate::group::offsets::OffsetLogEntry;
 use crate::group::OffsetCommitPartition;
@@ -34,13 +33,8 @@ impl Shard {
         let (results, offsets) = self.accept_commits(partitions);
         if !offsets.is_empty() {
             let group = group_id.to_string();
-            let entry = TxnLogEntry::PendingOffsets { group: group.clone(), producer_id, offsets };
-            let durable = self.append_txn_entry(&entry)?;
-            let TxnLogEntry::PendingOffsets { offsets, .. } = entry else { unreachable!() };
-            merge_pending(&mut self.txn.pending.borrow_mut(), group, producer_id, offsets);
-            if let Err(e) = durable.wait().await {
-                self.fatal_storage_error(&e);
-            }
+            self.write_txn_entry(TxnLogEntry::PendingOffsets { group, producer_id, offsets })
+                .await?;
         }
         Ok(results)
     }
@@ -60,13 +54,7 @@ impl Shard {
             let entry = OffsetLogEntry::Commit { group: group_id.to_string(), offsets };
             self.write_offset_entry(entry).await?;
         }
-        self.txn.pending.borrow_mut().remove(&key);
-        let entry = TxnLogEntry::OffsetsResolved { group: key.0, producer_id };
-        let durable = self.append_txn_entry(&entry)?;
-        if let Err(e) = durable.wait().await {
-            self.fatal_storage_error(&e);
-        }
-        Ok(())
+        self.write_txn_entry(TxnLogEntry::OffsetsResolved { group: key.0, producer_id }).await
     }
 
     /// Whether a transaction has offsets pending for `group` on any of `partitions`
@@ -80,19 +68,5 @@ impl Shard {
         pending.iter().filter(|((group, _), _)| group == group_id).any(|(_, offsets)| {
             offsets.iter().any(|(key, _)| partitions.is_none_or(|asked| asked.contains(key)))
         })
-    }
-
-    fn append_txn_entry(
-        &self,
-        entry: &TxnLogEntry,
-    ) -> Result<shardlog_storage::Durable, GroupError> {
-        let appended =
-            self.log.append_internal(InternalStream::Transactions, false, &entry.encode());
-        let durable = appended.map_err(|e| {
-            tracing::warn!(shard = self.id, error = ?e, "writing transactional offsets");
-            GroupError::Storage
-        })?;
-        self.txn.in_log.set(true);
-        Ok(durable)
     }
 }

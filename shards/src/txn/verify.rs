@@ -51,7 +51,6 @@ use shardlog_storage::{PartitionId, RecordBatchHeader};
 use super::partition::{CONTROL, TRANSACTIONAL};
 use super::{coordinator_shard, Busy};
 use crate::error::{PartitionError, TxnError};
-use crate::group::coordinator_node;
 use crate::message::{ShardReply, ShardRequest};
 use crate::ops::ProduceWait;
 use crate::replication::node_rpc::VerifyRequest;
@@ -138,8 +137,12 @@ impl Shard {
     /// arrival order, with no `.await` between them.
     async fn verify_and_append(self: Rc<Self>, ask: Ask) {
         let coordinator = coordinator_shard(&ask.transactional_id, self.nr_shards);
-        let node = coordinator_node(&ask.transactional_id, &self.config.nodes, self.nr_shards);
-        let answer = if node != self.config.node_id {
+        // The leader of the id's shard's offsets group as this node knows it
+        // (`txn::replicated`); none known: retriable, as a coordinator still loading.
+        let node = self.group_coordinator_node(&ask.transactional_id);
+        let answer = if node.is_none() {
+            Err(TxnError::CoordinatorLoadInProgress)
+        } else if let Some(node) = node.filter(|n| *n != self.config.node_id) {
             let request = VerifyRequest {
                 request_id: 0,
                 transactional_id: ask.transactional_id.clone(),
