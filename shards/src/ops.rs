@@ -400,18 +400,21 @@ impl Shard {
         let partition_id = self
             .local_partition(&read.topic, read.partition)
             .ok_or(PartitionError::UnknownTopicOrPartition)?;
-        let info =
+        let mut info =
             self.log.partition_info(partition_id).ok_or(PartitionError::UnknownTopicOrPartition)?;
+        let replicated = self.partition_group_of(&read.topic, read.partition).is_some();
+        info.high_watermark = visible_high_watermark(&info, replicated);
         let limit = read.partition_max_bytes.min(remaining);
         let last_stable_offset = self.last_stable_offset(partition_id, &info);
         let end = if read.read_committed { last_stable_offset } else { info.high_watermark };
         let at_end = read.fetch_offset >= end && read.fetch_offset <= info.high_watermark;
-        let records = if limit == 0 || at_end {
-            Bytes::new()
-        } else {
-            let from = read.fetch_offset;
-            self.log.read_below(partition_id, from, limit, end).await.map_err(read_error)?
-        };
+        let from = read.fetch_offset;
+        let records = match (limit == 0 || at_end, replicated) {
+            (true, _) => Ok(Bytes::new()),
+            (false, true) => self.log.read_below_unflushed(partition_id, from, limit, end).await,
+            (false, false) => self.log.read_below(partition_id, from, limit, end).await,
+        }
+        .map_err(read_error)?;
         let aborted_transactions = match self.txn.partitions.borrow().get(&partition_id) {
             Some(state) if read.read_committed => state.aborted_between(read.fetch_offset, end),
             _ => Vec::new(),
@@ -454,8 +457,10 @@ impl Shard {
         let partition_id = self
             .local_partition(topic, partition)
             .ok_or(PartitionError::UnknownTopicOrPartition)?;
-        let info =
+        let mut info =
             self.log.partition_info(partition_id).ok_or(PartitionError::UnknownTopicOrPartition)?;
+        let replicated = self.partition_group_of(topic, partition).is_some();
+        info.high_watermark = visible_high_watermark(&info, replicated);
         let listed = |offset: Offset, timestamp: i64, leader_epoch: i32| ListedOffset {
             offset,
             timestamp,
@@ -738,6 +743,21 @@ pub(crate) fn append_error(error: AppendError) -> PartitionError {
         AppendError::NotAtEnd { base_offset, next_offset } => PartitionError::Storage(format!(
             "a copied batch at {base_offset} does not start at the next offset {next_offset}"
         )),
+    }
+}
+
+/// The high watermark Fetch and ListOffsets answer with and read up to: of a replicated
+/// partition its log end, of any other its durable end (`info.high_watermark`). A
+/// replicated partition appends only committed entries, as they are applied (durable on a
+/// majority's raft logs, and applied again at the same offsets after a crash), and its
+/// produces are answered once applied, so a read right after an acks=all answer sees the
+/// record, as Kafka's leader (which answers once its high watermark passed it) does;
+/// batches not yet durable here are read from the tail cache
+/// (`ShardLog::read_below_unflushed`; docs/replication.md, "Read after ack").
+fn visible_high_watermark(info: &PartitionInfo, replicated: bool) -> Offset {
+    match replicated {
+        true => info.log_end_offset,
+        false => info.high_watermark,
     }
 }
 

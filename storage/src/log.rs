@@ -8,7 +8,9 @@
 //! Durability contract:
 //! 1. `Durable` resolves Ok only after a completed fdatasync covers the entry.
 //! 2. A partition's high watermark moves only in the flusher, after that fdatasync; `read`
-//!    never returns bytes at or past it.
+//!    never returns bytes at or past it. (`read_below_unflushed` may, from the tail cache
+//!    only, for a caller whose appends are durable elsewhere: a replicated partition's
+//!    committed entries, durable on a majority's raft logs before they are applied here.)
 //! 3. A failed write or fdatasync poisons the log for good: every pending and later
 //!    `Durable` resolves to `StorageError::Fatal`, appends are refused, nothing is retried.
 //!    Reads keep working.
@@ -510,7 +512,27 @@ impl<D: Disk> ShardLog<D> {
         max_bytes: usize,
         end: Offset,
     ) -> Result<Bytes, ReadError> {
-        let pieces = self.plan_read(partition, from, max_bytes, end)?;
+        self.read_planned(self.plan_read(partition, from, max_bytes, end, false)?).await
+    }
+
+    /// As [`ShardLog::read_below`], but past the high watermark too, up to the log end:
+    /// batches not durable here yet are served from the tail cache only, and the read
+    /// stops at the first one the cache no longer holds (its bytes may not be written
+    /// yet). Only for a partition whose appends are durable before they are appended
+    /// here (a replicated partition's committed entries: durable on a majority, and
+    /// appended again at the same offsets from the raft log after a crash); a partition
+    /// whose own fdatasync makes its appends durable must use `read_below` (contract 2).
+    pub async fn read_below_unflushed(
+        &self,
+        partition: PartitionId,
+        from: Offset,
+        max_bytes: usize,
+        end: Offset,
+    ) -> Result<Bytes, ReadError> {
+        self.read_planned(self.plan_read(partition, from, max_bytes, end, true)?).await
+    }
+
+    async fn read_planned(&self, pieces: Vec<Piece>) -> Result<Bytes, ReadError> {
         let parts = self.inner.fetch(pieces).await.map_err(ReadError::Storage)?;
         Ok(match parts.len() {
             0 => Bytes::new(),
@@ -525,34 +547,42 @@ impl<D: Disk> ShardLog<D> {
         })
     }
 
+    /// The pieces of a read; `unflushed`: up to the log end, batches past the high
+    /// watermark from the cache only (`read_below_unflushed`).
     fn plan_read(
         &self,
         partition: PartitionId,
         from: Offset,
         max_bytes: usize,
         end: Offset,
+        unflushed: bool,
     ) -> Result<Vec<Piece>, ReadError> {
         let state = self.inner.state.borrow();
         let log =
             state.core.partitions.get(&partition).ok_or(ReadError::UnknownPartition(partition))?;
-        if from < log.log_start_offset || from > log.high_watermark {
+        let readable = if unflushed { log.next_offset } else { log.high_watermark };
+        if from < log.log_start_offset || from > readable {
             return Err(ReadError::OffsetOutOfRange {
                 requested: from,
                 log_start_offset: log.log_start_offset,
-                high_watermark: log.high_watermark,
+                high_watermark: readable,
             });
         }
         let mut pieces = Vec::new();
         let mut total = 0usize;
         let mut i = log.find_offset(from);
         while let Some(batch) = log.batches.get(i) {
-            if batch.base_offset >= log.high_watermark.min(end)
+            if batch.base_offset >= readable.min(end)
                 || (total > 0 && total + batch.len as usize > max_bytes)
             {
                 break;
             }
+            let cached = log.cached_batch(i);
+            if batch.base_offset >= log.high_watermark && cached.is_none() {
+                break; // not durable here, and its bytes may not be written yet
+            }
             total += batch.len as usize;
-            pieces.push(match log.cached_batch(i) {
+            pieces.push(match cached {
                 Some(bytes) => Piece::Cached(bytes.clone()),
                 None => Piece::Disk {
                     segment_base: state

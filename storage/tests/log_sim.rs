@@ -40,6 +40,39 @@ async fn read_all(log: &ShardLog<SimDisk>, p: PartitionId) -> Vec<(Offset, Bytes
     out
 }
 
+/// `read_below_unflushed` (a replicated partition's committed entries): past the high
+/// watermark, batches the tail cache holds are served before their flush, and the read
+/// stops at the first one the cache no longer holds; `read` keeps to the high watermark.
+#[test]
+fn an_unflushed_read_serves_cached_batches_past_the_high_watermark_and_stops_at_an_uncached_one() {
+    run(|| async {
+        let disk = SimDisk::new(3);
+        // A 16 KiB tail cache: batches of ~6 KB, so the third evicts the first.
+        let (log, _, _) = open(&disk, small_config()).await;
+        let batches: Vec<Bytes> = (0..3).map(|k| batch_of(1, 6000, k, 100 + k as i64)).collect();
+        let appended: Vec<_> =
+            batches.iter().map(|b| log.append_batches(P0, &validated(b)).unwrap()).collect();
+        let info = log.partition_info(P0).unwrap();
+        assert_eq!((info.high_watermark, info.log_end_offset), (0, 3), "nothing durable yet");
+        assert!(log.read(P0, 0, 1 << 20).await.unwrap().is_empty());
+        // Batch 0 left the cache (evicted by batch 2) before its flush: nothing from 0.
+        assert!(log.read_below_unflushed(P0, 0, 1 << 20, 3).await.unwrap().is_empty());
+        let from_1 = log.read_below_unflushed(P0, 1, 1 << 20, 3).await.unwrap();
+        let expected = [with_offset(&batches[1], 1).to_vec(), with_offset(&batches[2], 2).to_vec()];
+        assert_eq!(from_1, Bytes::from(expected.concat()));
+        assert_eq!(log.read_below_unflushed(P0, 1, 1 << 20, 2).await.unwrap(), expected[0]);
+        let past_end = log.read_below_unflushed(P0, 4, 1 << 20, 5).await;
+        assert!(matches!(past_end, Err(ReadError::OffsetOutOfRange { high_watermark: 3, .. })));
+        for a in appended {
+            a.durable.wait().await.unwrap();
+        }
+        // Durable: both reads serve everything, batch 0 from disk.
+        let all = log.read_below_unflushed(P0, 0, 1 << 20, 3).await.unwrap();
+        assert_eq!(all, log.read(P0, 0, 1 << 20).await.unwrap());
+        assert_eq!(batches_in(&all).len(), 3);
+    });
+}
+
 #[test]
 fn append_then_read_returns_the_batch_with_its_assigned_offset() {
     run(|| async {
