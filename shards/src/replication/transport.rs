@@ -26,10 +26,12 @@
 //! - A message larger than any frame (a raft snapshot of a large topic table) is cut
 //!   into pieces (`fragment.rs`) when it is queued, kept beside the outbox (not subject to
 //!   its bound: one such message per peer at a time; another that comes meanwhile is
-//!   dropped, counted in `dropped_overflow`, and raft sends it again), and sent first in
-//!   the next frames, so it may overtake messages queued before it (raft tolerates
-//!   reordering); the reader of the connection puts the pieces together and delivers the
-//!   whole message. Over `fragment::MAX_MESSAGE_BYTES` it is dropped (`dropped_too_large`).
+//!   dropped, counted in `dropped_overflow`, and raft sends it again), and sent one piece
+//!   at the head of each frame, the rest of the frame filled from the outbox, so raft's
+//!   heartbeats and appends wait behind one piece at most, not behind the whole message
+//!   (which arrives after messages queued after it: raft tolerates reordering); the
+//!   reader of the connection puts the pieces together and delivers the whole message.
+//!   Over `fragment::MAX_MESSAGE_BYTES` it is dropped (`dropped_too_large`).
 //! - Inbound: a listener; each accepted connection gets a reader task that checks the
 //!   hand-shake, then decodes frames and delivers each (sender node, group, message) to
 //!   one bounded channel the host receives from. A full channel stops the readers (TCP
@@ -493,18 +495,19 @@ impl Shared {
         }
     }
 
-    /// Everything queued for `peer`, up to one frame: first the pieces of a message larger
-    /// than a frame, then the outbox; `None` when both are empty.
+    /// Everything queued for `peer`, up to one frame: the next piece of a message larger
+    /// than a frame, if any, then the outbox (one piece a frame, so the outbox's
+    /// heartbeats and appends wait behind 1 MiB at most, not behind a whole snapshot);
+    /// `None` when both are empty.
     fn take_frame(&self, node_id: u64) -> Option<(Vec<u8>, u32)> {
         let peer = &self.peers[&node_id];
         let mut encoder = FrameEncoder::new(self.config.node_id, self.config.shard);
-        let mut pieces = peer.pieces.borrow_mut();
-        while pieces.front().is_some_and(|piece| encoder.push(FRAGMENT_GROUP, piece)) {
-            pieces.pop_front();
+        if let Some(piece) = peer.pieces.borrow_mut().pop_front() {
+            assert!(encoder.push(FRAGMENT_GROUP, &piece), "a piece fits an empty frame");
         }
         let mut outbox = peer.outbox.borrow_mut();
-        // Once the pieces are in, the outbox; every message in it fits an empty frame.
-        while pieces.is_empty() {
+        // Every message in the outbox fits an empty frame (`send`).
+        loop {
             let Some((group, message, size)) = outbox.pop_front() else { break };
             if !encoder.push(group, &message) {
                 outbox.push_front((group, message, size));
