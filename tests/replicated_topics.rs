@@ -277,7 +277,7 @@ fn with_two_shards_per_node_partition_groups_use_both_shards_and_store_each_reco
 /// the record and the Fetch returns it, though the answer came at commit and apply, before
 /// the leader's own fdatasync of its applied copy. Until the leader served its applied
 /// end (and the tail cache past its durable end) they lagged by that flush: with
-/// `visible_high_watermark` answering the durable end (by hand), the first ListOffsets
+/// `Shard::readable_partition` answering the durable end (by hand), the first ListOffsets
 /// answers 0.
 #[test]
 fn a_record_is_visible_at_the_leader_right_after_its_acks_all_answer() {

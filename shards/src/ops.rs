@@ -391,19 +391,36 @@ impl Shard {
         out
     }
 
+    /// A partition this shard serves to Fetch and ListOffsets (`Readable`), once the
+    /// request's `current_leader_epoch` passed `check_leader_epoch`; its group is looked
+    /// up once for both.
+    fn readable_partition(
+        &self,
+        topic: &str,
+        partition: i32,
+        current_leader_epoch: i32,
+    ) -> Result<Readable, PartitionError> {
+        let group = self.partition_group_of(topic, partition);
+        let leader_epoch = self.check_group_leader_epoch(group, current_leader_epoch)?;
+        let partition_id = self
+            .local_partition(topic, partition)
+            .ok_or(PartitionError::UnknownTopicOrPartition)?;
+        let mut info =
+            self.log.partition_info(partition_id).ok_or(PartitionError::UnknownTopicOrPartition)?;
+        let replicated = group.is_some();
+        if replicated {
+            info.high_watermark = info.log_end_offset;
+        }
+        Ok(Readable { partition_id, info, leader_epoch, replicated })
+    }
+
     async fn read_partition(
         &self,
         read: &PartitionRead,
         remaining: usize,
     ) -> Result<FetchedRecords, PartitionError> {
-        self.check_leader_epoch(&read.topic, read.partition, read.current_leader_epoch)?;
-        let partition_id = self
-            .local_partition(&read.topic, read.partition)
-            .ok_or(PartitionError::UnknownTopicOrPartition)?;
-        let mut info =
-            self.log.partition_info(partition_id).ok_or(PartitionError::UnknownTopicOrPartition)?;
-        let replicated = self.partition_group_of(&read.topic, read.partition).is_some();
-        info.high_watermark = visible_high_watermark(&info, replicated);
+        let Readable { partition_id, info, replicated, .. } =
+            self.readable_partition(&read.topic, read.partition, read.current_leader_epoch)?;
         let limit = read.partition_max_bytes.min(remaining);
         let last_stable_offset = self.last_stable_offset(partition_id, &info);
         let end = if read.read_committed { last_stable_offset } else { info.high_watermark };
@@ -453,14 +470,8 @@ impl Shard {
         read_committed: bool,
         current_leader_epoch: i32,
     ) -> Result<ListedOffset, PartitionError> {
-        let current_epoch = self.check_leader_epoch(topic, partition, current_leader_epoch)?;
-        let partition_id = self
-            .local_partition(topic, partition)
-            .ok_or(PartitionError::UnknownTopicOrPartition)?;
-        let mut info =
-            self.log.partition_info(partition_id).ok_or(PartitionError::UnknownTopicOrPartition)?;
-        let replicated = self.partition_group_of(topic, partition).is_some();
-        info.high_watermark = visible_high_watermark(&info, replicated);
+        let Readable { partition_id, info, leader_epoch: current_epoch, .. } =
+            self.readable_partition(topic, partition, current_leader_epoch)?;
         let listed = |offset: Offset, timestamp: i64, leader_epoch: i32| ListedOffset {
             offset,
             timestamp,
@@ -746,19 +757,21 @@ pub(crate) fn append_error(error: AppendError) -> PartitionError {
     }
 }
 
-/// The high watermark Fetch and ListOffsets answer with and read up to: of a replicated
-/// partition its log end, of any other its durable end (`info.high_watermark`). A
-/// replicated partition appends only committed entries, as they are applied (durable on a
-/// majority's raft logs, and applied again at the same offsets after a crash), and its
-/// produces are answered once applied, so a read right after an acks=all answer sees the
-/// record, as Kafka's leader (which answers once its high watermark passed it) does;
-/// batches not yet durable here are read from the tail cache
-/// (`ShardLog::read_below_unflushed`; docs/replication.md, "Read after ack").
-fn visible_high_watermark(info: &PartitionInfo, replicated: bool) -> Offset {
-    match replicated {
-        true => info.log_end_offset,
-        false => info.high_watermark,
-    }
+/// A partition as Fetch and ListOffsets serve it (`Shard::readable_partition`).
+struct Readable {
+    partition_id: PartitionId,
+    /// Its figures, with the high watermark consumers are answered and read up to: of a
+    /// replicated partition its log end, of any other its durable end. A replicated
+    /// partition appends only committed entries, as they are applied (durable on a
+    /// majority's raft logs, and applied again at the same offsets after a crash), and its
+    /// produces are answered once applied, so a read right after an acks=all answer sees
+    /// the record, as Kafka's leader (which answers once its high watermark passed it)
+    /// does; its batches not yet durable here are read from the tail cache
+    /// (`ShardLog::read_below_unflushed`; docs/replication.md, "Read after ack").
+    info: PartitionInfo,
+    /// Its leader epoch on this replica (`check_leader_epoch`).
+    leader_epoch: i32,
+    replicated: bool,
 }
 
 fn read_error(error: ReadError) -> PartitionError {

@@ -651,7 +651,19 @@ impl Shard {
         partition: i32,
         current_leader_epoch: i32,
     ) -> Result<i32, PartitionError> {
-        let (leads, epoch) = match self.partition_group_of(topic, partition) {
+        self.check_group_leader_epoch(
+            self.partition_group_of(topic, partition),
+            current_leader_epoch,
+        )
+    }
+
+    /// `check_leader_epoch` of a partition whose group (`partition_group_of`) is known.
+    pub(crate) fn check_group_leader_epoch(
+        &self,
+        group: Option<u64>,
+        current_leader_epoch: i32,
+    ) -> Result<i32, PartitionError> {
+        let (leads, epoch) = match group {
             None => (true, 0),
             Some(group) => {
                 let groups = self.partition_groups().ok_or(PartitionError::NotLeaderOrFollower)?;

@@ -313,9 +313,7 @@ impl GroupHost {
 
     /// Queues leader notices (`notice::encode`) for node `to`'s same shard.
     pub fn send_notice(&self, to: u64, notices: Vec<u8>) -> Result<(), UnknownPeer> {
-        let mut message = Message::default();
-        message.set_context(notices.into());
-        self.inner.transport.send(to, NOTICE_GROUP, message)
+        self.send_context(to, NOTICE_GROUP, notices)
     }
 
     /// The leader notices received since the last call: (sender node, notice bytes), in
@@ -326,9 +324,7 @@ impl GroupHost {
 
     /// Queues a pull message (`pull.rs`) for node `to`'s same shard.
     pub fn send_pull(&self, to: u64, pull: Vec<u8>) -> Result<(), UnknownPeer> {
-        let mut message = Message::default();
-        message.set_context(pull.into());
-        self.inner.transport.send(to, PULL_GROUP, message)
+        self.send_context(to, PULL_GROUP, pull)
     }
 
     /// Where the pull messages that arrive go: (sender node, bytes); the first call takes
@@ -339,9 +335,15 @@ impl GroupHost {
 
     /// Queues a call between nodes (`node_rpc.rs`) for node `to`'s same shard.
     pub fn send_node_rpc(&self, to: u64, rpc: Vec<u8>) -> Result<(), UnknownPeer> {
+        self.send_context(to, NODE_RPC_GROUP, rpc)
+    }
+
+    /// Queues `bytes` for node `to`'s same shard as the context of a message of the
+    /// reserved `group` (notices, pulls, calls between nodes: never stepped).
+    fn send_context(&self, to: u64, group: u64, bytes: Vec<u8>) -> Result<(), UnknownPeer> {
         let mut message = Message::default();
-        message.set_context(rpc.into());
-        self.inner.transport.send(to, NODE_RPC_GROUP, message)
+        message.set_context(bytes.into());
+        self.inner.transport.send(to, group, message)
     }
 
     /// Where the calls between nodes that arrive go: (sender node, bytes); the first call
