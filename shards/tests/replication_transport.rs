@@ -13,7 +13,8 @@
 //!
 //! Then the transport's own rules, two transports on one executor: a batch queued in one
 //! turn leaves as one frame; an outbox toward a peer that is down stays within its bound
-//! (dropping the oldest) and what it kept arrives, in order, once the peer is up; a message
+//! (dropping the oldest) and what it kept arrives, in order, once the peer is up; a peer
+//! that went away (its connection lost) is sent nothing of the time it was gone; a message
 //! larger than a frame arrives whole (sent in pieces, one such message at a time); a peer
 //! with another shard count or another node id is refused at the hand-shake.
 //!
@@ -471,6 +472,34 @@ fn an_outbox_to_a_peer_that_is_down_keeps_its_bound_and_delivers_the_newest_once
         let commits: Vec<u64> = received.iter().map(|m| m.message.commit).collect();
         assert_eq!(commits, (1000 - kept as u64..1000).collect::<Vec<_>>(), "the newest, in order");
         wait_until("the sender to count its connection", || a.stats().connects == 1).await;
+    });
+}
+
+#[test]
+fn a_peer_that_went_away_is_sent_nothing_of_the_time_it_was_gone() {
+    let addrs = free_addrs(2);
+    run_local(async move {
+        let (a, _) = Transport::start(config(1, addrs[0], vec![(2, addrs[1])])).unwrap();
+        let (b, inbound) = start_transport(config(2, addrs[1], vec![(1, addrs[0])]));
+        a.send(2, GROUP, heartbeat(2, 1)).unwrap();
+        assert_eq!(receive(&inbound, 1).await[0].message.commit, 1);
+        drop((b, inbound));
+        wait_until("node 1 to see node 2 gone", || a.connected_peers() == 0).await;
+        for k in 2..102 {
+            a.send(2, GROUP, heartbeat(2, k)).unwrap();
+        }
+        assert_eq!(a.outbox_bytes(2), Some(0), "messages queued for a peer that went away");
+        let dropped = a.stats().dropped_away;
+        assert!(dropped >= 100, "{dropped} of 100 messages dropped while node 2 was gone");
+
+        // Node 2 back on the same address: once node 1's connection to it passed its
+        // hand-shake, the first message it receives is the first one sent since.
+        let (_b, inbound) = start_transport(config(2, addrs[1], vec![(1, addrs[0])]));
+        wait_until("node 1 to connect again", || a.stats().connects == 2).await;
+        a.send(2, GROUP, heartbeat(2, 1000)).unwrap();
+        let received = receive(&inbound, 1).await;
+        assert_eq!(received[0].message.commit, 1000, "a message of the time node 2 was gone");
+        assert_eq!(a.stats().dropped_away, dropped, "dropped once node 2 was back");
     });
 }
 

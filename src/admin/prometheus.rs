@@ -478,7 +478,8 @@ fn render_replication(text: &mut Text, shards: &[ShardMetrics]) {
     }
     let name = "shardlog_replication_dropped_messages_total";
     let help = "Raft messages dropped: outbox_full (the oldest, past the outbox bound), \
-                write_failed (in a frame whose write failed), too_large (over 256 MiB), \
+                write_failed (in a frame whose write failed), peer_away (for a peer whose \
+                connection was lost, until it is back), too_large (over 256 MiB), \
                 pieces_abandoned (half received in pieces: a piece out of place or a \
                 connection that ended mid-message), \
                 unknown_group (received for a group not hosted here), refused (received, \
@@ -489,6 +490,7 @@ fn render_replication(text: &mut Text, shards: &[ShardMetrics]) {
         let reasons = [
             ("outbox_full", r.stats.dropped_overflow),
             ("write_failed", r.stats.dropped_unsent),
+            ("peer_away", r.stats.dropped_away),
             ("too_large", r.stats.dropped_too_large),
             ("pieces_abandoned", r.stats.reassemblies_abandoned),
             ("unknown_group", r.host.dropped_unknown_group),

@@ -23,6 +23,14 @@
 //!   lost messages (it resends appends and votes), and the newest messages carry the
 //!   newest state, so the oldest go. Messages of a frame whose write failed are lost too
 //!   (`dropped_unsent`).
+//! - A peer that went away: once a connection that passed its hand-shake is lost, what is
+//!   queued for that peer is dropped, and so is every message sent to it until a new
+//!   connection passes its hand-shake (`dropped_away`), as etcd's transport drops what it
+//!   cannot deliver. A node that restarts is sent what its peers' raft groups send it
+//!   from then on, not the appends and heartbeats of the time it was down: its leader
+//!   finds where its log ends and sends the rest, or a snapshot if it compacted past it.
+//!   Before the first connection to a peer (every node starting), messages queue as
+//!   above, so the first elections need not wait for a timeout.
 //! - A message larger than any frame (a raft snapshot of a large topic table) is cut
 //!   into pieces (`fragment.rs`) when it is queued, kept beside the outbox (not subject to
 //!   its bound: one such message per peer at a time; another that comes meanwhile is
@@ -214,6 +222,9 @@ pub struct TransportStats {
     pub dropped_overflow: u64,
     /// Messages of frames whose write failed.
     pub dropped_unsent: u64,
+    /// Messages for a peer that went away: queued when its connection was lost, or sent
+    /// before a new one passed its hand-shake.
+    pub dropped_away: u64,
     /// Messages larger than `fragment::MAX_MESSAGE_BYTES` (larger than a frame, they go
     /// in pieces below that).
     pub dropped_too_large: u64,
@@ -292,6 +303,9 @@ struct Peer {
     connected: Cell<bool>,
     /// An outbound connection passed its hand-shake once (later ones are reconnects).
     was_connected: Cell<bool>,
+    /// A connection that passed its hand-shake was lost and no new one passed since:
+    /// messages for this peer are dropped, not queued (module docs).
+    away: Cell<bool>,
 }
 
 impl Transport {
@@ -314,6 +328,7 @@ impl Transport {
                 wake,
                 connected: Cell::new(false),
                 was_connected: Cell::new(false),
+                away: Cell::new(false),
             };
             if peers.insert(node_id, peer).is_some() {
                 return Err(invalid(format!("node {node_id} is listed twice")));
@@ -340,9 +355,14 @@ impl Transport {
     }
 
     /// Queues `message` of `group` for node `to`; the peer's writer sends it in its next
-    /// frame. A full outbox drops its oldest messages (module docs).
+    /// frame. A full outbox drops its oldest messages, and a peer that went away is sent
+    /// nothing until it is back (module docs).
     pub fn send(&self, to: u64, group: u64, message: Message) -> Result<(), UnknownPeer> {
         let peer = self.shared.peers.get(&to).ok_or(UnknownPeer(to))?;
+        if peer.away.get() {
+            self.shared.count(|s| s.dropped_away += 1);
+            return Ok(());
+        }
         let size = FrameEncoder::entry_bytes(&message);
         if size > MAX_BODY_BYTES as usize {
             self.shared.cut_into_pieces(peer, to, group, &message, size);
@@ -495,6 +515,16 @@ impl Shared {
         }
     }
 
+    /// The peer went away (its connection was lost): drops what is queued for it, and
+    /// what is sent to it until a new connection passes its hand-shake (module docs).
+    fn forget_queued(&self, peer: &Peer) {
+        peer.away.set(true);
+        let queued = peer.outbox.borrow_mut().drain(..).count();
+        let pieces = std::mem::take(&mut *peer.pieces.borrow_mut()).len();
+        peer.outbox_bytes.set(0);
+        self.count(|s| s.dropped_away += (queued + pieces) as u64);
+    }
+
     /// Everything queued for `peer`, up to one frame: the next piece of a message larger
     /// than a frame, if any, then the outbox (one piece a frame, so the outbox's
     /// heartbeats and appends wait behind 1 MiB at most, not behind a whole snapshot);
@@ -616,13 +646,15 @@ async fn peer_writer(shared: Rc<Shared>, node_id: u64, woken: LocalReceiver<()>)
             s.reconnects += again as u64;
         });
         peer.connected.set(true);
+        peer.away.set(false);
         (backoff, reported_down) = (min, false);
         let lost = write_frames(&shared, node_id, &mut stream, &woken).await;
         peer.connected.set(false);
         match lost {
             Lost::Stopped => return,
             Lost::Failed(e) => {
-                tracing::info!("replication: connection to node {node_id} lost: {e}")
+                tracing::info!("replication: connection to node {node_id} lost: {e}");
+                shared.forget_queued(peer);
             }
         }
     }
