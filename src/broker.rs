@@ -58,6 +58,7 @@ pub fn run(mut config: Config) -> Result<(), String> {
     }
     let listeners = crate::listeners::resolve(&config, nr_shards)?;
     let cluster = crate::cluster::resolve(&config, &listeners, nr_shards)?;
+    check_default_replication_factor(&config, cluster.as_ref(), nr_shards)?;
     // Held until the broker stops: no other shardlog joins these SO_REUSEPORT ports.
     let addrs = listen_addrs(&config, &listeners, &cluster, nr_shards);
     let _claims = crate::port_claims::claim(&addrs)?;
@@ -227,6 +228,23 @@ fn check_addrs_free(addrs: &[SocketAddr]) -> Result<(), String> {
     Ok(())
 }
 
+/// `--default-replication-factor` must be a replication factor a topic may be created
+/// with on this cluster (a single node: 1), or auto-creation would fail on every topic.
+fn check_default_replication_factor(
+    config: &Config,
+    cluster: Option<&Cluster>,
+    nr_shards: usize,
+) -> Result<(), String> {
+    let nodes = cluster.map_or(SINGLE_NODE_LIST.to_vec(), Cluster::nodes);
+    let default = config.default_replication_factor;
+    shardlog_shards::controller::validate_default_replication_factor(
+        default,
+        &nodes,
+        nr_shards as u32,
+    )
+    .map_err(|e| format!("--default-replication-factor {default}: {e}"))
+}
+
 /// The admin port must not be one of the Kafka ports (whether it is free is probed with
 /// them).
 fn check_admin_addr(
@@ -306,6 +324,7 @@ async fn start_shard(
     let shard_config = ShardConfig {
         auto_create_topics: config.auto_create_topics,
         default_partitions: config.default_partitions,
+        default_replication_factor: config.default_replication_factor,
         max_message_bytes: config.max_message_bytes,
         topic_max_message_bytes_ceiling: topic_max_message_bytes_ceiling(&config),
         probe_log_interval: Duration::from_millis(config.probe_log_interval_ms.max(10)),

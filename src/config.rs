@@ -177,6 +177,17 @@ pub struct Config {
     #[arg(long, env = "SHARDLOG_DEFAULT_PARTITIONS", default_value_t = 1)]
     pub default_partitions: i32,
 
+    /// Replication factor of auto-created topics and of CreateTopics asking -1 (Kafka's
+    /// default.replication.factor): 1 to the number of nodes (1 + the other --peers).
+    /// Resolved by the controller, so start every node with the same value.
+    #[arg(
+        long,
+        env = "SHARDLOG_DEFAULT_REPLICATION_FACTOR",
+        default_value_t = 1,
+        allow_negative_numbers = true
+    )]
+    pub default_replication_factor: i16,
+
     /// Largest record batch accepted (Kafka's message.max.bytes).
     #[arg(long, env = "SHARDLOG_MAX_MESSAGE_BYTES", default_value_t = 1_048_588)]
     pub max_message_bytes: usize,

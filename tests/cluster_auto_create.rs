@@ -6,6 +6,11 @@
 //! producer bootstrapped only at a node that is not the controller writes to a topic
 //! nobody created, and a consumer bootstrapped there reads every record back.
 //!
+//! A cluster started with `--default-replication-factor 3` gives an auto-created topic and
+//! one created with replication factor -1 three replicas on every node, answers
+//! CreateTopics and DescribeConfigs of the broker with 3, and acknowledges acks=all
+//! produces to the auto-created topic.
+//!
 //! Every wait has a deadline that fails with what it waited for; nothing asserts on speed.
 
 mod common;
@@ -15,10 +20,17 @@ mod replicated;
 use std::collections::BTreeSet;
 
 use common::{Broker, RawClient};
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
+use kafka_protocol::messages::describe_configs_request::{
+    DescribeConfigsRequest, DescribeConfigsResource,
+};
 use kafka_protocol::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+use kafka_protocol::protocol::StrBytes;
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use replicated::{controller, node_of, wait_for_one_controller, DEADLINE, NODES, PORTS_PER_NODE};
+use replicated::{
+    controller, node_of, wait_for_one_controller, Topic, DEADLINE, NODES, PORTS_PER_NODE,
+};
 
 const PARTITIONS: i32 = 3;
 const LEADER_NOT_AVAILABLE: i16 = 5;
@@ -105,4 +117,71 @@ fn a_producer_bootstrapped_at_a_node_that_is_not_the_controller_auto_creates_its
     // At the controller: created before the answer, as before.
     let (code, leaders) = auto_create_metadata(&cluster[controller], "at-controller");
     assert_eq!((code, leaders.len()), (0, PARTITIONS as usize), "at the controller");
+}
+
+/// CreateTopics v7 of `name` (2 partitions, replication factor -1: the broker default) at
+/// `broker`: (error code, replication factor answered).
+fn create_with_default_replication(broker: &Broker, name: &str) -> (i16, i16) {
+    let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
+    let topic = CreatableTopic::default()
+        .with_name(common::topic_name(name))
+        .with_num_partitions(2)
+        .with_replication_factor(-1);
+    let request = CreateTopicsRequest::default().with_topics(vec![topic]).with_timeout_ms(30_000);
+    match client.call(ApiKey::CreateTopics, 7, RequestKind::CreateTopics(request)) {
+        ResponseKind::CreateTopics(r) => (r.topics[0].error_code, r.topics[0].replication_factor),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// `broker`'s default.replication.factor in DescribeConfigs v1 of the broker resource.
+fn described_default_replication(broker: &Broker) -> Option<String> {
+    let mut client = RawClient::connect(broker.bootstrap().parse().unwrap());
+    let key = StrBytes::from_static_str("default.replication.factor");
+    let resource = DescribeConfigsResource::default()
+        .with_resource_type(4)
+        .with_resource_name(StrBytes::from_static_str(""))
+        .with_configuration_keys(Some(vec![key]));
+    let request = DescribeConfigsRequest::default().with_resources(vec![resource]);
+    match client.call(ApiKey::DescribeConfigs, 1, RequestKind::DescribeConfigs(request)) {
+        ResponseKind::DescribeConfigs(r) => {
+            let config = r.results[0].configs.first()?;
+            config.value.as_ref().map(|v| v.as_str().to_string())
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_default_replication_factor_applies_to_auto_created_topics_and_to_minus_one() {
+    let args = ["--default-replication-factor", "3"];
+    let cluster = Broker::start_cluster_with(NODES, 1, PORTS_PER_NODE, &args);
+    wait_for_one_controller(&cluster);
+    let controller = node_of(controller(&cluster[0])) - 1;
+    let follower = (controller + 1) % NODES;
+
+    // Created at the controller (another node answers NOT_CONTROLLER), which answers the
+    // replication factor it used.
+    let answered = create_with_default_replication(&cluster[controller], "asked-default");
+    assert_eq!(answered, (0, 3), "CreateTopics with replication factor -1: (error, factor)");
+    // Auto-created through a node that is not the controller: forwarded, resolved there.
+    common::eventually(DEADLINE, "topic auto-created through the controller", || {
+        auto_create_metadata(&cluster[follower], "auto-default").0 == 0
+    });
+    let all: Vec<usize> = (0..NODES).collect();
+    for topic in [("asked-default", 2), ("auto-default", 1)] {
+        let topic = Topic { name: topic.0, partitions: topic.1, replicas: NODES };
+        let what = format!("every node to show 3 replicas of each partition of {}", topic.name);
+        topic.wait_for(&cluster, &all, &what, |views| {
+            views.iter().all(|v| {
+                v.len() == topic.partitions as usize
+                    && v.iter().all(|(_, _, _, replicas)| replicas.len() == NODES)
+            })
+        });
+    }
+    produce_auto_created(&cluster[follower], "auto-default", 3);
+    for (n, broker) in cluster.iter().enumerate() {
+        let described = described_default_replication(broker);
+        assert_eq!(described.as_deref(), Some("3"), "node {}'s broker config", n + 1);
+    }
 }

@@ -251,3 +251,26 @@ fn a_broker_does_not_start_on_an_address_another_shardlog_claimed() {
     assert!(stderr.contains(&expected), "{stderr}");
     assert!(!data_dir.exists(), "refused before anything was created");
 }
+
+#[test]
+fn a_default_replication_factor_the_nodes_cannot_hold_is_refused_at_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for (value, expected) in [
+        ("2", "replication factor 2 is larger than the number of nodes: a single node"),
+        ("0", "the default replication factor must be at least 1, got 0"),
+        ("-1", "the default replication factor must be at least 1, got -1"),
+    ] {
+        let output = shardlog()
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["--default-replication-factor", value])
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1), "--default-replication-factor {value}");
+        let stderr = failure(output);
+        assert!(stderr.contains(&format!("--default-replication-factor {value}: ")), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+    }
+}

@@ -5,7 +5,9 @@
 //! shard 0 as CreateTopics does there. Meanwhile the topic is LEADER_NOT_AVAILABLE
 //! (retriable, as Kafka answers while it auto-creates) until the change record reaches
 //! this node's table; the client asks again. A single node, and the controller's node,
-//! create the topic before they answer, as before.
+//! create the topic before they answer, as before. The topic asks for replication factor
+//! -1: the controller resolves it with its own `--default-replication-factor`
+//! (`ShardConfig::with_defaults`), wherever the request arrived.
 //!
 //! Runs on any shard; not a hot path (one call per unknown topic a client asks for).
 //! The ACL checks (CREATE) are the Metadata handler's, on the node the client asked; the

@@ -109,10 +109,8 @@ impl Shard {
         let mut pending = PendingTable::placing_on(&table, &self.config.nodes);
         let mut results = Vec::with_capacity(topics.len());
         let mut created = Vec::with_capacity(topics.len());
-        for mut topic in topics {
-            if topic.num_partitions == -1 {
-                topic.num_partitions = self.config.default_partitions;
-            }
+        for topic in topics {
+            let topic = self.config.with_defaults(topic);
             let ceiling = self.config.topic_max_message_bytes_ceiling;
             let checked = validate_new_topic(&pending, &topic)
                 .and_then(|()| check_max_message_bytes(&topic.configs, ceiling));
@@ -333,6 +331,22 @@ pub(crate) fn validate_replication_factor(
     }
 }
 
+/// The broker's default replication factor (`ShardConfig::default_replication_factor`),
+/// checked at start-up: a real number (not -1) that a topic may be created with on `nodes`,
+/// so that no auto-creation or CreateTopics with -1 is refused for it later.
+pub fn validate_default_replication_factor(
+    replication_factor: i16,
+    nodes: &[u32],
+    nr_shards: u32,
+) -> Result<(), TopicError> {
+    if replication_factor < 1 {
+        return Err(TopicError::InvalidReplicationFactor(format!(
+            "the default replication factor must be at least 1, got {replication_factor}"
+        )));
+    }
+    validate_replication_factor(replication_factor, nodes, nr_shards)
+}
+
 /// A random 16-byte topic id (KIP-516), never all zeros.
 fn random_topic_id() -> [u8; 16] {
     use std::hash::{BuildHasher, Hasher};
@@ -405,12 +419,18 @@ impl Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shard::ShardConfig;
+
+    /// The reason of an INVALID_REPLICATION_FACTOR refusal; panics on anything else.
+    fn why(checked: Result<(), TopicError>) -> String {
+        match checked {
+            Err(TopicError::InvalidReplicationFactor(why)) => why,
+            other => panic!("not refused as a replication factor: {other:?}"),
+        }
+    }
 
     fn refusal(rf: i16, nodes: &[u32]) -> String {
-        match validate_replication_factor(rf, nodes, 4) {
-            Err(TopicError::InvalidReplicationFactor(why)) => why,
-            other => panic!("replication factor {rf} over {nodes:?}: {other:?}"),
-        }
+        why(validate_replication_factor(rf, nodes, 4))
     }
 
     #[test]
@@ -427,5 +447,40 @@ mod tests {
         assert!(refusal(3, &[0]).contains("single node"));
         assert!(refusal(0, &[1, 2, 3]).contains("at least 1"));
         assert!(refusal(-2, &[1, 2, 3]).contains("at least 1"));
+    }
+
+    fn default_refusal(rf: i16, nodes: &[u32]) -> String {
+        why(validate_default_replication_factor(rf, nodes, 4))
+    }
+
+    #[test]
+    fn the_default_replication_factor_is_one_to_the_nodes_and_never_minus_one() {
+        assert_eq!(validate_default_replication_factor(1, &[0], 4), Ok(()));
+        assert_eq!(validate_default_replication_factor(3, &[1, 2, 3], 4), Ok(()));
+        for rf in [0, -1, -3] {
+            assert!(default_refusal(rf, &[1, 2, 3]).contains("at least 1, got"), "{rf}");
+        }
+        assert!(default_refusal(2, &[0]).contains("single node"));
+        assert!(default_refusal(4, &[1, 2, 3]).contains("number of nodes in the cluster (3)"));
+    }
+
+    #[test]
+    fn minus_one_takes_the_broker_defaults_and_a_number_is_kept() {
+        let config = ShardConfig {
+            default_partitions: 6,
+            default_replication_factor: 3,
+            ..ShardConfig::default()
+        };
+        let asked = |num_partitions, replication_factor| NewTopic {
+            name: "t".into(),
+            num_partitions,
+            replication_factor,
+            configs: vec![("cleanup.policy".into(), "compact".into())],
+        };
+        assert_eq!(config.with_defaults(asked(-1, -1)), asked(6, 3));
+        assert_eq!(config.with_defaults(asked(2, 1)), asked(2, 1));
+        assert_eq!(config.with_defaults(asked(-1, 2)), asked(6, 2));
+        // Anything else is left for validation to refuse.
+        assert_eq!(config.with_defaults(asked(0, -2)), asked(0, -2));
     }
 }

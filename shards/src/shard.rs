@@ -17,7 +17,7 @@ use tracing::info;
 use crate::error::PartitionError;
 use crate::group::{GroupConfig, GroupCoordinator};
 use crate::mesh::Mesh;
-use crate::metadata::{TopicMeta, TopicTable};
+use crate::metadata::{NewTopic, TopicMeta, TopicTable};
 use crate::metadata_log::{ChangeRecord, SnapshotPolicy, SnapshotSchedule, TopicChange};
 use crate::producer::ProducerStates;
 use crate::replication::GroupHost;
@@ -30,6 +30,10 @@ pub struct ShardConfig {
     pub auto_create_topics: bool,
     /// Partitions of an auto-created topic (and of CreateTopics with -1), Kafka's num.partitions.
     pub default_partitions: i32,
+    /// Replication factor of an auto-created topic and of CreateTopics with -1, Kafka's
+    /// default.replication.factor (checked at start-up:
+    /// `controller::validate_default_replication_factor`).
+    pub default_replication_factor: i16,
     /// Largest record batch accepted, unless a topic says otherwise (message.max.bytes).
     pub max_message_bytes: usize,
     /// Largest `max.message.bytes` a topic may set, above or below `max_message_bytes`:
@@ -76,6 +80,7 @@ impl Default for ShardConfig {
         ShardConfig {
             auto_create_topics: true,
             default_partitions: 1,
+            default_replication_factor: 1,
             max_message_bytes: 1_048_588,
             topic_max_message_bytes_ceiling: 100 << 20,
             retention_check_interval: Duration::from_secs(30),
@@ -92,6 +97,37 @@ impl Default for ShardConfig {
             replica_lag_time_max: Duration::from_secs(30),
             leader_imbalance_check_interval: Some(Duration::from_secs(300)),
             replica_snapshot_after: Some(Duration::from_secs(60)),
+        }
+    }
+}
+
+impl ShardConfig {
+    /// `topic` with what it leaves to the broker (-1, Kafka's "use the broker default")
+    /// replaced by this broker's defaults. Applied where a creation is decided (the
+    /// controller), so the change record and every node's table carry the real numbers.
+    pub fn with_defaults(&self, topic: NewTopic) -> NewTopic {
+        NewTopic {
+            num_partitions: self.partitions_or_default(topic.num_partitions),
+            replication_factor: self.replication_factor_or_default(topic.replication_factor),
+            ..topic
+        }
+    }
+
+    /// The partitions asked, or `default_partitions` for -1.
+    pub fn partitions_or_default(&self, num_partitions: i32) -> i32 {
+        if num_partitions == -1 {
+            self.default_partitions
+        } else {
+            num_partitions
+        }
+    }
+
+    /// The replication factor asked, or `default_replication_factor` for -1.
+    pub fn replication_factor_or_default(&self, replication_factor: i16) -> i16 {
+        if replication_factor == -1 {
+            self.default_replication_factor
+        } else {
+            replication_factor
         }
     }
 }

@@ -1,7 +1,9 @@
 //! CreateTopics (v0-v7; v0 has no validate_only, v0 answers carry no error message), through the controller on shard 0.
 //!
-//! Replication factor 1 (or -1, the default) is accepted, and on a cluster of n nodes also n
-//! (`controller::validate_replication_factor`); anything else is refused with
+//! Replication factor 1 is accepted, and on a cluster of n nodes also 2..=n
+//! (`controller::validate_replication_factor`); -1 (and -1 partitions) takes the broker's
+//! default (`--default-replication-factor`, `--default-partitions`), resolved by the
+//! controller, and the answer carries the number used; anything else is refused with
 //! INVALID_REPLICATION_FACTOR and the reason. Manual replica assignments are
 //! refused with INVALID_REQUEST. A name given twice in one request fails both, as Kafka.
 
@@ -65,12 +67,19 @@ pub fn handle(shard: Rc<Shard>, caller: Caller, request: CreateTopicsRequest) ->
             topics.push(match result {
                 Ok(()) => {
                     let meta = shard.topic(topic.name.0.as_str());
+                    // Validate-only creates nothing: the numbers it would have used, -1
+                    // resolved as the controller (this node: others answer NOT_CONTROLLER)
+                    // resolves it.
+                    let config = &shard.config;
                     let partitions = meta
                         .as_ref()
-                        .map_or(topic.num_partitions, |m| m.partition_shards.len() as i32);
-                    let replication_factor = meta
-                        .as_ref()
-                        .map_or(topic.replication_factor.max(1), |m| m.replication_factor() as i16);
+                        .map_or(config.partitions_or_default(topic.num_partitions), |m| {
+                            m.partition_shards.len() as i32
+                        });
+                    let replication_factor = meta.as_ref().map_or(
+                        config.replication_factor_or_default(topic.replication_factor),
+                        |m| m.replication_factor() as i16,
+                    );
                     // null, not "", as Kafka: a client may print any message it gets.
                     response
                         .with_error_code(errors::NONE)

@@ -160,6 +160,7 @@ fn broker_configs(shard: &Shard) -> Vec<Described> {
     let config = &shard.config;
     let flags = [
         ("num.partitions", config.default_partitions.to_string()),
+        ("default.replication.factor", config.default_replication_factor.to_string()),
         ("auto.create.topics.enable", config.auto_create_topics.to_string()),
         ("message.max.bytes", config.max_message_bytes.to_string()),
         ("log.segment.bytes", shard.log.segment_size_bytes().to_string()),

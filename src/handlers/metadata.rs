@@ -122,7 +122,9 @@ async fn named_topic(
     let new_topic = NewTopic {
         name: name.to_string(),
         num_partitions: shard.config.default_partitions,
-        replication_factor: 1,
+        // The broker default, resolved by the controller, which a forwarded creation
+        // reaches (`auto_create`).
+        replication_factor: -1,
         configs: Vec::new(),
     };
     let created = shard.auto_create_topic(new_topic).await;
