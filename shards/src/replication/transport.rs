@@ -303,9 +303,14 @@ struct Peer {
     connected: Cell<bool>,
     /// An outbound connection passed its hand-shake once (later ones are reconnects).
     was_connected: Cell<bool>,
+}
+
+impl Peer {
     /// A connection that passed its hand-shake was lost and no new one passed since:
     /// messages for this peer are dropped, not queued (module docs).
-    away: Cell<bool>,
+    fn away(&self) -> bool {
+        self.was_connected.get() && !self.connected.get()
+    }
 }
 
 impl Transport {
@@ -328,7 +333,6 @@ impl Transport {
                 wake,
                 connected: Cell::new(false),
                 was_connected: Cell::new(false),
-                away: Cell::new(false),
             };
             if peers.insert(node_id, peer).is_some() {
                 return Err(invalid(format!("node {node_id} is listed twice")));
@@ -359,7 +363,7 @@ impl Transport {
     /// nothing until it is back (module docs).
     pub fn send(&self, to: u64, group: u64, message: Message) -> Result<(), UnknownPeer> {
         let peer = self.shared.peers.get(&to).ok_or(UnknownPeer(to))?;
-        if peer.away.get() {
+        if peer.away() {
             self.shared.count(|s| s.dropped_away += 1);
             return Ok(());
         }
@@ -515,10 +519,9 @@ impl Shared {
         }
     }
 
-    /// The peer went away (its connection was lost): drops what is queued for it, and
-    /// what is sent to it until a new connection passes its hand-shake (module docs).
+    /// The peer went away (its connection was lost): drops what is queued for it; `send`
+    /// drops what comes until a new connection passes its hand-shake (module docs).
     fn forget_queued(&self, peer: &Peer) {
-        peer.away.set(true);
         let queued = peer.outbox.borrow_mut().drain(..).count();
         let pieces = std::mem::take(&mut *peer.pieces.borrow_mut()).len();
         peer.outbox_bytes.set(0);
@@ -646,7 +649,6 @@ async fn peer_writer(shared: Rc<Shared>, node_id: u64, woken: LocalReceiver<()>)
             s.reconnects += again as u64;
         });
         peer.connected.set(true);
-        peer.away.set(false);
         (backoff, reported_down) = (min, false);
         let lost = write_frames(&shared, node_id, &mut stream, &woken).await;
         peer.connected.set(false);
