@@ -22,6 +22,7 @@ pub mod controller;
 pub mod credentials;
 pub mod error;
 pub mod group;
+pub mod leader_acks;
 pub mod leader_balance;
 pub mod leader_notices;
 pub mod mesh;

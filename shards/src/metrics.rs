@@ -216,6 +216,8 @@ pub struct ReplicationMetrics {
     pub lost_logs_seen: u64,
     /// Partition snapshots sent and installed (`crate::partition_snapshots`).
     pub partition_snapshots: crate::partition_snapshots::PartitionSnapshotStats,
+    /// acks=1 answered on the leader's fdatasync (`crate::leader_acks`).
+    pub leader_acks: crate::leader_acks::LeaderAckStats,
 }
 
 /// A group as the console's group list shows it.
@@ -403,6 +405,7 @@ impl Shard {
                     compaction: groups.as_ref().map(|g| g.compaction_stats()).unwrap_or_default(),
                     under_replicated_partitions: self.under_replicated_partitions(),
                     lost_logs_seen: host.lost_logs_seen(),
+                    leader_acks: groups.as_ref().map(|g| g.leader_ack_stats()).unwrap_or_default(),
                     partition_snapshots: groups
                         .map(|g| g.partition_snapshot_stats())
                         .unwrap_or_default(),

@@ -59,7 +59,7 @@ impl Shard {
         match self.owner_of(topic, partition) {
             Err(e) => Box::pin(async { Err(e) }),
             Ok(owner) if owner == self.id => {
-                self.produce_local(topic, partition, records, transactional_id)
+                self.produce_local(topic, partition, records, acks, transactional_id)
             }
             Ok(owner) => {
                 self.count_forward();
@@ -83,12 +83,15 @@ impl Shard {
 
     /// Phase one on the owner: validate and queue; the returned future waits for fdatasync.
     /// A transaction's first batch here waits for its coordinator's word first (KIP-890,
-    /// `txn::verify`), and the produces behind it wait in line.
+    /// `txn::verify`), and the produces behind it wait in line. `acks` (1 or -1; 0 is
+    /// answered as 1 and the answer dropped) matters on replicated partitions only
+    /// (`crate::leader_acks`).
     pub fn produce_local(
         self: &Rc<Self>,
         topic: &str,
         partition: i32,
         records: Bytes,
+        acks: i16,
         transactional_id: Option<&str>,
     ) -> ProduceWait {
         if let Some(group) = self.partition_group_of(topic, partition) {
@@ -103,7 +106,7 @@ impl Shard {
         {
             return deferred;
         }
-        self.produce_verified(topic, partition, records)
+        self.produce_verified(topic, partition, records, acks)
     }
 
     /// Phase one of a produce that needs no (more) transaction verification: queued here,
@@ -113,9 +116,10 @@ impl Shard {
         topic: &str,
         partition: i32,
         records: Bytes,
+        acks: i16,
     ) -> ProduceWait {
         if let Some(group) = self.partition_group_of(topic, partition) {
-            return self.produce_replicated(group, topic, partition, records);
+            return self.produce_replicated(group, topic, partition, records, acks);
         }
         let queued = self.queue_append(topic, partition, records);
         let shard = self.clone();
@@ -625,6 +629,20 @@ pub(crate) struct Queued {
 }
 
 impl Queued {
+    /// An acks=1 produce on a replicated partition answered before its apply, at the
+    /// offset its apply will give it (`crate::leader_acks`).
+    pub(crate) fn predicted(
+        partition_id: PartitionId,
+        base_offset: Offset,
+        log_append_time_ms: i64,
+    ) -> Queued {
+        Queued { partition_id, base_offset, log_append_time_ms, wait: Wait::Nothing }
+    }
+
+    pub(crate) fn base_offset(&self) -> Offset {
+        self.base_offset
+    }
+
     /// A transaction marker appended by a replica's apply (`partition_group`): its
     /// offset, and the fdatasync that covers it.
     pub(crate) fn marker(

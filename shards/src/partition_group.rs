@@ -8,8 +8,10 @@
 //!   proposes one `ProduceEntry` (topic id, partition index, the table version, its clock
 //!   for LogAppendTime, the batches). Offsets are assigned when the entry is *applied*.
 //!   A replica that does not lead answers NOT_LEADER_OR_FOLLOWER, as when no leader is
-//!   known. acks=1 and acks=all are answered at the same point: once the leader applied the
-//!   committed entry (invariant 5).
+//!   known. acks=all is answered once the leader applied the committed entry (invariant 5);
+//!   acks=1 once the leader's own write of the entry is durable, at the offset its apply
+//!   will give it, when the leader knows that offset then (`crate::leader_acks`), else
+//!   as acks=all.
 //! - Apply: one task per shard applies each group's committed entries in index order,
 //!   through the produce path's own append (`Shard::append_produced`: sequence checks,
 //!   LogAppendTime stamp, append, producer state), on every replica alike, so every replica
@@ -88,6 +90,7 @@ use shardlog_storage::{
 };
 
 use crate::error::{GroupError, PartitionError};
+use crate::leader_acks::{self, LeaderAckStats, LeaderAcks, Standing};
 use crate::leader_notices::LeaderNotices;
 use crate::message::{ShardReply, ShardRequest};
 use crate::metadata::TopicMeta;
@@ -130,7 +133,11 @@ pub(crate) struct Proposed {
     groups: Rc<PartitionGroups>,
     group: u64,
     index: u64,
+    term: u64,
     receiver: LocalReceiver<Applied>,
+    /// An acks=1 produce's answer, given once the leader's write is durable if that comes
+    /// first (`crate::leader_acks`).
+    early: Option<(Queued, LocalReceiver<()>)>,
 }
 
 impl Proposed {
@@ -140,8 +147,33 @@ impl Proposed {
     /// if the entry committed after all, and a second marker for a transaction no longer
     /// open changes nothing.
     pub(crate) async fn wait(self) -> Applied {
-        let applied = within_commit_wait(self.receiver).await;
-        self.groups.waiters.borrow_mut().remove(&(self.group, self.index));
+        let Proposed { groups, group, index, term: _, receiver, early } = self;
+        let applied = match early {
+            None => within_commit_wait(receiver).await,
+            Some((answer, durable)) => {
+                enum First {
+                    Durable,
+                    Applied(Option<Applied>),
+                }
+                let on_durable = async move {
+                    match durable.recv().await {
+                        Some(()) => First::Durable,
+                        None => std::future::pending().await, // the apply answers
+                    }
+                };
+                let on_apply = async move { First::Applied(within_commit_wait(receiver).await) };
+                let first = on_durable.or(on_apply).await;
+                groups.leader_acks.forget(group, index);
+                match first {
+                    First::Durable => {
+                        groups.leader_acks.count_early_ack();
+                        Some(Ok(answer))
+                    }
+                    First::Applied(applied) => applied,
+                }
+            }
+        };
+        groups.waiters.borrow_mut().remove(&(group, index));
         applied.unwrap_or(Err(PartitionError::NotLeaderOrFollower))
     }
 }
@@ -212,6 +244,8 @@ pub struct PartitionGroups {
     /// Topic auto-creations forwarded to the controller and not answered yet, by name
     /// (`crate::auto_create` invariant 1).
     pub(crate) auto_creates: RefCell<HashSet<String>>,
+    /// acks=1 answered on the leader's fdatasync (`crate::leader_acks`).
+    leader_acks: Rc<LeaderAcks>,
 }
 
 /// A leader's view of its voters' catching up, for the ISR (module docs), in one term.
@@ -357,7 +391,22 @@ impl PartitionGroups {
         let proposal = self.propose_partition_entry(group, entry)?;
         let (sender, receiver) = local_channel::new_bounded(1);
         self.waiters.borrow_mut().insert((group, proposal.index), (proposal.term, sender));
-        Ok(Proposed { groups: self.clone(), group, index: proposal.index, receiver })
+        let (index, term) = (proposal.index, proposal.term);
+        Ok(Proposed { groups: self.clone(), group, index, term, receiver, early: None })
+    }
+
+    /// Where this replica, leading `group`, stands for `crate::leader_acks`.
+    fn standing(&self, group: u64) -> Standing {
+        Standing {
+            term: self.leadership(group).1,
+            applied_index: self.applied_indexes.borrow().get(&group).copied().unwrap_or(0),
+            applied_term: self.applied_term(group),
+        }
+    }
+
+    /// acks=1 answers on the leader's fdatasync so far (`/metrics`).
+    pub fn leader_ack_stats(&self) -> LeaderAckStats {
+        self.leader_acks.stats()
     }
 
     /// Where the apply of `proposal`, a log start entry of `group`, answers.
@@ -536,6 +585,7 @@ impl Shard {
             snapshots: PartitionSnapshots::new(),
             node_calls: crate::node_calls::NodeCalls::new(),
             auto_creates: RefCell::default(),
+            leader_acks: Rc::new(LeaderAcks::default()),
         });
         *self.partition_groups.borrow_mut() = Some(groups.clone());
         // Groups restored from the log are served only once this replica leads the
@@ -626,9 +676,12 @@ impl Shard {
         });
         // Installed before the message was stepped (`crate::partition_snapshots`).
         let installed = Box::new(|_| {});
+        let leader_acks = groups.leader_acks.clone();
+        let persisted = Box::new(move |index, term| leader_acks.persisted(group, index, term));
         let sink = ShardLogSink::new(self.log.clone(), group, on_apply)
             .with_held_snapshots(hold)
-            .with_install(installed);
+            .with_install(installed)
+            .with_persisted(persisted);
         groups.host.add_group(group, raft, Box::new(sink)).map_err(|e| e.to_string())?;
         if new_group && self.prefers_here(&replicas) {
             groups.host.with_group(group, RaftGroup::campaign); // `leader_balance` invariant 2
@@ -696,15 +749,17 @@ impl Shard {
 
     /// A produce to a replicated partition (`group` its group) on the shard that hosts the
     /// group: validated and proposed here if this replica leads, answered once the entry
-    /// applied here and the append is durable (module docs).
+    /// applied here (invariant 5), or for acks=1 (`acks` other than -1) once the leader's
+    /// own write of it is durable when its offset is known then (`crate::leader_acks`).
     pub(crate) fn produce_replicated(
         self: &Rc<Self>,
         group: u64,
         topic: &str,
         partition: i32,
         records: Bytes,
+        acks: i16,
     ) -> ProduceWait {
-        let proposed = self.propose_produce(group, topic, partition, records);
+        let proposed = self.propose_produce(group, topic, partition, records, acks);
         let shard = self.clone();
         Box::pin(async move {
             let queued = proposed?.wait().await?;
@@ -718,25 +773,45 @@ impl Shard {
         topic: &str,
         partition: i32,
         records: Bytes,
+        acks: i16,
     ) -> Result<Proposed, PartitionError> {
         let groups = self.leading(group)?;
-        let entry = {
+        let (entry, partition_id, appends, answered_time) = {
             let table = self.table_ref();
             let meta = table.topic(topic).ok_or(PartitionError::UnknownTopicOrPartition)?;
+            let partition_id =
+                meta.partition_id(partition).ok_or(PartitionError::UnknownTopicOrPartition)?;
             let policy = ProducePolicy::of(meta, self.config.max_message_bytes);
             // A transactional batch was verified with its coordinator before it got here
             // (`produce_local`, `txn::verify`); its transaction opens on every replica
             // when they apply the entry (`append_produced`).
-            validate_batches(topic, partition, &policy, &records)?;
-            ProduceEntry {
+            let batches = validate_batches(topic, partition, &policy, &records)?;
+            let now_ms = crate::producer_log::wall_ms();
+            let entry = ProduceEntry {
                 topic_id: meta.topic_id,
                 partition,
                 table_version: table.version,
-                log_append_time_ms: crate::producer_log::wall_ms(),
+                log_append_time_ms: now_ms,
                 records,
-            }
+            };
+            let answered_time = if policy.log_append_time { now_ms } else { -1 };
+            (entry, partition_id, leader_acks::plain_records(&batches), answered_time)
         };
-        groups.propose_answered(group, entry.encode())
+        // Where the entry will apply, if known (`crate::leader_acks` invariant 2).
+        let standing = groups.standing(group);
+        let log_end = self.log.partition_info(partition_id).map(|info| info.log_end_offset);
+        let base = appends.and(log_end).and_then(|log_end| {
+            groups.leader_acks.next_offset(group, &standing, partition_id, log_end)
+        });
+        let mut proposed = groups.propose_answered(group, entry.encode())?;
+        let (index, term) = (proposed.index, proposed.term);
+        let end = base.zip(appends).map(|(base, n)| base + n).filter(|_| term == standing.term);
+        groups.leader_acks.note_proposed(group, term, index, partition_id, end);
+        if let (Some(base), true) = (base, end.is_some() && acks != -1) {
+            let durable = groups.leader_acks.wait_durable(group, index, term, base);
+            proposed.early = Some((Queued::predicted(partition_id, base, answered_time), durable));
+        }
+        Ok(proposed)
     }
 
     /// Proposes a transaction's COMMIT/ABORT marker for a replicated partition (`group` its
@@ -754,11 +829,12 @@ impl Shard {
         commit: bool,
     ) -> Result<Proposed, PartitionError> {
         let groups = self.leading(group)?;
-        let entry = {
+        let (entry, partition_id) = {
             let table = self.table_ref();
             let meta = table.topic(topic).ok_or(PartitionError::UnknownTopicOrPartition)?;
-            meta.partition_id(partition).ok_or(PartitionError::UnknownTopicOrPartition)?;
-            TxnMarkerEntry {
+            let partition_id =
+                meta.partition_id(partition).ok_or(PartitionError::UnknownTopicOrPartition)?;
+            let entry = TxnMarkerEntry {
                 topic_id: meta.topic_id,
                 partition,
                 table_version: table.version,
@@ -766,9 +842,14 @@ impl Shard {
                 producer_epoch,
                 commit,
                 timestamp_ms: crate::producer_log::wall_ms(),
-            }
+            };
+            (entry, partition_id)
         };
-        groups.propose_answered(group, entry.encode())
+        let proposed = groups.propose_answered(group, entry.encode())?;
+        // A marker's effect on the next offset is left to its apply (`leader_acks`).
+        let (index, term) = (proposed.index, proposed.term);
+        groups.leader_acks.note_proposed(group, term, index, partition_id, None);
+        Ok(proposed)
     }
 
     /// `propose_txn_marker`, then its wait.
@@ -979,6 +1060,7 @@ async fn apply_committed(
             groups.applied_indexes.borrow_mut().insert(group, entry.index);
             groups.applying.set(None);
             let applied = applied.unwrap_or(Err(PartitionError::NotLeaderOrFollower));
+            groups.leader_acks.applied(group, entry.index, entry.term, &applied);
             groups.resolve(group, entry.index, entry.term, applied);
             groups.applied_terms.borrow_mut().insert(group, entry.term);
         }

@@ -13,11 +13,11 @@ use crate::shard::Shard;
 impl MeshService for Shard {
     fn handle(self: Rc<Self>, _from: usize, request: ShardRequest) -> ReplyFuture {
         match request {
-            ShardRequest::Produce { topic, partition, records, acks: _, transactional_id } => {
+            ShardRequest::Produce { topic, partition, records, acks, transactional_id } => {
                 // Phase one (the append, or joining its transaction's verification) happens
                 // here, in arrival order.
-                let wait =
-                    self.produce_local(&topic, partition, records, transactional_id.as_deref());
+                let transactional_id = transactional_id.as_deref();
+                let wait = self.produce_local(&topic, partition, records, acks, transactional_id);
                 Box::pin(async move { ShardReply::Produce(wait.await) })
             }
             ShardRequest::Fetch { reads, max_wait_ms, min_bytes, max_bytes } => {

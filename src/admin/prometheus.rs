@@ -290,7 +290,7 @@ fn render_replication(text: &mut Text, shards: &[ShardMetrics]) {
     if replicating.is_empty() {
         return;
     }
-    let figures: [(&str, &str, &str, ReplicationValue); 32] = [
+    let figures: [(&str, &str, &str, ReplicationValue); 34] = [
         ("shardlog_replication_peers", "gauge", "Peer nodes this shard replicates with.", |r| {
             r.peers
         }),
@@ -444,6 +444,18 @@ fn render_replication(text: &mut Text, shards: &[ShardMetrics]) {
             "counter",
             "Record bytes this shard served to replicas installing partition snapshots.",
             |r| r.partition_snapshots.bytes_served,
+        ),
+        (
+            "shardlog_replicated_early_acks_total",
+            "counter",
+            "acks=1 produces to replicated partitions answered on the leader's fdatasync, before commit.",
+            |r| r.leader_acks.early_acks,
+        ),
+        (
+            "shardlog_replicated_early_ack_mispredictions_total",
+            "counter",
+            "Entries applied at another offset than their early acks=1 answer said (a bug if ever above 0).",
+            |r| r.leader_acks.mispredictions,
         ),
         (
             "shardlog_raft_stream_snapshots_total",

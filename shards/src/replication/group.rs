@@ -416,6 +416,13 @@ impl RaftGroup {
         self.node.raft.raft_log.committed
     }
 
+    /// Index of the last entry of this replica's log that is durable here (raft-rs's
+    /// persisted index: reported with `durable`, lowered when a leader's entries replace
+    /// some).
+    pub fn persisted_index(&self) -> u64 {
+        self.node.raft.raft_log.persisted
+    }
+
     /// Index of the last entry this replica has written (durable or not).
     pub fn last_index(&self) -> u64 {
         self.node.raft.raft_log.last_index()

@@ -120,6 +120,11 @@ pub trait GroupSink {
         panic!("a raft snapshot at {index} for a group whose application cannot install one");
     }
 
+    /// The replica leads the group in `term` and its log is durable up to `index` (its
+    /// persisted index grew): acks=1 may be answered (`crate::leader_acks`). By default
+    /// nothing.
+    fn persisted(&mut self, _index: u64, _term: u64) {}
+
     /// A `MsgSnapshot` that arrived for the group: the sink may keep it (returns None) to
     /// step it itself once its application fetched what the snapshot names (a partition
     /// group's records: docs/replication.md, "Partition snapshots"); by default it is
@@ -194,6 +199,8 @@ struct Inner {
 struct Hosted {
     group: RaftGroup,
     sink: Box<dyn GroupSink>,
+    /// The persisted index last told to the sink (`GroupSink::persisted`).
+    persisted_told: u64,
 }
 
 impl GroupHost {
@@ -245,7 +252,7 @@ impl GroupHost {
         if groups.contains_key(&id) {
             return Err(GroupExists(id));
         }
-        let hosted = groups.entry(id).or_insert(Hosted { group, sink });
+        let hosted = groups.entry(id).or_insert(Hosted { group, sink, persisted_told: 0 });
         self.inner.drain(id, hosted);
         Ok(())
     }
@@ -454,6 +461,11 @@ impl Inner {
         if let Some(snapshot) = hosted.group.take_snapshot() {
             hosted.sink.install(snapshot);
         }
+        let persisted = hosted.group.persisted_index();
+        if persisted > hosted.persisted_told && hosted.group.is_leader() {
+            hosted.sink.persisted(persisted, hosted.group.term());
+        }
+        hosted.persisted_told = persisted;
         let committed = hosted.group.take_committed();
         let outcomes = hosted.group.take_outcomes();
         if !committed.is_empty() || !outcomes.is_empty() {

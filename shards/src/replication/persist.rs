@@ -657,6 +657,9 @@ pub struct ShardLogSink<D: Disk> {
     /// Where a `MsgSnapshot` goes before it is stepped (a partition group's catch-up,
     /// which steps it once the records it names are in); None: stepped at once.
     on_snapshot_message: Option<Box<dyn FnMut(Message)>>,
+    /// Told the persisted index while the replica leads (`GroupSink::persisted`): a
+    /// partition group's acks=1 answers; None: nothing to tell.
+    on_persisted: Option<Box<dyn FnMut(u64, u64)>>,
 }
 
 impl<D: Disk> ShardLogSink<D> {
@@ -671,6 +674,7 @@ impl<D: Disk> ShardLogSink<D> {
             on_apply,
             on_install: None,
             on_snapshot_message: None,
+            on_persisted: None,
             refused: false,
             cut_writes: 0,
         }
@@ -687,6 +691,13 @@ impl<D: Disk> ShardLogSink<D> {
     /// that carries one went to the log, like every write).
     pub fn with_install(mut self, on_install: Box<dyn FnMut(Snapshot)>) -> Self {
         self.on_install = Some(on_install);
+        self
+    }
+
+    /// The sink with `on_persisted` told the persisted index (and term) while the replica
+    /// leads (`GroupSink::persisted`).
+    pub fn with_persisted(mut self, on_persisted: Box<dyn FnMut(u64, u64)>) -> Self {
+        self.on_persisted = Some(on_persisted);
         self
     }
 
@@ -745,6 +756,12 @@ impl<D: Disk> GroupSink for ShardLogSink<D> {
 
     fn apply(&mut self, committed: Vec<Entry>, outcomes: Vec<Outcome>) {
         (self.on_apply)(committed, outcomes)
+    }
+
+    fn persisted(&mut self, index: u64, term: u64) {
+        if let Some(on_persisted) = self.on_persisted.as_mut() {
+            on_persisted(index, term);
+        }
     }
 
     fn install(&mut self, snapshot: Snapshot) {

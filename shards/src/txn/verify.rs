@@ -189,7 +189,9 @@ impl Shard {
         }
         for (records, reply) in queued.waiting {
             let wait = match &answer {
-                Ok(()) => self.produce_verified(&ask.topic, ask.partition, records),
+                // Transactional batches are answered after their apply whatever the acks
+                // (`crate::leader_acks`): -1.
+                Ok(()) => self.produce_verified(&ask.topic, ask.partition, records, -1),
                 Err(e) => refused(e.clone()),
             };
             // The produce may have been dropped (acks=0 sends no response); the append
