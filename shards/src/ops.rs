@@ -4,8 +4,8 @@
 //! size limit, split and validate the batches (CRC-32C, lengths, magic), queue them in the
 //! shard log (offsets assigned, phase one), then wait for the fdatasync that covers them
 //! (phase two). Fetch: read whole stored batches up to the high watermark; if fewer than
-//! `min_bytes` are available, park until a flush moves a high watermark or `max_wait_ms`
-//! passes.
+//! `min_bytes` are available, park until a flush moves a high watermark (or a replicated
+//! partition's apply adds batches) or `max_wait_ms` passes.
 //!
 //! Hot path: allocates one `Vec` of batch handles per produced partition; batch bytes
 //! are `Bytes` slices of the request frame until the log copies them into its DMA buffer.
@@ -343,8 +343,9 @@ impl Shard {
     ) -> Vec<PartitionData> {
         let deadline = Instant::now() + max_wait;
         loop {
-            // Registered before reading so a flush that lands during the reads wakes us.
-            let flushed = self.log.flushed();
+            // Registered before reading so a flush, or a replicated partition's apply
+            // (read before its flush), that lands during the reads wakes us.
+            let more = self.log.more_to_read();
             let results = self.read_partitions(reads, max_bytes).await;
             let total: usize =
                 results.iter().map(|d| d.result.as_ref().map_or(0, |r| r.records.len())).sum();
@@ -361,7 +362,7 @@ impl Shard {
             };
             let woken = futures_lite::future::or(
                 async {
-                    flushed.await;
+                    more.await;
                     true
                 },
                 timeout,

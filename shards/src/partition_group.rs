@@ -76,6 +76,12 @@
 //!    leader's; invariant 1, the applying marker), at the same offsets, and the other
 //!    replicas apply it alike. What consumers read is unchanged: the leader's durable
 //!    partition log.
+//! 6. The applied copy of a produce or a marker (applying marker and batches) is appended
+//!    under `ShardLog::deferring_flush`: it starts no flush of its own, and is written
+//!    with the next raft write's flush (or after `LogConfig::deferred_flush_after`). Nothing
+//!    waits for it: the entry is durable in this replica's raft log before it is applied
+//!    (raft-rs hands out only persisted entries), and invariant 5 covers a crash before
+//!    the copy is durable.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -901,14 +907,16 @@ impl Shard {
         let batch = control_batch(producer_id, epoch, commit, marker.timestamp_ms);
         let header = RecordBatchHeader::parse_unvalidated(&batch).expect("a control batch");
         self.ensure_txn_stream();
-        let appended =
+        // The applied copy's flush rides the next raft write's (invariant 6).
+        let appended = self.log.deferring_flush(|| {
             self.append_applying_marker(group, entry.index, partition_id).and_then(|()| {
                 let epoch = Some(leader_epoch_of_term(entry.term));
                 let batches = [(header, batch)];
                 self.log
                     .append_batches_in_epoch(partition_id, epoch, &batches)
                     .map_err(append_error)
-            });
+            })
+        });
         let appended = match appended {
             Ok(appended) => appended,
             Err(e) => {
@@ -1002,7 +1010,10 @@ impl Shard {
         let time = if policy.log_append_time { produce.log_append_time_ms } else { -1 };
         // Every replica applies the entry in its term: the copies stay identical.
         let applying = Some((group, entry.index, leader_epoch_of_term(entry.term)));
-        let applied = self.append_produced(meta, partition_id, &policy, batches, time, applying);
+        // The applied copy's flush rides the next raft write's (invariant 6).
+        let applied = self.log.deferring_flush(|| {
+            self.append_produced(meta, partition_id, &policy, batches, time, applying)
+        });
         if let Err(PartitionError::Storage(e)) = &applied {
             // Every other refusal is decided by what every replica holds alike (sequence
             // checks, the table); a committed entry this replica cannot store would make

@@ -70,12 +70,15 @@ const PRODUCE: u8 = 0;
 const COMPACT: u8 = 1;
 
 fn log_config() -> LogConfig {
-    // Small segments, so the log rolls and a stream snapshot lets it forget segments.
+    // Small segments, so the log rolls and a stream snapshot lets it forget segments. A
+    // short deferral (commit-only writes are deferred, `persist`): a step takes
+    // microseconds, and healing waits for every write to be durable.
     LogConfig {
         segment_size_bytes: 64 << 10,
         tail_cache_bytes: 1 << 20,
         max_batch_bytes: 16 << 10,
         blocking_flush_max_bytes: 0,
+        deferred_flush_after: std::time::Duration::from_micros(100),
     }
 }
 
@@ -634,6 +637,12 @@ impl World {
         let mut last: Vec<Option<(u64, Proposal)>> = vec![None; self.checkers.len()];
         for _ in 0..HEAL_STEPS {
             self.run_step().await?;
+            if self.converged(&last, false) && !self.converged(&last, true) {
+                // Only writes not yet durable are left. A step only yields; a deferred
+                // write (one that only moves a commit index) waits for real time to pass
+                // or for the next write's flush.
+                glommio::timer::sleep(log_config().deferred_flush_after).await;
+            }
             for (g, last) in last.iter_mut().enumerate() {
                 // An abandoned final proposal is proposed again, to whoever leads now.
                 let checker = &self.checkers[g];
@@ -646,7 +655,7 @@ impl World {
                     *last = self.propose_to_leader(g)?;
                 }
             }
-            if self.converged(&last) {
+            if self.converged(&last, true) {
                 return self.check_recovered_logs().await;
             }
         }
@@ -663,16 +672,17 @@ impl World {
         Ok(None)
     }
 
-    /// Every group's final proposal is acknowledged and on every replica's log, every
-    /// write reported durable.
-    fn converged(&self, last: &[Option<(u64, Proposal)>]) -> bool {
+    /// Every group's final proposal is acknowledged and on every replica's log, and, if
+    /// `durable`, every write reported durable.
+    fn converged(&self, last: &[Option<(u64, Proposal)>], durable: bool) -> bool {
         last.iter().enumerate().all(|(g, last)| {
             let Some((_, p)) = last else { return false };
             self.checkers[g].is_acknowledged(*p)
                 && self.nodes.iter().all(|n| {
                     let Some(life) = &n.life else { return false };
                     let log = life.replicas[g].group.log();
-                    life.flushes.is_empty() && log.entry(p.index).is_some_and(|e| e.term == p.term)
+                    (!durable || life.flushes.is_empty())
+                        && log.entry(p.index).is_some_and(|e| e.term == p.term)
                 })
         })
     }

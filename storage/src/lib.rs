@@ -84,6 +84,10 @@ pub struct LogConfig {
     /// fewer thread hand-offs and wake-ups for the small flushes of a lightly loaded
     /// shard, at the price of the shard doing nothing else meanwhile. 0: never.
     pub blocking_flush_max_bytes: u64,
+    /// How long appends made under `ShardLog::deferring_flush` may wait for an append
+    /// that needs a flush, whose flush then carries them too, before the flusher writes
+    /// them on their own (contract 5 of `log.rs`).
+    pub deferred_flush_after: std::time::Duration,
 }
 
 impl Default for LogConfig {
@@ -93,6 +97,7 @@ impl Default for LogConfig {
             tail_cache_bytes: 64 << 20,
             max_batch_bytes: 1 << 20,
             blocking_flush_max_bytes: 0,
+            deferred_flush_after: std::time::Duration::from_millis(5),
         }
     }
 }

@@ -15,6 +15,11 @@
 //!    `Durable` resolves to `StorageError::Fatal`, appends are refused, nothing is retried.
 //!    Reads keep working.
 //! 4. No `RefCell` borrow is held across an `.await`.
+//! 5. Appends made under `deferring_flush` (a replicated partition's applied copy, durable
+//!    in the raft log already) do not start a flush: the next flush another append asks
+//!    for carries them, or the flusher writes them `LogConfig::deferred_flush_after` after
+//!    the first of them at the latest. Every other append is written as soon as the
+//!    flusher is free (group commit); contracts 1-3 hold for both.
 
 use std::cell::{Cell, RefCell};
 use std::future::{poll_fn, Future};
@@ -126,6 +131,8 @@ pub(crate) struct Signal {
     probes: Cell<LogProbes>,
     durable: Cell<u64>,
     flushes: Cell<u64>,
+    /// Batches appended under `deferring_flush` so far (readable before their flush).
+    deferred_appends: Cell<u64>,
     fatal: RefCell<Option<String>>,
     waiters: RefCell<Vec<Waker>>,
 }
@@ -189,6 +196,8 @@ pub(crate) struct Inner<D: Disk> {
     /// The maintenance task is doing IO (close waits for it: files must not be created
     /// after the log is closed).
     maintenance_busy: Cell<bool>,
+    /// Inside `ShardLog::deferring_flush`: appends do not make the next flush due.
+    deferring: Cell<bool>,
     disk: D,
     config: LogConfig,
     state: RefCell<State<D::Buffer>>,
@@ -269,6 +278,7 @@ impl<D: Disk> ShardLog<D> {
         signal.durable.set(recovered.end);
         let inner = Rc::new(Inner {
             maintenance_busy: Cell::new(false),
+            deferring: Cell::new(false),
             disk,
             config,
             state: RefCell::new(state),
@@ -389,6 +399,10 @@ impl<D: Disk> ShardLog<D> {
         }
         if offset > next {
             state.batcher.note_high_watermark(partition, offset);
+        }
+        if inner.deferring.get() {
+            let appended = &inner.signal.deferred_appends;
+            appended.set(appended.get() + 1); // `deferring_flush` wakes the readers
         }
         inner.wake_flusher(state);
         Ok(Appended {
@@ -635,6 +649,38 @@ impl<D: Disk> ShardLog<D> {
             first_record_at_or_after(&bytes, timestamp_ms)
                 .unwrap_or((batch.base_offset, batch.max_timestamp)),
         ))
+    }
+
+    /// Runs `appends` with their flush deferred (contract 5): what they append is written
+    /// by the next flush another append makes due, or `deferred_flush_after` later. For
+    /// appends nobody waits on to be durable soon, such as a replicated partition's applied
+    /// copy (its entries are durable in the raft log, and apply again after a crash).
+    /// Readers waiting for data (`more_to_read`) are woken when such appends added batches.
+    pub fn deferring_flush<R>(&self, appends: impl FnOnce() -> R) -> R {
+        let signal = &self.inner.signal;
+        let before = signal.deferred_appends.get();
+        let outer = self.inner.deferring.replace(true);
+        let result = appends();
+        self.inner.deferring.set(outer);
+        if signal.deferred_appends.get() != before {
+            signal.wake_all();
+        }
+        result
+    }
+
+    /// Resolves after the next flush (high watermarks move) or the next batches appended
+    /// under `deferring_flush` (a replicated partition's applied copy, which its readers
+    /// read before its flush: `read_below_unflushed`): what a long-polling fetch waits for.
+    /// Made before reading and awaited after, like `flushed`, it misses nothing that lands
+    /// in between.
+    pub fn more_to_read(&self) -> impl std::future::Future<Output = ()> + '_ {
+        let signal = &self.inner.signal;
+        let (flushes, deferred) = (signal.flushes.get(), signal.deferred_appends.get());
+        signal.wait_until(move |s| {
+            s.flushes.get() > flushes
+                || s.deferred_appends.get() > deferred
+                || s.fatal.borrow().is_some()
+        })
     }
 
     /// Resolves after the next flush that completes after this call (high watermarks may
@@ -1130,6 +1176,7 @@ impl<D: Disk> Inner<D> {
         }
         if !entries.is_empty() {
             state.gathering_since.get_or_insert_with(std::time::Instant::now);
+            state.urgent |= !self.deferring.get(); // contract 5
         }
         let mut positions = Vec::with_capacity(entries.len());
         for (header, payload) in entries {
@@ -1389,11 +1436,24 @@ async fn park<D: Disk>(
 }
 
 /// The group-commit loop: one write+fdatasync in flight; whatever gathered meanwhile goes
-/// in the next one. No timer: a lone append is written as soon as the flusher runs.
+/// in the next one. A lone append is written as soon as the flusher runs, unless it was
+/// deferred (contract 5): then the flusher waits for an append that is not, or for the
+/// deferral's end.
 async fn run_flusher<D: Disk>(weak: Weak<Inner<D>>) {
     while let Some(inner) = park(&weak, true, |s| s.batcher.has_gathered()).await {
+        if let Some(left) = deferral_left(&inner) {
+            drop(inner); // the log may be dropped meanwhile
+            let urgent = async { park(&weak, true, |s| s.urgent).await.map(drop) };
+            futures_lite::future::or(urgent, async {
+                glommio::timer::sleep(left).await;
+                None
+            })
+            .await;
+            continue;
+        }
         let (flush, gathered_since) = {
             let mut state = inner.state.borrow_mut();
+            state.urgent = false;
             (state.batcher.take_flush(), state.gathering_since.take())
         };
         let Some(mut flush) = flush else { continue };
@@ -1424,6 +1484,17 @@ async fn run_flusher<D: Disk>(weak: Weak<Inner<D>>) {
             inner.wake_maintenance(&mut state);
         }
     }
+}
+
+/// How much longer the gathered entries may wait, if they were all deferred and their
+/// deferral has not run out (contract 5); None: flush now.
+fn deferral_left<D: Disk>(inner: &Inner<D>) -> Option<Duration> {
+    let state = inner.state.borrow();
+    if state.urgent || state.stopped {
+        return None;
+    }
+    let waited = state.gathering_since?.elapsed();
+    Some(inner.config.deferred_flush_after.saturating_sub(waited)).filter(|left| !left.is_zero())
 }
 
 fn maintenance_due<B: IoBuffer>(state: &State<B>) -> bool {

@@ -125,6 +125,9 @@ pub(crate) struct State<B> {
     pub last_flush_done: std::time::Instant,
     /// When the first entry the next flush will carry was appended.
     pub gathering_since: Option<std::time::Instant>,
+    /// The next flush carries an entry appended outside `ShardLog::deferring_flush`:
+    /// it is due now (log.rs contract 5).
+    pub urgent: bool,
     pub flusher: Option<std::task::Waker>,
     pub maintenance: Option<std::task::Waker>,
     /// `Replace` entries appended and not yet durable, in log order: (position, header,
@@ -688,6 +691,7 @@ impl Replayed {
             zeroing: None,
             last_flush_done: std::time::Instant::now(),
             gathering_since: None,
+            urgent: false,
             flusher: None,
             maintenance: None,
             pending_replaces: VecDeque::new(),

@@ -169,6 +169,66 @@ fn a_lone_append_is_flushed_at_once_and_appends_during_a_flush_share_the_next_on
     });
 }
 
+/// Contract 5: appends under `deferring_flush` start no flush; the next append that is
+/// not deferred has its flush carry them (one fdatasync for both), and deferred appends
+/// alone are written once `deferred_flush_after` ran out.
+#[test]
+fn a_deferred_append_rides_the_next_flush_or_is_written_when_its_deferral_runs_out() {
+    run(|| async {
+        let disk = SimDisk::new(41);
+        disk.set_max_yields(5);
+        // A deferral far longer than the test: only another append can flush it.
+        let config = LogConfig {
+            deferred_flush_after: std::time::Duration::from_secs(3600),
+            ..small_config()
+        };
+        let (log, _, _) = open(&disk, config).await;
+        let syncs_before = disk.sync_count();
+        // A reader waiting for data (a long-polling fetch) is woken by the deferred append.
+        let woken = std::rc::Rc::new(std::cell::Cell::new(false));
+        let reader = {
+            let (log, woken) = (log.clone(), woken.clone());
+            glommio::spawn_local(async move {
+                log.more_to_read().await;
+                woken.set(true);
+            })
+        };
+        glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+        assert!(!woken.get(), "nothing to read yet");
+        let deferred =
+            log.deferring_flush(|| log.append_batches(P0, &validated(&batch_of(1, 10, 0, 0))));
+        let deferred = deferred.unwrap().durable;
+        // The flusher gets every chance to run (its timer is an hour away).
+        glommio::timer::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(!deferred.is_durable(), "a deferred append started a flush");
+        assert!(woken.get(), "the waiting reader was not woken by the deferred append");
+        reader.await;
+        assert_eq!(disk.sync_count(), syncs_before);
+        log.append_batches(P1, &validated(&batch_of(1, 10, 1, 0)))
+            .unwrap()
+            .durable
+            .wait()
+            .await
+            .unwrap();
+        assert!(deferred.is_durable(), "the next flush carried the deferred append");
+        assert_eq!(disk.sync_count() - syncs_before, 1, "one fdatasync for both");
+        assert_eq!(log.partition_info(P0).unwrap().high_watermark, 1);
+        drop(log);
+
+        // A short deferral: a deferred append alone is written once it ran out.
+        let disk = SimDisk::new(42);
+        let config = LogConfig {
+            deferred_flush_after: std::time::Duration::from_millis(2),
+            ..small_config()
+        };
+        let (log, _, _) = open(&disk, config).await;
+        let deferred =
+            log.deferring_flush(|| log.append_batches(P0, &validated(&batch_of(1, 10, 0, 0))));
+        deferred.unwrap().durable.wait().await.unwrap();
+        assert_eq!(log.partition_info(P0).unwrap().high_watermark, 1);
+    });
+}
+
 #[test]
 fn crash_before_fsync_loses_only_unacknowledged_batches() {
     run(|| async {

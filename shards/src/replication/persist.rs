@@ -660,6 +660,8 @@ pub struct ShardLogSink<D: Disk> {
     /// Told the persisted index while the replica leads (`GroupSink::persisted`): a
     /// partition group's acks=1 answers; None: nothing to tell.
     on_persisted: Option<Box<dyn FnMut(u64, u64)>>,
+    /// The term and vote of the last hard state this sink appended (None: none yet).
+    written_term_vote: Option<(u64, u64)>,
 }
 
 impl<D: Disk> ShardLogSink<D> {
@@ -675,6 +677,7 @@ impl<D: Disk> ShardLogSink<D> {
             on_install: None,
             on_snapshot_message: None,
             on_persisted: None,
+            written_term_vote: None,
             refused: false,
             cut_writes: 0,
         }
@@ -706,6 +709,15 @@ impl<D: Disk> ShardLogSink<D> {
         self.cut_writes
     }
 
+    /// Whether `write` only moves the commit index: no entries, no snapshot, and the term
+    /// and vote of the last hard state appended. Notes its term and vote.
+    fn only_moves_commit(&mut self, write: &WriteRequest) -> bool {
+        let Some(hard_state) = &write.hard_state else { return false };
+        let term_vote = Some((hard_state.term, hard_state.vote));
+        let same = std::mem::replace(&mut self.written_term_vote, term_vote) == term_vote;
+        same && write.entries.is_empty() && write.snapshot.is_none()
+    }
+
     /// Appends `write` as one log entry, or several if it is larger than one entry holds
     /// (`split_write`); the `Durable` of the last.
     fn append(&mut self, write: WriteRequest) -> Result<Durable, String> {
@@ -734,9 +746,16 @@ impl<D: Disk> GroupSink for ShardLogSink<D> {
             // piece over a segment) never makes this write durable, so the group is never
             // told it is: raft then counts this replica as lagging, and the shard's own
             // handling of the stopped log ends the broker.
-            let appended = match self.refused {
-                true => Err("an earlier write of the group was refused".to_string()),
-                false => self.append(write),
+            let appended = if self.refused {
+                Err("an earlier write of the group was refused".to_string())
+            } else if self.only_moves_commit(&write) {
+                // A commit index need not be durable at once (raft learns it again after
+                // a restart): this write rides the next one's flush, as the applied copies
+                // of partition entries do (`partition_group` invariant 6).
+                let log = self.log.clone();
+                log.deferring_flush(|| self.append(write))
+            } else {
+                self.append(write)
             };
             match appended {
                 Ok(durable) => last = Some((number, durable)),
