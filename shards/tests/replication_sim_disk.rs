@@ -65,20 +65,25 @@ const DEFAULT_SEEDS: u64 = 200;
 const STEPS: u64 = 800;
 /// Steps the healed groups get to converge before the seed fails for liveness.
 const HEAL_STEPS: u64 = 3000;
+/// Steps in which a deferred write waits for another write's flush before its own runs
+/// out (`ShardLog::flush_deferred` on every node): the simulation's 5 ms of
+/// `LogConfig::deferred_flush_after`.
+const DEFERRAL_STEPS: u64 = 16;
 /// Entry data: the value (8 bytes), then the kind.
 const PRODUCE: u8 = 0;
 const COMPACT: u8 = 1;
 
 fn log_config() -> LogConfig {
-    // Small segments, so the log rolls and a stream snapshot lets it forget segments. A
-    // short deferral (commit-only writes are deferred, `persist`): a step takes
-    // microseconds, and healing waits for every write to be durable.
+    // Small segments, so the log rolls and a stream snapshot lets it forget segments.
+    // Deferred writes (those that only move a commit index, `persist`) are written by the
+    // next write's flush, or when the simulation's clock says their deferral ran out
+    // (`DEFERRAL_STEPS`), never by the real clock, so a seed replays alike.
     LogConfig {
         segment_size_bytes: 64 << 10,
         tail_cache_bytes: 1 << 20,
         max_batch_bytes: 16 << 10,
         blocking_flush_max_bytes: 0,
-        deferred_flush_after: std::time::Duration::from_micros(100),
+        deferred_flush_after: std::time::Duration::from_secs(24 * 3600),
     }
 }
 
@@ -366,6 +371,11 @@ impl World {
             self.checkpoint().await?;
         }
         self.check_leaders()?;
+        if self.step.is_multiple_of(DEFERRAL_STEPS) {
+            for life in self.nodes.iter().filter_map(|n| n.life.as_ref()) {
+                life.log.flush_deferred(); // deferrals ran out
+            }
+        }
         self.let_flushers_run().await;
         Ok(())
     }
@@ -597,6 +607,9 @@ impl World {
     async fn checkpoint(&mut self) -> Result<(), String> {
         let node = self.rng.below(self.nodes.len() as u64) as usize;
         let lives = || self.nodes.iter().filter_map(|n| n.life.as_ref());
+        for life in lives() {
+            life.log.flush_deferred();
+        }
         // A stopped log never becomes idle; its node goes down at the end of the step.
         while !lives().all(|life| life.idle() || life.stopped()) {
             futures_lite::future::yield_now().await;
@@ -637,12 +650,6 @@ impl World {
         let mut last: Vec<Option<(u64, Proposal)>> = vec![None; self.checkers.len()];
         for _ in 0..HEAL_STEPS {
             self.run_step().await?;
-            if self.converged(&last, false) && !self.converged(&last, true) {
-                // Only writes not yet durable are left. A step only yields; a deferred
-                // write (one that only moves a commit index) waits for real time to pass
-                // or for the next write's flush.
-                glommio::timer::sleep(log_config().deferred_flush_after).await;
-            }
             for (g, last) in last.iter_mut().enumerate() {
                 // An abandoned final proposal is proposed again, to whoever leads now.
                 let checker = &self.checkers[g];
@@ -655,7 +662,7 @@ impl World {
                     *last = self.propose_to_leader(g)?;
                 }
             }
-            if self.converged(&last, true) {
+            if self.converged(&last) {
                 return self.check_recovered_logs().await;
             }
         }
@@ -672,17 +679,16 @@ impl World {
         Ok(None)
     }
 
-    /// Every group's final proposal is acknowledged and on every replica's log, and, if
-    /// `durable`, every write reported durable.
-    fn converged(&self, last: &[Option<(u64, Proposal)>], durable: bool) -> bool {
+    /// Every group's final proposal is acknowledged and on every replica's log, every
+    /// write reported durable.
+    fn converged(&self, last: &[Option<(u64, Proposal)>]) -> bool {
         last.iter().enumerate().all(|(g, last)| {
             let Some((_, p)) = last else { return false };
             self.checkers[g].is_acknowledged(*p)
                 && self.nodes.iter().all(|n| {
                     let Some(life) = &n.life else { return false };
                     let log = life.replicas[g].group.log();
-                    (!durable || life.flushes.is_empty())
-                        && log.entry(p.index).is_some_and(|e| e.term == p.term)
+                    life.flushes.is_empty() && log.entry(p.index).is_some_and(|e| e.term == p.term)
                 })
         })
     }

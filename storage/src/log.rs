@@ -668,6 +668,16 @@ impl<D: Disk> ShardLog<D> {
         result
     }
 
+    /// Makes what is gathered due now, deferred or not (contract 5): for a caller about to
+    /// wait for every append so far to be durable.
+    pub fn flush_deferred(&self) {
+        let mut state = self.inner.state.borrow_mut();
+        if state.batcher.has_gathered() {
+            state.urgent = true;
+            self.inner.wake_flusher(&mut state);
+        }
+    }
+
     /// Resolves after the next flush (high watermarks move) or the next batches appended
     /// under `deferring_flush` (a replicated partition's applied copy, which its readers
     /// read before its flush: `read_below_unflushed`): what a long-polling fetch waits for.

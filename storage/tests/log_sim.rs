@@ -213,6 +213,14 @@ fn a_deferred_append_rides_the_next_flush_or_is_written_when_its_deferral_runs_o
         assert!(deferred.is_durable(), "the next flush carried the deferred append");
         assert_eq!(disk.sync_count() - syncs_before, 1, "one fdatasync for both");
         assert_eq!(log.partition_info(P0).unwrap().high_watermark, 1);
+        // `flush_deferred` makes a deferred append due at once.
+        let deferred =
+            log.deferring_flush(|| log.append_batches(P0, &validated(&batch_of(1, 10, 2, 0))));
+        let deferred = deferred.unwrap().durable;
+        glommio::timer::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(!deferred.is_durable());
+        log.flush_deferred();
+        deferred.wait().await.unwrap();
         drop(log);
 
         // A short deferral: a deferred append alone is written once it ran out.
