@@ -92,7 +92,9 @@ fn acks_1_is_answered_once_the_leaders_write_is_durable_with_no_follower_running
     for node in &cluster {
         assert_eq!(stored(node, TOPIC), expected);
     }
-    assert!(cluster[leader].metric_sum(EARLY) >= 2.0, "the acks=1 produces were answered early");
+    // "c" at least ("a" too, unless the new leader had not applied its term's first entry
+    // yet, when its offset is not known: `leader_acks`).
+    assert!(cluster[leader].metric_sum(EARLY) >= 1.0, "the acks=1 produce was answered early");
     for node in &cluster {
         assert_eq!(node.metric_sum(MISPREDICTED), 0.0);
     }
