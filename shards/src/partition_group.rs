@@ -401,10 +401,10 @@ impl PartitionGroups {
         Ok(Proposed { groups: self.clone(), group, index, term, receiver, early: None })
     }
 
-    /// Where this replica, leading `group`, stands for `crate::leader_acks`.
-    fn standing(&self, group: u64) -> Standing {
+    /// Where this replica, leading `group` in `term`, stands for `crate::leader_acks`.
+    fn standing(&self, group: u64, term: u64) -> Standing {
         Standing {
-            term: self.leadership(group).1,
+            term,
             applied_index: self.applied_indexes.borrow().get(&group).copied().unwrap_or(0),
             applied_term: self.applied_term(group),
         }
@@ -803,15 +803,16 @@ impl Shard {
             let answered_time = if policy.log_append_time { now_ms } else { -1 };
             (entry, partition_id, leader_acks::plain_records(&batches), answered_time)
         };
-        // Where the entry will apply, if known (`crate::leader_acks` invariant 2).
-        let standing = groups.standing(group);
+        let mut proposed = groups.propose_answered(group, entry.encode())?;
+        let (index, term) = (proposed.index, proposed.term);
+        // Where the entry will apply, if known (`crate::leader_acks` invariant 2). Nothing
+        // applied meanwhile: proposing only hands committed entries to the applier task.
+        let standing = groups.standing(group, term);
         let log_end = self.log.partition_info(partition_id).map(|info| info.log_end_offset);
         let base = appends.and(log_end).and_then(|log_end| {
             groups.leader_acks.next_offset(group, &standing, partition_id, log_end)
         });
-        let mut proposed = groups.propose_answered(group, entry.encode())?;
-        let (index, term) = (proposed.index, proposed.term);
-        let end = base.zip(appends).map(|(base, n)| base + n).filter(|_| term == standing.term);
+        let end = base.zip(appends).map(|(base, n)| base + n);
         groups.leader_acks.note_proposed(group, term, index, partition_id, end);
         if let (Some(base), true) = (base, end.is_some() && acks != -1) {
             let durable = groups.leader_acks.wait_durable(group, index, term, base);

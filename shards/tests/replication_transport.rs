@@ -707,7 +707,7 @@ fn small_log() -> LogConfig {
         tail_cache_bytes: 1 << 20,
         max_batch_bytes: 64 << 10,
         blocking_flush_max_bytes: 0,
-        deferred_flush_after: std::time::Duration::from_millis(5),
+        ..LogConfig::default()
     }
 }
 

@@ -20,7 +20,7 @@ fn log_config() -> LogConfig {
         tail_cache_bytes: 16 << 10,
         max_batch_bytes: 64 << 10,
         blocking_flush_max_bytes: 0,
-        deferred_flush_after: std::time::Duration::from_millis(5),
+        ..LogConfig::default()
     }
 }
 

@@ -29,7 +29,7 @@ fn fuzz_config() -> LogConfig {
         tail_cache_bytes: 8 << 10,
         max_batch_bytes: 4 << 10,
         blocking_flush_max_bytes: 0,
-        deferred_flush_after: std::time::Duration::from_millis(5),
+        ..LogConfig::default()
     }
 }
 

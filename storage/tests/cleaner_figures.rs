@@ -85,7 +85,7 @@ fn cleaning_throughput_and_bytes_on_disk_for_a_keyed_workload() {
             tail_cache_bytes: 4 << 20,
             max_batch_bytes: 1 << 20,
             blocking_flush_max_bytes: 0,
-            deferred_flush_after: std::time::Duration::from_millis(5),
+            ..LogConfig::default()
         };
         let disk = DmaDisk::open(path.clone()).await.unwrap();
         let (log, _, _) = ShardLog::open(disk, config).await.unwrap();

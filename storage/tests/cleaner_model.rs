@@ -316,7 +316,7 @@ async fn execute(ops: Vec<Op>, seed: u64) {
         tail_cache_bytes: 4 << 10,
         max_batch_bytes: 4096,
         blocking_flush_max_bytes: 0,
-        deferred_flush_after: std::time::Duration::from_millis(5),
+        ..LogConfig::default()
     };
     let mut disk = SimDisk::new(seed);
     let mut log = reopen(&disk, &config, PARTITIONS).await;

@@ -66,8 +66,8 @@ async fn execute(ops: Vec<Op>, seed: u64) {
         tail_cache_bytes: 6 << 10,
         max_batch_bytes: 4096,
         // A third of the seeds take the blocking flush path for flushes up to 8 KiB.
-        deferred_flush_after: std::time::Duration::from_millis(5),
         blocking_flush_max_bytes: if seed.is_multiple_of(3) { 8 << 10 } else { 0 },
+        ..LogConfig::default()
     };
     let mut disk = SimDisk::new(seed);
     disk.set_lazy_zero_fill(seed.is_multiple_of(2));

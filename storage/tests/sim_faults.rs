@@ -85,8 +85,8 @@ async fn scenario(seed: u64) -> (u64, u64) {
         tail_cache_bytes: rng.below(3) as usize * 8192,
         max_batch_bytes: 4096,
         // A quarter of the seeds take the blocking flush path for flushes up to 8 KiB.
-        deferred_flush_after: std::time::Duration::from_millis(5),
         blocking_flush_max_bytes: if seed.is_multiple_of(4) { 8192 } else { 0 },
+        ..LogConfig::default()
     };
     let partitions = 1 + rng.below(4) as usize;
     let model = Rc::new(RefCell::new(Model {

@@ -769,6 +769,18 @@ mod tests {
         assert_eq!(acks[0].index, proposal.index);
     }
 
+    /// acks=1 is answered when the leader's persisted index passes its entry
+    /// (`crate::leader_acks` invariant 1): never before the write is durable.
+    #[test]
+    fn the_leaders_persisted_index_passes_a_proposal_only_once_its_write_is_durable() {
+        let mut groups = elect_replica_1();
+        let proposal = groups[0].propose(b"batch".to_vec()).unwrap();
+        let writes = groups[0].take_writes();
+        assert!(groups[0].persisted_index() < proposal.index, "persisted before durable");
+        groups[0].durable(writes.last().unwrap().number);
+        assert!(groups[0].persisted_index() >= proposal.index);
+    }
+
     #[test]
     fn a_proposal_commits_only_when_a_majority_including_the_leader_is_durable() {
         let mut groups = elect_replica_1();
